@@ -1,0 +1,1 @@
+"""The ``monai-npc`` command line."""

@@ -1,0 +1,25 @@
+"""Pure tensor functions of Neural Phase Correlation; shapes are stated in each docstring."""
+
+from .encoding import positional_encoding
+from .filter_pairs import fourier_filter_pairs, pair_responses, patch_norm_statistics, same_padding, unit_normalize_filters
+from .interaction import pair_interaction, pair_residual, polar_features
+from .phase_correlation import phase_correlation
+from .topk import soft_topk_mask
+from .warp import identity_grid, jacobian_determinant, warp_image
+
+__all__ = [
+    "positional_encoding",
+    "fourier_filter_pairs",
+    "pair_responses",
+    "patch_norm_statistics",
+    "same_padding",
+    "unit_normalize_filters",
+    "pair_interaction",
+    "pair_residual",
+    "polar_features",
+    "phase_correlation",
+    "soft_topk_mask",
+    "identity_grid",
+    "jacobian_determinant",
+    "warp_image",
+]

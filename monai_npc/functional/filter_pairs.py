@@ -1,0 +1,165 @@
+"""Filter pairs applied by strided, patch-normalised convolution.
+
+A filter bank of ``C`` pairs is stored as a tensor of shape ``(C, 2, *kernel)``: pair ``k`` holds
+the two filters whose responses form the 2-vector ``psi_k^T x`` of the paper (Eq. residual).
+Responses are returned with the pair axis explicit, ``(B, C, 2, *grid)``, where ``grid`` is the
+coarse grid ``floor(n / stride)`` along every spatial axis.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List, Tuple
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "same_padding",
+    "unit_normalize_filters",
+    "fourier_filter_pairs",
+    "patch_norm_statistics",
+    "pair_responses",
+]
+
+
+def same_padding(kernel_size: int, stride: int, spatial_dims: int) -> List[int]:
+    """Padding (in ``F.pad`` order) so that a ``kernel_size`` window at ``stride`` gives ``floor(n / stride)`` outputs.
+
+    The total padding per axis is ``kernel_size - stride`` so that window ``p`` is centred on the
+    ``stride``-sized cell ``p`` of the input.
+    """
+    if kernel_size < stride:
+        raise ValueError(f"kernel_size ({kernel_size}) must be >= stride ({stride}).")
+    total = kernel_size - stride
+    left = total // 2
+    right = total - left
+    pad: List[int] = []
+    for _ in range(spatial_dims):
+        pad += [left, right]
+    return pad
+
+
+def unit_normalize_filters(filters: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Scale every filter of a ``(C, 2, *kernel)`` bank to unit l2 norm (the paper's only constraint)."""
+    flat = filters.flatten(2)
+    norm = torch.sqrt((flat * flat).sum(-1, keepdim=True) + eps)
+    return (flat / norm).view(filters.shape)
+
+
+def _half_space_frequencies(kernel_size: int, spatial_dims: int) -> List[Tuple[int, ...]]:
+    """Integer DFT frequencies of a ``kernel_size``-wide window, one of each ``+-`` pair, sorted by magnitude."""
+    half = kernel_size // 2
+    rng = range(-half + 1, half + 1)
+    grids = torch.meshgrid(*[torch.tensor(list(rng))] * spatial_dims, indexing="ij")
+    freqs = torch.stack([g.flatten() for g in grids], -1).tolist()
+    keep = []
+    for f in freqs:
+        if all(v == 0 for v in f):
+            continue
+        # the first non-zero coordinate positive picks one of f and -f
+        first = next(v for v in f if v != 0)
+        if first < 0:
+            continue
+        # Nyquist-only frequencies have an identically zero sine: skip them
+        if all(abs(v) in (0, half) for v in f) and kernel_size % 2 == 0:
+            continue
+        keep.append(tuple(int(v) for v in f))
+    keep.sort(key=lambda f: (sum(v * v for v in f), f))
+    return keep
+
+
+def fourier_filter_pairs(
+    num_pairs: int, kernel_size: int, spatial_dims: int = 2, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Fourier (cos, sin) filter pairs, lowest frequencies first: shape ``(num_pairs, 2, *[kernel_size]*spatial_dims)``.
+
+    Pair ``k`` is ``(cos(2 pi w_k . n / kernel_size), sin(2 pi w_k . n / kernel_size))`` for the
+    ``k``-th smallest integer frequency ``w_k``; with these pairs the bilinear interaction is the
+    classical cross-power spectrum at ``w_k`` (the reduction of the paper's Appendix A). When more
+    pairs are requested than the window has frequencies, the remaining pairs repeat the lattice
+    with a random sub-integer frequency jitter. Filters are unit-l2 normalised.
+    """
+    lattice = _half_space_frequencies(kernel_size, spatial_dims)
+    coords = torch.meshgrid(*[torch.arange(kernel_size, dtype=torch.float64)] * spatial_dims, indexing="ij")
+    coords_t = torch.stack(coords, 0)  # (D, *k)
+    out = []
+    for i in range(num_pairs):
+        f = torch.tensor(lattice[i % len(lattice)], dtype=torch.float64)
+        if i >= len(lattice):
+            f = f + (torch.rand(spatial_dims, generator=generator, dtype=torch.float64) - 0.5)
+        phase = 2 * math.pi * (f.view(-1, *[1] * spatial_dims) * coords_t).sum(0) / kernel_size
+        out.append(torch.stack([torch.cos(phase), torch.sin(phase)], 0))
+    return unit_normalize_filters(torch.stack(out, 0).float())
+
+
+def _pad(image: torch.Tensor, pad: List[int], mode: str) -> torch.Tensor:
+    if mode == "zeros":
+        return F.pad(image, pad)
+    return F.pad(image, pad, mode=mode)
+
+
+def _avg_pool(x: torch.Tensor, kernel_size: int, stride: int, spatial_dims: int) -> torch.Tensor:
+    if spatial_dims == 1:
+        return F.avg_pool1d(x, kernel_size, stride)
+    if spatial_dims == 2:
+        return F.avg_pool2d(x, kernel_size, stride)
+    return F.avg_pool3d(x, kernel_size, stride)
+
+
+def _conv(x: torch.Tensor, weight: torch.Tensor, stride: int, spatial_dims: int) -> torch.Tensor:
+    if spatial_dims == 1:
+        return F.conv1d(x, weight, stride=stride)
+    if spatial_dims == 2:
+        return F.conv2d(x, weight, stride=stride)
+    return F.conv3d(x, weight, stride=stride)
+
+
+def patch_norm_statistics(
+    padded: torch.Tensor, kernel_size: int, stride: int, eps: float = 1e-6
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Mean and centred l2 norm of every ``kernel_size`` patch of an already padded ``(B, 1, *S)`` image.
+
+    Returns ``(mean, norm)``, each ``(B, 1, *grid)``, with ``norm = sqrt(||x_p - mean_p||^2 + eps)``
+    so that flat patches have a small positive norm instead of zero.
+    """
+    spatial_dims = padded.dim() - 2
+    n = float(kernel_size) ** spatial_dims
+    mean = _avg_pool(padded, kernel_size, stride, spatial_dims)
+    mean_sq = _avg_pool(padded * padded, kernel_size, stride, spatial_dims)
+    var = torch.clamp(mean_sq - mean * mean, min=0.0)
+    return mean, torch.sqrt(var * n + eps)
+
+
+def pair_responses(
+    image: torch.Tensor,
+    filters: torch.Tensor,
+    stride: int,
+    padding_mode: str = "reflect",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Patch-normalised filter-pair responses ``psi_k^T x_p`` on the coarse grid.
+
+    Args:
+        image: ``(B, 1, *S)`` single-channel image (any intensity offset and scale).
+        filters: ``(C, 2, *[k]*D)`` filter pairs; use them unit-normalised (:func:`unit_normalize_filters`).
+        stride: coarse-grid stride ``s``; the grid is ``floor(S / s)``.
+        padding_mode: ``"reflect"``, ``"replicate"`` or ``"zeros"`` (``"reflect"`` needs ``S > (k - s) / 2``).
+        eps: added to the squared patch norm, keeps flat patches finite (their responses are 0).
+
+    Returns:
+        ``(B, C, 2, *grid)``: responses of every patch after subtracting its mean and dividing by its
+        centred l2 norm, i.e. ``psi^T (x_p - mean_p) / ||x_p - mean_p||``. They do not change when the
+        image is replaced by ``a * image + b`` (``a > 0``) and are bounded by 1 in magnitude.
+    """
+    spatial_dims = image.dim() - 2
+    kernel_size = filters.shape[-1]
+    num_pairs = filters.shape[0]
+    pad = same_padding(kernel_size, stride, spatial_dims)
+    padded = _pad(image, pad, padding_mode)
+    weight = filters.reshape([2 * num_pairs, 1] + list(filters.shape[2:]))
+    raw = _conv(padded, weight, stride, spatial_dims)  # (B, 2C, *grid)
+    mean, norm = patch_norm_statistics(padded, kernel_size, stride, eps)
+    filter_sums = weight.flatten(1).sum(1).view([1, 2 * num_pairs] + [1] * spatial_dims)
+    resp = (raw - mean * filter_sums) / norm
+    return resp.view([resp.shape[0], num_pairs, 2] + list(resp.shape[2:]))

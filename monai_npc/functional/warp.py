@@ -1,0 +1,73 @@
+"""Pull warp and Jacobian determinant of dense displacement fields (MONAI ``Warp`` convention).
+
+A displacement field ``ddf`` has shape ``(B, D, *S)`` in voxel units; channel ``k`` is the
+displacement along spatial axis ``k`` (the axis ``k + 2`` of the image tensor) and
+``warp(img, ddf)(x) = img(x + ddf(x))``.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["identity_grid", "warp_image", "jacobian_determinant"]
+
+
+def identity_grid(shape: List[int], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Voxel coordinates of a grid: ``(D, *shape)``, channel ``k`` = index along axis ``k``."""
+    axes = [torch.arange(n, device=device, dtype=dtype) for n in shape]
+    return torch.stack(torch.meshgrid(axes, indexing="ij"), 0)
+
+
+def warp_image(
+    image: torch.Tensor, ddf: torch.Tensor, mode: str = "bilinear", padding_mode: str = "border"
+) -> torch.Tensor:
+    """Resample ``image`` ``(B, C, *S)`` at ``x + ddf(x)``; ``ddf`` is ``(B, D, *S)`` in voxels.
+
+    ``mode``: ``"bilinear"`` (linear in every axis; use for images) or ``"nearest"`` (labels).
+    ``padding_mode``: ``"border"``, ``"zeros"`` or ``"reflection"`` as in ``torch.nn.functional.grid_sample``.
+    Matches ``monai.networks.blocks.Warp`` (``align_corners=True``) and is TorchScript-compatible.
+    """
+    spatial = ddf.shape[2:]
+    dims = len(spatial)
+    if ddf.shape[1] != dims:
+        raise ValueError(f"ddf must have {dims} channels for {dims} spatial dims, got {ddf.shape[1]}.")
+    if image.shape[2:] != spatial:
+        raise ValueError(f"image spatial shape {list(image.shape[2:])} differs from ddf's {list(spatial)}.")
+    squeeze = dims == 1
+    if squeeze:  # grid_sample has no 1-D mode: add a unit axis
+        image = image.unsqueeze(-1)
+        ddf = torch.cat([ddf.unsqueeze(-1), torch.zeros_like(ddf).unsqueeze(-1)], 1)
+        spatial = ddf.shape[2:]
+        dims = 2
+    grid = identity_grid(list(spatial), ddf.device, ddf.dtype).unsqueeze(0) + ddf
+    scale = torch.tensor([2.0 / max(n - 1, 1) for n in spatial], device=ddf.device, dtype=ddf.dtype)
+    grid = grid * scale.view([1, dims] + [1] * dims) - 1.0
+    # grid_sample wants (B, *S, D) with the last axis first (x = width)
+    grid = grid.permute([0] + list(range(2, dims + 2)) + [1]).flip(-1)
+    out = F.grid_sample(image, grid, mode=mode, padding_mode=padding_mode, align_corners=True)
+    if squeeze:
+        out = out.squeeze(-1)
+    return out
+
+
+def jacobian_determinant(ddf: torch.Tensor) -> torch.Tensor:
+    """``det(I + grad ddf)`` of ``x -> x + ddf(x)`` on the full voxel grid of ``ddf`` ``(B, D, *S)``.
+
+    Derivatives are central differences in the interior and one-sided at the border
+    (``torch.gradient``), in voxel units. Returns ``(B, *S)``. Supports 2-D and 3-D fields.
+    """
+    dims = ddf.dim() - 2
+    if dims not in (2, 3) or ddf.shape[1] != dims:
+        raise ValueError(f"ddf must be (B, D, *S) with D = 2 or 3 channels, got shape {tuple(ddf.shape)}.")
+    grads = torch.gradient(ddf, dim=list(range(2, dims + 2)))  # grads[j][:, i] = d u_i / d x_j
+    j = [[grads[c][:, r] + (1.0 if r == c else 0.0) for c in range(dims)] for r in range(dims)]
+    if dims == 2:
+        return j[0][0] * j[1][1] - j[0][1] * j[1][0]
+    return (
+        j[0][0] * (j[1][1] * j[2][2] - j[1][2] * j[2][1])
+        - j[0][1] * (j[1][0] * j[2][2] - j[1][2] * j[2][0])
+        + j[0][2] * (j[1][0] * j[2][1] - j[1][1] * j[2][0])
+    )
