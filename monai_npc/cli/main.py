@@ -14,7 +14,7 @@ import sys
 from typing import List, Optional
 
 #: subcommand modules, in the order ``--help`` lists them
-SUBCOMMANDS = ["demo"]
+SUBCOMMANDS: List[str] = []
 
 
 def build_parser() -> argparse.ArgumentParser:
