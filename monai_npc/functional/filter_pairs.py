@@ -118,17 +118,16 @@ def _conv(x: torch.Tensor, weight: torch.Tensor, stride: int, spatial_dims: int)
 def patch_norm_statistics(
     padded: torch.Tensor, kernel_size: int, stride: int, eps: float = 1e-6
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Mean and centred l2 norm of every ``kernel_size`` patch of an already padded ``(B, 1, *S)`` image.
+    """Mean and standard deviation of every ``kernel_size`` patch of an already padded ``(B, 1, *S)`` image.
 
-    Returns ``(mean, norm)``, each ``(B, 1, *grid)``, with ``norm = sqrt(||x_p - mean_p||^2 + eps)``
-    so that flat patches have a small positive norm instead of zero.
+    Returns ``(mean, std)``, each ``(B, 1, *grid)``, with ``std = sqrt(var_p + eps)`` (intensity
+    units) so that flat patches have a small positive spread instead of zero.
     """
     spatial_dims = padded.dim() - 2
-    n = float(kernel_size) ** spatial_dims
     mean = _avg_pool(padded, kernel_size, stride, spatial_dims)
     mean_sq = _avg_pool(padded * padded, kernel_size, stride, spatial_dims)
     var = torch.clamp(mean_sq - mean * mean, min=0.0)
-    return mean, torch.sqrt(var * n + eps)
+    return mean, torch.sqrt(var + eps)
 
 
 def pair_responses(
@@ -136,7 +135,7 @@ def pair_responses(
     filters: torch.Tensor,
     stride: int,
     padding_mode: str = "reflect",
-    eps: float = 1e-6,
+    eps: float = 1e-5,
 ) -> torch.Tensor:
     """Patch-normalised filter-pair responses ``psi_k^T x_p`` on the coarse grid.
 
@@ -145,12 +144,12 @@ def pair_responses(
         filters: ``(C, 2, *[k]*D)`` filter pairs; use them unit-normalised (:func:`unit_normalize_filters`).
         stride: coarse-grid stride ``s``; the grid is ``floor(S / s)``.
         padding_mode: ``"reflect"``, ``"replicate"`` or ``"zeros"`` (``"reflect"`` needs ``S > (k - s) / 2``).
-        eps: added to the squared patch norm, keeps flat patches finite (their responses are 0).
+        eps: added to the patch variance (intensity^2 units); keeps flat patches finite (they respond 0).
 
     Returns:
-        ``(B, C, 2, *grid)``: responses of every patch after subtracting its mean and dividing by its
-        centred l2 norm, i.e. ``psi^T (x_p - mean_p) / ||x_p - mean_p||``. They do not change when the
-        image is replaced by ``a * image + b`` (``a > 0``) and are bounded by 1 in magnitude.
+        ``(B, C, 2, *grid)``: responses of every standardised patch,
+        ``psi^T (x_p - mean_p) / std_p``. They do not change when the image is replaced by
+        ``a * image + b`` (``a > 0``, up to ``eps``) and are bounded by ``sqrt(k^D)`` for unit filters.
     """
     spatial_dims = image.dim() - 2
     kernel_size = filters.shape[-1]
@@ -159,7 +158,7 @@ def pair_responses(
     padded = _pad(image, pad, padding_mode)
     weight = filters.reshape([2 * num_pairs, 1] + list(filters.shape[2:]))
     raw = _conv(padded, weight, stride, spatial_dims)  # (B, 2C, *grid)
-    mean, norm = patch_norm_statistics(padded, kernel_size, stride, eps)
+    mean, std = patch_norm_statistics(padded, kernel_size, stride, eps)
     filter_sums = weight.flatten(1).sum(1).view([1, 2 * num_pairs] + [1] * spatial_dims)
-    resp = (raw - mean * filter_sums) / norm
+    resp = (raw - mean * filter_sums) / std
     return resp.view([resp.shape[0], num_pairs, 2] + list(resp.shape[2:]))

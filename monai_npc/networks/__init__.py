@@ -1,0 +1,1 @@
+"""NPC networks: ``blocks`` (building blocks) and ``nets`` (complete registration networks)."""

@@ -1,0 +1,111 @@
+"""Positional-encoding decoder (paper Eq. decoder) and its readout heads."""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import torch
+import torch.nn.functional as F
+from monai.networks.layers import Conv
+from torch import nn
+
+from monai_npc.functional.encoding import positional_encoding
+
+__all__ = ["MiniUNetHead", "PositionalEncodingDecoder"]
+
+
+def _interp_mode(spatial_dims: int) -> str:
+    return ("linear", "bilinear", "trilinear")[spatial_dims - 1]
+
+
+class MiniUNetHead(nn.Module):
+    """Depth-1 UNet readout with 3^D kernels: ``(B, in_channels, *g) -> (B, out_channels, *g)``.
+
+    ``enc = act(conv3(x))``; ``bottom = act(conv3_stride2(enc))``;
+    ``dec = act(conv3(cat(enc, up(bottom))))``; ``out = conv1(dec)``. The output layer starts near
+    zero, so an untrained network predicts (almost) no displacement.
+    """
+
+    def __init__(self, spatial_dims: int, in_channels: int, out_channels: int, hidden: int = 16, negative_slope: float = 0.2) -> None:
+        super().__init__()
+        conv = Conv[Conv.CONV, spatial_dims]
+        self.enc = conv(in_channels, hidden, 3, padding=1)
+        self.down = conv(hidden, hidden, 3, stride=2, padding=1)
+        self.dec = conv(2 * hidden, hidden, 3, padding=1)
+        self.out = conv(hidden, out_channels, 1)
+        nn.init.normal_(self.out.weight, std=1e-5)
+        nn.init.zeros_(self.out.bias)
+        self.act = nn.LeakyReLU(negative_slope)
+        self.mode = _interp_mode(spatial_dims)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        enc = self.act(self.enc(x))
+        bottom = self.act(self.down(enc))
+        up = F.interpolate(bottom, size=enc.shape[2:], mode=self.mode, align_corners=False)
+        return self.out(self.act(self.dec(torch.cat([enc, up], 1))))
+
+
+class PositionalEncodingDecoder(nn.Module):
+    """Decode masked polar features into a displacement on the coarse grid (paper Eq. decoder).
+
+    ``m = MLP_z(z)`` (``3C -> B -> G``, LeakyReLU), ``gamma_g = W_gamma gamma`` (``n_pe -> G``, no bias),
+    ``delta_gamma = MLP_pe(m * gamma_g) - gamma`` (``G -> G -> n_pe``), ``ddf = head(delta_gamma)``.
+    All maps are 1x1 convolutions over the coarse grid except the ``"unet"`` head.
+
+    Args:
+        spatial_dims: 1, 2 or 3.
+        num_pairs: ``C``; the input has ``3C`` channels.
+        hidden_dim: ``B``, hidden width of ``MLP_z``.
+        gate_dim: ``G``, the gate-space width.
+        num_pe: ``n_pe``, positional-encoding channels (a multiple of ``2 * spatial_dims``).
+        head: ``"unet"`` (depth-1 mini-UNet, 3^D kernels) or ``"linear"`` (1x1 convolution).
+        head_channels: hidden width of the mini-UNet.
+        negative_slope: LeakyReLU slope.
+
+    Use :meth:`encoding` once per pair (it does not change across ODE steps), then call
+    ``forward(features, gamma, gate)`` at every step.
+    """
+
+    def __init__(
+        self,
+        spatial_dims: int = 2,
+        num_pairs: int = 128,
+        hidden_dim: int = 128,
+        gate_dim: int = 128,
+        num_pe: int = 256,
+        head: str = "unet",
+        head_channels: int = 16,
+        negative_slope: float = 0.2,
+    ) -> None:
+        super().__init__()
+        if num_pe % (2 * spatial_dims) != 0:
+            raise ValueError(f"num_pe ({num_pe}) must be a multiple of 2 * spatial_dims ({2 * spatial_dims}).")
+        conv = Conv[Conv.CONV, spatial_dims]
+        self.mlp_z = nn.Sequential(
+            conv(3 * num_pairs, hidden_dim, 1), nn.LeakyReLU(negative_slope), conv(hidden_dim, gate_dim, 1)
+        )
+        self.w_gamma = conv(num_pe, gate_dim, 1, bias=False)
+        self.mlp_pe = nn.Sequential(conv(gate_dim, gate_dim, 1), nn.LeakyReLU(negative_slope), conv(gate_dim, num_pe, 1))
+        if head == "unet":
+            self.head: nn.Module = MiniUNetHead(spatial_dims, num_pe, spatial_dims, head_channels, negative_slope)
+        elif head == "linear":
+            lin = conv(num_pe, spatial_dims, 1)
+            nn.init.normal_(lin.weight, std=1e-5)
+            nn.init.zeros_(lin.bias)
+            self.head = lin
+        else:
+            raise ValueError(f"head must be 'unet' or 'linear', got {head!r}.")
+        self.num_pe = num_pe
+
+    def encoding(self, grid_shape: List[int], reference: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(gamma, gamma_g)`` for a coarse grid: ``(1, n_pe, *grid)`` and ``(1, G, *grid)``.
+
+        ``reference`` supplies device and dtype.
+        """
+        gamma = positional_encoding(grid_shape, self.num_pe, None, reference.device, reference.dtype).unsqueeze(0)
+        return gamma, self.w_gamma(gamma)
+
+    def forward(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """``features`` ``(B, 3C, *grid)`` -> displacement ``(B, D, *grid)`` (voxels of the full-size image)."""
+        delta_gamma = self.mlp_pe(self.mlp_z(features) * gate) - gamma
+        return self.head(delta_gamma)

@@ -1,0 +1,84 @@
+"""One evaluation of the NPC model ``M(x, y)``: filter pairs -> interaction -> top-K mask -> decoder."""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .decoder import PositionalEncodingDecoder
+from .filter_bank import PairedFilterBank
+from .interaction import PairInteraction
+from .topk import ResidualTopKMask
+
+__all__ = ["NPCStage"]
+
+
+class NPCStage(nn.Module):
+    """The NPC model of one cascade stage, evaluated once per ODE step.
+
+    Args:
+        spatial_dims: 1, 2 or 3.
+        kernel_size: filter width ``k_f`` (voxels).
+        stride: coarse-grid stride ``s`` (voxels).
+        num_pairs: ``C`` filter pairs per bank.
+        top_k: ``K`` pairs kept per location (``K >= C``: unmasked).
+        gate_dim, hidden_dim, num_pe, head, head_channels: decoder sizes (:class:`PositionalEncodingDecoder`).
+        mask_temperature, hard_mask: top-K mask options (:class:`ResidualTopKMask`).
+        init, padding_mode: filter-bank options (:class:`PairedFilterBank`).
+
+    Call :meth:`prepare` once per image pair with the fixed image (its responses and the gated
+    positional encoding do not change across steps), then ``forward(moving_warped, *context)``
+    at every step. ``forward`` returns ``(velocity, residual, mask)``: the displacement update
+    ``(B, D, *S)`` in voxels on the full grid, and the normalised residual and the mask, each
+    ``(B, C, *grid)``.
+    """
+
+    def __init__(
+        self,
+        spatial_dims: int = 2,
+        kernel_size: int = 16,
+        stride: int = 4,
+        num_pairs: int = 128,
+        top_k: int = 64,
+        gate_dim: int = 128,
+        hidden_dim: int = 128,
+        num_pe: int = 256,
+        head: str = "unet",
+        head_channels: int = 16,
+        mask_temperature: float = 0.1,
+        hard_mask: bool = False,
+        init: str = "fourier",
+        padding_mode: str = "reflect",
+    ) -> None:
+        super().__init__()
+        self.filters = PairedFilterBank(spatial_dims, num_pairs, kernel_size, stride, init, padding_mode)
+        self.interaction = PairInteraction()
+        self.mask = ResidualTopKMask(top_k, mask_temperature, hard_mask)
+        self.decoder = PositionalEncodingDecoder(
+            spatial_dims, num_pairs, hidden_dim, gate_dim, num_pe, head, head_channels
+        )
+        self.mode = ("linear", "bilinear", "trilinear")[spatial_dims - 1]
+        self.masked = top_k < num_pairs
+
+    def prepare(self, fixed: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Step-invariant context ``(fixed_responses, gamma, gamma_g)`` for a fixed image ``(B, 1, *S)``."""
+        b = self.filters.fixed_responses(fixed)
+        gamma, gate = self.decoder.encoding(list(b.shape[3:]), b)
+        return b, gamma, gate
+
+    def forward(
+        self, moving: torch.Tensor, fixed_responses: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a = self.filters.moving_responses(moving)
+        features, residual = self.interaction(a, fixed_responses)
+        if self.masked:
+            mask = self.mask(residual)
+            features = features * mask.unsqueeze(2)
+        else:
+            mask = torch.ones_like(residual)
+        coarse = self.decoder(features.flatten(1, 2), gamma, gate)
+        velocity = F.interpolate(coarse, size=moving.shape[2:], mode=self.mode, align_corners=False)
+        return velocity, residual, mask

@@ -1,0 +1,82 @@
+"""Warp-ODE block: integrate ``d phi / dt = M(x o phi(t), y)`` re-evaluating the model on the warped image."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, Tuple, Union
+
+import torch
+from torch import nn
+
+from monai_npc.functional.warp import warp_image
+
+__all__ = ["WarpODE", "split_steps"]
+
+
+def split_steps(num_steps: int, num_stages: int) -> List[int]:
+    """Split ``num_steps`` explicit steps over ``num_stages`` consecutive stages, earlier stages first."""
+    if num_steps < num_stages:
+        raise ValueError(f"num_steps ({num_steps}) must be >= number of stages ({num_stages}).")
+    base, extra = divmod(num_steps, num_stages)
+    return [base + (1 if i < extra else 0) for i in range(num_stages)]
+
+
+class WarpODE(nn.Module):
+    """Explicit Euler integration of the paper's Eq. (ode) over ``t in [0, 1]``.
+
+    ``ddf(0) = 0``; at step ``i`` the moving image is warped by the current ``ddf``, the active
+    stage's model is evaluated against the fixed image, and ``ddf += dt * velocity`` with
+    ``dt = 1 / n_t``. A cascade runs its stages one after the other within the same integration
+    (e.g. a coarse stage for the first half of the steps, a fine stage after).
+
+    Args:
+        stages: models with ``prepare(fixed)`` and ``forward(moving, *context) -> (velocity, residual, mask)``
+            (:class:`~monai_npc.networks.blocks.NPCStage`).
+        num_steps: total ``n_t`` (split evenly over the stages) or one count per stage.
+        padding_mode: warp padding (``"border"``).
+
+    ``forward(moving, fixed)`` with ``(B, 1, *S)`` images returns the displacement ``(B, D, *S)``
+    (voxels, MONAI ``Warp`` convention). :meth:`integrate` also returns per-step diagnostics.
+    """
+
+    def __init__(self, stages: Sequence[nn.Module], num_steps: Union[int, Sequence[int]] = 10, padding_mode: str = "border") -> None:
+        super().__init__()
+        self.stages = nn.ModuleList(stages)
+        steps = split_steps(num_steps, len(self.stages)) if isinstance(num_steps, int) else [int(n) for n in num_steps]
+        if len(steps) != len(self.stages) or min(steps) < 1:
+            raise ValueError(f"num_steps {num_steps} does not give >= 1 step to each of {len(self.stages)} stages.")
+        self.steps_per_stage: List[int] = steps
+        self.num_steps: int = sum(steps)
+        self.padding_mode = padding_mode
+
+    def integrate(
+        self, moving: torch.Tensor, fixed: torch.Tensor, keep_diagnostics: bool = False
+    ) -> Tuple[torch.Tensor, List[Dict[str, torch.Tensor]]]:
+        """Return ``(ddf, diagnostics)``; ``diagnostics`` has one dict per step when ``keep_diagnostics``.
+
+        Each dict holds ``residual`` and ``mask`` ``(B, C, *grid)``, ``ddf`` ``(B, D, *S)`` after the
+        step, and ``stage`` (0-d integer tensor).
+        """
+        ddf = torch.zeros((moving.shape[0], moving.dim() - 2) + moving.shape[2:], dtype=moving.dtype, device=moving.device)
+        dt = 1.0 / self.num_steps
+        diagnostics: List[Dict[str, torch.Tensor]] = []
+        step = 0
+        for index, stage in enumerate(self.stages):
+            fixed_responses, gamma, gate = stage.prepare(fixed)
+            for _ in range(self.steps_per_stage[index]):
+                warped = moving if step == 0 else warp_image(moving, ddf, "bilinear", self.padding_mode)
+                velocity, residual, mask = stage(warped, fixed_responses, gamma, gate)
+                ddf = ddf + dt * velocity
+                step += 1
+                if keep_diagnostics:
+                    diagnostics.append(
+                        {
+                            "residual": residual.detach(),
+                            "mask": mask.detach(),
+                            "ddf": ddf.detach(),
+                            "stage": torch.tensor(index),
+                        }
+                    )
+        return ddf, diagnostics
+
+    def forward(self, moving: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:
+        return self.integrate(moving, fixed, False)[0]

@@ -1,0 +1,5 @@
+"""Complete registration networks: NPCNet and the baselines in the same API."""
+
+from .npc import ACDC_CONFIG, CAMUS_CONFIG, NPCNet
+
+__all__ = ["ACDC_CONFIG", "CAMUS_CONFIG", "NPCNet"]

@@ -1,0 +1,144 @@
+"""NPCNet: the Neural Phase Correlation registration network."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from monai_npc.functional.warp import warp_image
+from monai_npc.networks.blocks.npc_stage import NPCStage
+from monai_npc.networks.blocks.warp_ode import WarpODE, split_steps
+
+__all__ = ["NPCNet", "ACDC_CONFIG", "CAMUS_CONFIG"]
+
+#: the paper's ACDC configuration (Table "Architecture hyperparameters"); NPCNet's defaults
+ACDC_CONFIG: Dict[str, Any] = dict(
+    kernel_size=16, stride=4, num_pairs=128, top_k=64, gate_dim=128, hidden_dim=128, num_pe=256, num_steps=10, head="unet"
+)
+#: the paper's CAMUS configuration: a 2-stage cascade, coarse (k_f 64, s 8) then fine (k_f 32, s 4)
+CAMUS_CONFIG: Dict[str, Any] = dict(
+    ACDC_CONFIG,
+    stages=[{"kernel_size": 64, "stride": 8, "num_steps": 5}, {"kernel_size": 32, "stride": 4, "num_steps": 5}],
+)
+
+_STAGE_KEYS = (
+    "kernel_size", "stride", "num_pairs", "top_k", "gate_dim", "hidden_dim", "num_pe", "head",
+    "head_channels", "mask_temperature", "hard_mask", "init", "padding_mode",
+)
+
+
+class NPCNet(nn.Module):
+    """Neural Phase Correlation: learned filter pairs, residual top-K masking, PE decoder, warp ODE.
+
+    Input ``image`` ``(B, 2, *S)``: channel 0 the moving image, channel 1 the fixed image (MONAI
+    bundle convention). Output the dense displacement ``(B, D, *S)`` in voxels, channel ``k`` along
+    spatial axis ``k``, with ``moving(x + ddf(x)) ~ fixed(x)`` (MONAI ``Warp`` convention).
+
+    The defaults are the paper's ACDC configuration: ``k_f = 16``, ``s = 4``, ``C = 128``,
+    ``K = 64``, ``G = 128``, ``B = 128``, ``n_pe = 256``, ``n_t = 10`` and the mini-UNet head
+    (about 0.32 M parameters). The CAMUS cascade is ``NPCNet(**CAMUS_CONFIG)``, i.e.
+    ``stages=[{"kernel_size": 64, "stride": 8, "num_steps": 5}, {"kernel_size": 32, "stride": 4, "num_steps": 5}]``.
+
+    Args:
+        spatial_dims: 2 (default) or 3; ``num_pe`` must be a multiple of ``2 * spatial_dims``.
+        kernel_size: filter width ``k_f`` in voxels.
+        stride: coarse-grid stride ``s`` in voxels.
+        num_pairs: filter pairs ``C`` per bank.
+        top_k: pairs kept per location ``K``; ``K = C`` is the unmasked model.
+        gate_dim: gate-space width ``G``.
+        hidden_dim: ``MLP_z`` hidden width ``B``.
+        num_pe: positional-encoding channels ``n_pe``.
+        num_steps: ODE steps ``n_t`` (split evenly over cascade stages unless each stage sets ``num_steps``).
+        head: ``"unet"`` (depth-1 mini-UNet, hidden ``head_channels``) or ``"linear"``.
+        head_channels: mini-UNet width.
+        mask_temperature: soft top-K temperature, in units of the normalised residual.
+        hard_mask: exact top-K forward with soft-mask gradients.
+        init: filter initialisation, ``"fourier"`` or ``"random"``.
+        padding_mode: filter-bank border padding, ``"reflect"``, ``"replicate"`` or ``"zeros"``.
+        stages: optional cascade; a list of dicts, each overriding any of the stage arguments above
+            (and ``num_steps``) for one stage, run in order within one integration.
+    """
+
+    def __init__(
+        self,
+        spatial_dims: int = 2,
+        kernel_size: int = 16,
+        stride: int = 4,
+        num_pairs: int = 128,
+        top_k: int = 64,
+        gate_dim: int = 128,
+        hidden_dim: int = 128,
+        num_pe: int = 256,
+        num_steps: int = 10,
+        head: str = "unet",
+        head_channels: int = 16,
+        mask_temperature: float = 0.1,
+        hard_mask: bool = False,
+        init: str = "fourier",
+        padding_mode: str = "reflect",
+        stages: Optional[Sequence[Mapping[str, Any]]] = None,
+    ) -> None:
+        super().__init__()
+        if spatial_dims not in (2, 3):
+            raise ValueError(f"spatial_dims must be 2 or 3, got {spatial_dims}.")
+        base = dict(
+            kernel_size=kernel_size, stride=stride, num_pairs=num_pairs, top_k=top_k, gate_dim=gate_dim,
+            hidden_dim=hidden_dim, num_pe=num_pe, head=head, head_channels=head_channels,
+            mask_temperature=mask_temperature, hard_mask=hard_mask, init=init, padding_mode=padding_mode,
+        )
+        stage_cfgs: List[Dict[str, Any]] = [dict(s) for s in stages] if stages else [{}]
+        for cfg in stage_cfgs:
+            unknown = set(cfg) - set(_STAGE_KEYS) - {"num_steps"}
+            if unknown:
+                raise ValueError(f"unknown stage option(s) {sorted(unknown)}; allowed: {list(_STAGE_KEYS) + ['num_steps']}.")
+        if all("num_steps" in c for c in stage_cfgs):
+            steps = [int(c["num_steps"]) for c in stage_cfgs]
+        elif any("num_steps" in c for c in stage_cfgs):
+            raise ValueError("set num_steps in every stage or in none.")
+        else:
+            steps = split_steps(num_steps, len(stage_cfgs))
+        modules = []
+        for cfg in stage_cfgs:
+            kw = dict(base)
+            kw.update({k: v for k, v in cfg.items() if k != "num_steps"})
+            modules.append(NPCStage(spatial_dims=spatial_dims, **kw))
+        self.ode = WarpODE(modules, steps)
+        self.spatial_dims = spatial_dims
+        self.min_size: int = max(max(int(m.filters.stride), (int(m.filters.kernel_size) - int(m.filters.stride)) // 2 + 1) for m in modules)
+
+    def _check(self, image: torch.Tensor) -> None:
+        if image.dim() != self.spatial_dims + 2:
+            raise ValueError(
+                "NPCNet expects image of shape (B, 2, " + ", ".join(["S"] * self.spatial_dims) + ") with "
+                + str(self.spatial_dims) + " spatial dims, got shape " + str(list(image.shape)) + "."
+            )
+        if image.shape[1] != 2:
+            raise ValueError(
+                "NPCNet expects 2 channels (moving, fixed), got " + str(image.shape[1]) + " in shape " + str(list(image.shape)) + "."
+            )
+        if min(image.shape[2:]) < self.min_size:
+            raise ValueError(
+                "NPCNet needs every spatial size >= " + str(self.min_size) + " for its filter windows, got " + str(list(image.shape[2:])) + "."
+            )
+        if not bool(torch.isfinite(image).all()):
+            raise ValueError("NPCNet input contains NaN or Inf values.")
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        """``(B, 2, *S)`` moving + fixed -> displacement ``(B, D, *S)`` in voxels."""
+        self._check(image)
+        return self.ode(image[:, 0:1], image[:, 1:2])
+
+    @torch.jit.ignore
+    def register(
+        self, moving: torch.Tensor, fixed: torch.Tensor, return_diagnostics: bool = False
+    ) -> Tuple[torch.Tensor, torch.Tensor, List[Dict[str, torch.Tensor]]]:
+        """Register ``moving`` onto ``fixed`` (each ``(B, 1, *S)``).
+
+        Returns ``(warped, ddf, diagnostics)``: the warped moving image, the displacement in voxels
+        and, when ``return_diagnostics``, one dict per ODE step (``residual``, ``mask``, ``ddf``, ``stage``).
+        """
+        self._check(torch.cat([moving, fixed], 1))
+        ddf, diagnostics = self.ode.integrate(moving, fixed, return_diagnostics)
+        return warp_image(moving, ddf, "bilinear", "border"), ddf, diagnostics
