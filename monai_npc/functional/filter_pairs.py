@@ -48,23 +48,20 @@ def unit_normalize_filters(filters: torch.Tensor, eps: float = 1e-8) -> torch.Te
 
 
 def _half_space_frequencies(kernel_size: int, spatial_dims: int) -> List[Tuple[int, ...]]:
-    """Integer DFT frequencies of a ``kernel_size``-wide window, one of each ``+-`` pair, sorted by magnitude."""
+    """Distinct integer DFT frequencies of a ``kernel_size``-wide window, one of each ``+-`` pair, by magnitude.
+
+    Self-conjugate frequencies (``f = -f`` modulo ``kernel_size``: DC and pure Nyquist) are left
+    out, since their sine filter vanishes.
+    """
     half = kernel_size // 2
-    rng = range(-half + 1, half + 1)
-    grids = torch.meshgrid(*[torch.tensor(list(rng))] * spatial_dims, indexing="ij")
-    freqs = torch.stack([g.flatten() for g in grids], -1).tolist()
+    axis = list(range(-((kernel_size - 1) // 2), half + 1))
+    grids = torch.meshgrid(*[torch.tensor(axis)] * spatial_dims, indexing="ij")
     keep = []
-    for f in freqs:
-        if all(v == 0 for v in f):
-            continue
-        # the first non-zero coordinate positive picks one of f and -f
-        first = next(v for v in f if v != 0)
-        if first < 0:
-            continue
-        # Nyquist-only frequencies have an identically zero sine: skip them
-        if all(abs(v) in (0, half) for v in f) and kernel_size % 2 == 0:
-            continue
-        keep.append(tuple(int(v) for v in f))
+    for f in torch.stack([g.flatten() for g in grids], -1).tolist():
+        key = tuple(v % kernel_size for v in f)
+        neg = tuple((-v) % kernel_size for v in f)
+        if key < neg:
+            keep.append(tuple(int(v) for v in f))
     keep.sort(key=lambda f: (sum(v * v for v in f), f))
     return keep
 
