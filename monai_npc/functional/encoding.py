@@ -31,7 +31,7 @@ def positional_encoding(
     f_max = max_frequency if max_frequency is not None else max((min(shape) - 1) / 2.0, 1.0)
     if n_freq > 1:
         expo = torch.arange(n_freq, device=device, dtype=torch.float64) / (n_freq - 1)
-        freqs = torch.pow(torch.tensor(f_max, dtype=torch.float64, device=device), expo)
+        freqs = torch.exp(expo * math.log(f_max))
     else:
         freqs = torch.ones(1, dtype=torch.float64, device=device)
     coords = torch.meshgrid(

@@ -43,10 +43,9 @@ def warp_image(
         spatial = ddf.shape[2:]
         dims = 2
     grid = identity_grid(list(spatial), ddf.device, ddf.dtype).unsqueeze(0) + ddf
-    scale = torch.tensor([2.0 / max(n - 1, 1) for n in spatial], device=ddf.device, dtype=ddf.dtype)
-    grid = grid * scale.view([1, dims] + [1] * dims) - 1.0
-    # grid_sample wants (B, *S, D) with the last axis first (x = width)
-    grid = grid.permute([0] + list(range(2, dims + 2)) + [1]).flip(-1)
+    # grid_sample wants (B, *S, D) in [-1, 1] with the last spatial axis first (x = width)
+    axes = [grid[:, i] * (2.0 / max(spatial[i] - 1, 1)) - 1.0 for i in range(dims - 1, -1, -1)]
+    grid = torch.stack(axes, -1)
     out = F.grid_sample(image, grid, mode=mode, padding_mode=padding_mode, align_corners=True)
     if squeeze:
         out = out.squeeze(-1)

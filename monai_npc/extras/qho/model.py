@@ -150,6 +150,7 @@ class QHOPhaseCorrelator(nn.Module):
         phase_offsets: bool = False,
         energy_init_max: Optional[float] = None,
         generator: Optional[torch.Generator] = None,
+        rate_time: Optional[float] = None,
     ) -> None:
         super().__init__()
         check_tau_range(tau_max, tau_min)
@@ -158,9 +159,14 @@ class QHOPhaseCorrelator(nn.Module):
         if energy_init_max is None:
             energy_init_max = torch.pi / tau_max
         self.filter_weight = nn.Parameter(torch.randn(n_filters, n_points, generator=generator) / n_points**0.5)
-        self.energies = nn.Parameter(energy_init_max * torch.rand(n_filters, generator=generator))
+        self.rate_scale = 1.0 / (rate_time if rate_time is not None else tau_min)
+        self.phase_angles = nn.Parameter(energy_init_max / self.rate_scale * torch.rand(n_filters, generator=generator))
         self.phase_offsets = nn.Parameter(torch.zeros(n_filters)) if phase_offsets else None
         self.readout = PermutationEquivariantReadout(tau_min, tau_max, 4, hidden)
+
+    @property
+    def energies(self) -> torch.Tensor:
+        return self.phase_angles * self.rate_scale
 
     @property
     def filters(self) -> torch.Tensor:

@@ -33,6 +33,7 @@ class QHOConfig:
     phase_offsets: bool = False
     energy_init_max: Optional[float] = None
     log_every: int = 100
+    rate_time: Optional[float] = None
 
     def to_dict(self) -> Dict[str, object]:
         return asdict(self)
@@ -69,6 +70,7 @@ def build_model(cfg: QHOConfig) -> QHOPhaseCorrelator:
         phase_offsets=cfg.phase_offsets,
         energy_init_max=cfg.energy_init_max,
         generator=gen,
+        rate_time=cfg.rate_time,
     )
 
 

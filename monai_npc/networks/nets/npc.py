@@ -122,7 +122,7 @@ class NPCNet(nn.Module):
             raise ValueError(
                 "NPCNet needs every spatial size >= " + str(self.min_size) + " for its filter windows, got " + str(list(image.shape[2:])) + "."
             )
-        if not bool(torch.isfinite(image).all()):
+        if not torch.jit.is_tracing() and not bool(torch.isfinite(image).all()):
             raise ValueError("NPCNet input contains NaN or Inf values.")
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,23 @@
+"""Dictionary transforms for registration pairs (MONAI ``MapTransform`` style).
+
+- :class:`CropOnLabelUniond`: fixed-size crop centred on the union of label boxes (ACDC).
+- :class:`MinMaxNormalized`: per-slice min-max to ``[0, 1]``.
+- :class:`RandPairFlipd`: random flips shared by all arrays of a pair (ddf-aware).
+- :class:`ConcatPaird`: ``moving`` + ``fixed`` -> ``image`` ``(2, *S)``.
+"""
+
+from .concat import ConcatPaird
+from .crop import CropOnLabelUniond, crop_or_pad, crop_window, label_union_bbox
+from .flip import RandPairFlipd, flip_ddf
+from .intensity import MinMaxNormalized
+
+__all__ = [
+    "ConcatPaird",
+    "CropOnLabelUniond",
+    "MinMaxNormalized",
+    "RandPairFlipd",
+    "crop_or_pad",
+    "crop_window",
+    "flip_ddf",
+    "label_union_bbox",
+]

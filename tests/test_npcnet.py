@@ -1,0 +1,186 @@
+"""NPCNet and its blocks: shapes, gradients, the ODE's re-evaluation, TorchScript, bad input."""
+
+import io
+
+import pytest
+import torch
+
+from monai_npc.functional import warp_image
+from monai_npc.networks.blocks import (
+    MiniUNetHead,
+    NPCStage,
+    PairedFilterBank,
+    PairInteraction,
+    PositionalEncodingDecoder,
+    ResidualTopKMask,
+    Warp,
+    WarpODE,
+    split_steps,
+)
+from monai_npc.networks.nets import ACDC_CONFIG, CAMUS_CONFIG, NPCNet
+
+SMALL = dict(kernel_size=8, stride=4, num_pairs=16, top_k=8, gate_dim=32, hidden_dim=32, num_pe=32, num_steps=3)
+
+
+def count(net):
+    return sum(p.numel() for p in net.parameters())
+
+
+def test_acdc_configuration_parameter_count_matches_paper():
+    net = NPCNet()
+    assert {k: getattr(net.ode.stages[0].filters, "kernel_size") for k in ["kf"]} == {"kf": ACDC_CONFIG["kernel_size"]}
+    n = count(net)
+    assert abs(n - 0.32e6) / 0.32e6 < 0.10, n  # paper: 0.32 M
+    assert net.ode.num_steps == 10 and net.ode.stages[0].mask.top_k == 64
+
+
+def test_camus_cascade_configuration():
+    net = NPCNet(**CAMUS_CONFIG)
+    assert net.ode.steps_per_stage == [5, 5]
+    assert [s.filters.kernel_size for s in net.ode.stages] == [64, 32]
+    assert [s.filters.stride for s in net.ode.stages] == [8, 4]
+    out = net(torch.rand(1, 2, 128, 128))
+    assert out.shape == (1, 2, 128, 128)
+
+
+def test_blocks_shapes():
+    bank = PairedFilterBank(2, 16, 8, 4)
+    a, b = bank(torch.rand(2, 1, 40, 32), torch.rand(2, 1, 40, 32))
+    assert a.shape == b.shape == (2, 16, 2, 10, 8)
+    feats, res = PairInteraction()(a, b)
+    assert feats.shape == (2, 16, 3, 10, 8) and res.shape == (2, 16, 10, 8)
+    mask = ResidualTopKMask(4)(res)
+    assert torch.allclose(mask.sum(1), torch.full((2, 10, 8), 4.0), atol=1e-3)
+    dec = PositionalEncodingDecoder(2, 16, 32, 32, 32)
+    gamma, gate = dec.encoding([10, 8], a)
+    assert gamma.shape == (1, 32, 10, 8) and gate.shape == (1, 32, 10, 8)
+    assert dec(feats.flatten(1, 2), gamma, gate).shape == (2, 2, 10, 8)
+    assert MiniUNetHead(3, 8, 3)(torch.rand(1, 8, 6, 6, 6)).shape == (1, 3, 6, 6, 6)
+    assert Warp()(torch.rand(1, 1, 9, 9), torch.zeros(1, 2, 9, 9)).shape == (1, 1, 9, 9)
+    assert split_steps(10, 2) == [5, 5] and split_steps(7, 2) == [4, 3]
+
+
+def test_filters_are_unit_norm_at_use_time():
+    bank = PairedFilterBank(2, 4, 8, 4, init="random")
+    with torch.no_grad():
+        bank.psi.mul_(5.0)
+    img = torch.rand(1, 1, 16, 16)
+    ref = PairedFilterBank(2, 4, 8, 4, init="random")
+    ref.load_state_dict(bank.state_dict())
+    with torch.no_grad():
+        ref.psi.div_(5.0)
+    assert torch.allclose(bank.moving_responses(img), ref.moving_responses(img), atol=1e-5)
+
+
+def test_output_shape_and_gradients_reach_every_parameter():
+    net = NPCNet(**SMALL)
+    with torch.no_grad():  # leave the near-zero output init so every path carries gradient
+        for s in net.ode.stages:
+            s.decoder.head.out.weight.normal_(std=0.1)
+    x = torch.rand(2, 2, 32, 32)
+    ddf = net(x)
+    assert ddf.shape == (2, 2, 32, 32)
+    (ddf**2).mean().backward()
+    missing = [n for n, p in net.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all() or p.grad.abs().sum() == 0]
+    assert not missing, missing
+
+
+def test_ode_re_evaluates_model_against_progressively_warped_image():
+    net = NPCNet(**dict(SMALL, num_steps=4))
+    with torch.no_grad():
+        for s in net.ode.stages:
+            s.decoder.head.out.weight.normal_(std=0.5)
+    seen = []
+    net.ode.stages[0].register_forward_hook(lambda mod, inp, out: seen.append(inp[0].detach().clone()))
+    moving, fixed = torch.rand(1, 1, 32, 32), torch.rand(1, 1, 32, 32)
+    _, ddf, diag = net.register(moving, fixed, return_diagnostics=True)
+    assert len(seen) == 4 and len(diag) == 4
+    assert torch.equal(seen[0], moving)
+    for i in range(1, 4):
+        expected = warp_image(moving, diag[i - 1]["ddf"])
+        assert torch.allclose(seen[i], expected, atol=1e-6)
+        assert not torch.allclose(seen[i], seen[i - 1])  # the field moved between steps
+    assert torch.equal(diag[-1]["ddf"], ddf.detach())
+    assert diag[0]["residual"].shape == (1, 16, 8, 8) and diag[0]["mask"].shape == (1, 16, 8, 8)
+
+
+def test_cascade_runs_stages_in_order():
+    net = NPCNet(**dict(SMALL, stages=[{"kernel_size": 16, "stride": 8, "num_steps": 2}, {"num_steps": 3}]))
+    calls = []
+    for i, s in enumerate(net.ode.stages):
+        s.register_forward_hook(lambda mod, inp, out, i=i: calls.append(i))
+    _, _, diag = net.register(torch.rand(1, 1, 32, 32), torch.rand(1, 1, 32, 32), True)
+    assert calls == [0, 0, 1, 1, 1]
+    assert [int(d["stage"]) for d in diag] == calls
+    assert diag[0]["residual"].shape[-1] == 4 and diag[-1]["residual"].shape[-1] == 8
+
+
+@pytest.mark.parametrize("value", [0.0, 0.7])
+def test_constant_images_give_finite_output_and_gradients(value):
+    net = NPCNet(**SMALL)
+    x = torch.full((1, 2, 32, 32), value, requires_grad=True)
+    ddf = net(x)
+    assert torch.isfinite(ddf).all()
+    ddf.sum().backward()
+    assert torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in net.parameters() if p.grad is not None)
+
+
+def test_one_flat_image_against_textured_gives_finite_gradients():
+    net = NPCNet(**SMALL)
+    x = torch.cat([torch.zeros(1, 1, 32, 32), torch.rand(1, 1, 32, 32)], 1).requires_grad_(True)
+    net(x).pow(2).sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+def test_torchscript_round_trip_and_trace():
+    net = NPCNet(**SMALL).eval()
+    x = torch.rand(2, 2, 32, 32)
+    ref = net(x)
+    buf = io.BytesIO()
+    torch.jit.save(torch.jit.script(net), buf)
+    buf.seek(0)
+    loaded = torch.jit.load(buf)
+    assert torch.allclose(loaded(x), ref, atol=1e-6)
+    traced = torch.jit.trace(net, x, check_trace=False)
+    assert torch.allclose(traced(x), ref, atol=1e-6)
+    assert torch.jit.script(Warp())(x[:, :1], ref).shape == (2, 1, 32, 32)
+
+
+def test_bad_input_raises_clear_errors():
+    net = NPCNet(**SMALL)
+    with pytest.raises(ValueError, match="2 channels"):
+        net(torch.rand(1, 3, 32, 32))
+    with pytest.raises(ValueError, match="spatial dims"):
+        net(torch.rand(1, 2, 32, 32, 32))
+    bad = torch.rand(1, 2, 32, 32)
+    bad[0, 1, 3, 3] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        net(bad)
+    with pytest.raises(ValueError, match="spatial size"):
+        net(torch.rand(1, 2, 2, 32))
+    with pytest.raises(ValueError, match="unknown stage option"):
+        NPCNet(stages=[{"kernel": 3}])
+    with pytest.raises(ValueError, match="num_pe"):
+        NPCNet(num_pe=250)
+    with pytest.raises(ValueError, match="head"):
+        NPCNet(head="mlp")
+
+
+def test_unmasked_model_uses_every_pair():
+    net = NPCNet(**dict(SMALL, top_k=16))
+    _, _, diag = net.register(torch.rand(1, 1, 32, 32), torch.rand(1, 1, 32, 32), True)
+    assert torch.equal(diag[0]["mask"], torch.ones_like(diag[0]["mask"]))
+
+
+def test_identity_pair_gives_zero_residual_with_fourier_init():
+    """Both banks start equal, so an image registered to itself has r = 0 at every pair and location."""
+    net = NPCNet(**SMALL)
+    img = torch.rand(1, 1, 32, 32)
+    _, _, diag = net.register(img, img, True)
+    assert diag[0]["residual"].abs().max() < 1e-8
+
+
+def test_three_dimensional_network():
+    net = NPCNet(spatial_dims=3, kernel_size=4, stride=2, num_pairs=8, top_k=4, gate_dim=8, hidden_dim=8, num_pe=12, num_steps=2)
+    assert net(torch.rand(1, 2, 8, 8, 8)).shape == (1, 3, 8, 8, 8)
