@@ -212,12 +212,12 @@ def test_soft_topk_gradient_is_the_implicit_gradient():
     """Compare with finite differences of the exactly solved threshold problem."""
     s = (torch.rand(1, 10, dtype=torch.float64) * 2).requires_grad_(True)
     k, tau = 4, 0.3
-    m = soft_topk_mask(s, k, dim=1, temperature=tau, iterations=60)
+    m = soft_topk_mask(s, k, dim=1, temperature=tau, iterations=30)
     w = torch.randn(1, 10, dtype=torch.float64)
     (m * w).sum().backward()
 
     def solve(sc):
-        return soft_topk_mask(sc, k, dim=1, temperature=tau, iterations=80)
+        return soft_topk_mask(sc, k, dim=1, temperature=tau, iterations=40)
 
     num = torch.zeros(10, dtype=torch.float64)
     h = 1e-6

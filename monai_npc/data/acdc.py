@@ -34,6 +34,7 @@ from monai.transforms import Compose
 from monai_npc.transforms import CropOnLabelUniond, MinMaxNormalized
 
 from .io import find_image, read_array, read_h5
+from .layout import find_patient_dirs, read_cfg
 from .pairs import DIRECTIONS, frames_to_pairs, make_dataset, pair_transforms
 from .splits import SPLITS, Count, patient_split
 
@@ -87,18 +88,8 @@ class ACDCPatient:
 
 
 def read_acdc_info(path: PathLike) -> Dict[str, str]:
-    """Parse an ACDC ``Info.cfg`` (``key: value`` lines) into a dict of strings."""
-    path = Path(path)
-    info = {}
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"cannot read {path}: {err}") from err
-    for line in text.splitlines():
-        if ":" in line:
-            key, _, value = line.partition(":")
-            info[key.strip()] = value.strip()
-    return info
+    """Parse an ACDC ``Info.cfg`` (``ED: 1``, ``ES: 12``, ``Group: DCM``, ...) into strings."""
+    return read_cfg(path)
 
 
 def _frame_number(info: Mapping[str, str], key: str, path: Path) -> int:
@@ -159,22 +150,6 @@ def _candidate_dirs(root: Path) -> List[Path]:
     return [d for d in dirs if d.is_dir()]
 
 
-def _official_dirs(root: Path) -> List[Path]:
-    found, frontier = [], [root]
-    for _ in range(3):  # root, root/training, root/database/training
-        nxt = []
-        for d in frontier:
-            for child in sorted(p for p in d.iterdir() if p.is_dir()):
-                if _PATIENT_DIR.fullmatch(child.name):
-                    found.append(child)
-                elif not child.name.startswith("."):
-                    nxt.append(child)
-        if found:
-            break
-        frontier = nxt
-    return found
-
-
 def find_acdc_patients(root: PathLike, layout: str = "auto") -> List[ACDCPatient]:
     """All patients under ``root``, sorted by name.
 
@@ -188,12 +163,8 @@ def find_acdc_patients(root: PathLike, layout: str = "auto") -> List[ACDCPatient
     if layout not in ("auto",) + ACDC_LAYOUTS:
         raise ValueError(f"layout must be 'auto' or one of {ACDC_LAYOUTS}, got {layout!r}.")
     if layout in ("auto", "official"):
-        dirs = _official_dirs(root)
+        dirs = find_patient_dirs(root, _PATIENT_DIR)
         if dirs:
-            names = [d.name for d in dirs]
-            dup = sorted({n for n in names if names.count(n) > 1})
-            if dup:
-                raise ValueError(f"patient folder(s) {dup} appear more than once under {root}")
             return [_official_patient(d) for d in dirs]
     for kind, pattern in (("ssl4mis_volume", _VOLUME_H5), ("ssl4mis_slice", _SLICE_H5)):
         if layout not in ("auto", kind):

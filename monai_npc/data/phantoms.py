@@ -105,18 +105,24 @@ class _Field:
         return out[0] if len(out) == 1 else np.stack(out, -1)
 
 
-def invert_ddf(ddf: Array, iterations: int = 30) -> Array:
+def invert_ddf(ddf: Array, iterations: int = 50, tol: float = 1e-3) -> Array:
     """Inverse of a displacement field ``(2, H, W)`` (voxels, pull convention) by fixed-point
-    iteration ``v(y) = -u(y + v(y))`` with linear interpolation (border values outside).
+    iteration ``v(y) = -u(y + v(y))`` with linear interpolation (border values outside), until
+    the update is below ``tol`` voxels or after ``iterations`` steps.
 
     If ``ddf`` warps moving onto fixed, the result warps fixed onto moving.
     """
-    grid = np.stack(np.meshgrid(*[np.arange(n, dtype=np.float64) for n in ddf.shape[1:]], indexing="ij"))
-    inv = -ddf.astype(np.float64)
+    grid = np.stack(np.meshgrid(*[np.arange(n, dtype=np.float32) for n in ddf.shape[1:]], indexing="ij"))
+    ddf = ddf.astype(np.float32)
+    inv = -ddf
     for _ in range(iterations):
         coords = grid + inv
-        inv = -np.stack([ndimage.map_coordinates(c, coords, order=1, mode="nearest") for c in ddf])
-    return inv.astype(np.float32)
+        new = -np.stack([ndimage.map_coordinates(c, coords, order=1, mode="nearest") for c in ddf])
+        done = float(np.abs(new - inv).max()) < tol
+        inv = new
+        if done:
+            break
+    return inv
 
 
 def _sample(field: Array, coords_vox: Array) -> Array:

@@ -2,8 +2,9 @@
 
 With two targets (kept / dropped) and a squared transport cost, the entropic optimal-transport
 top-K of Xie et al. reduces to a sigmoid mask ``m_k = sigmoid((t - s_k) / tau)`` whose threshold
-``t`` makes ``sum_k m_k = K``. ``t`` is found by bisection without gradients; one Newton step taken
-with gradients then gives ``dt/ds`` equal to the implicit-function gradient at the solution.
+``t`` makes ``sum_k m_k = K``. ``t`` is found without gradients (safeguarded Newton, i.e. Newton
+steps kept inside a shrinking bisection bracket); one Newton step taken with gradients then gives
+``dt/ds`` equal to the implicit-function gradient at the solution.
 """
 
 from __future__ import annotations
@@ -15,20 +16,21 @@ import torch
 __all__ = ["soft_topk_mask"]
 
 
-def _hard_topk_smallest(scores: torch.Tensor, k: int, dim: int) -> torch.Tensor:
-    idx = torch.topk(scores, k, dim=dim, largest=False).indices
-    return torch.zeros_like(scores).scatter_(dim, idx, 1.0)
-
-
 def soft_topk_mask(
     scores: torch.Tensor,
     k: int,
     dim: int = 1,
     temperature: float = 0.1,
     hard: bool = False,
-    iterations: int = 24,
+    iterations: int = 3,
 ) -> torch.Tensor:
     """Mask in ``[0, 1]`` keeping the ``k`` smallest ``scores`` along ``dim``; sums to ``k`` along ``dim``.
+
+    The threshold starts halfway between the ``k``-th and ``(k+1)``-th smallest score (the exact
+    hard top-K threshold) and is refined by safeguarded Newton iterations on
+    ``F(t) = sum_k sigmoid((t - s_k) / tau) - k``: a Newton step that leaves the current bracket
+    is replaced by bisection, so the search cannot diverge. A final Newton step with gradients
+    gives the implicit-function gradient.
 
     Args:
         scores: any shape; lower is better (the normalised residual ``r_bar^2``).
@@ -37,7 +39,7 @@ def soft_topk_mask(
         temperature: sigmoid width ``tau`` in score units; smaller is closer to a hard top-K.
         hard: forward the exact 0/1 top-K mask and backpropagate the soft mask's gradient
             (straight-through estimator).
-        iterations: bisection steps for the threshold (each halves the bracket).
+        iterations: safeguarded Newton steps for the threshold (no gradients).
 
     Returns:
         mask with the shape of ``scores``.
@@ -48,21 +50,28 @@ def soft_topk_mask(
     if k >= n:
         return torch.ones_like(scores)
     s = scores.detach()
+    smallest = torch.topk(s, k + 1, dim=dim, largest=False)
+    ordered = smallest.values  # ascending along dim
     margin = temperature * (math.log(float(n)) + 12.0)
-    lo = s.amin(dim, keepdim=True) - margin  # sum of sigmoids < k here
-    hi = s.amax(dim, keepdim=True) + margin  # and > k here
+    lo = ordered.narrow(dim, 0, 1) - margin  # F(lo) < 0
+    hi = s.amax(dim, keepdim=True) + margin  # F(hi) > 0
+    t = 0.5 * (ordered.narrow(dim, k - 1, 1) + ordered.narrow(dim, k, 1))
     for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        below = torch.sigmoid((mid - s) / temperature).sum(dim, keepdim=True) < k
-        lo = torch.where(below, mid, lo)
-        hi = torch.where(below, hi, mid)
-    t0 = 0.5 * (lo + hi)
-    p = torch.sigmoid((t0 - scores) / temperature)
+        p = torch.sigmoid((t - s) / temperature)
+        f = p.sum(dim, keepdim=True) - k
+        fprime = (p * (1.0 - p)).sum(dim, keepdim=True) / temperature
+        below = f < 0
+        lo = torch.where(below, t, lo)
+        hi = torch.where(below, hi, t)
+        step = t - f / torch.clamp(fprime, min=1e-12)
+        inside = (step >= lo) & (step <= hi)
+        t = torch.where(inside, step, 0.5 * (lo + hi))
+    p = torch.sigmoid((t - scores) / temperature)
     f = p.sum(dim, keepdim=True) - k
     fprime = (p * (1.0 - p)).sum(dim, keepdim=True) / temperature
-    t = t0 - f / torch.clamp(fprime, min=1e-12)
+    t = t - f / torch.clamp(fprime, min=1e-12)
     mask = torch.sigmoid((t - scores) / temperature)
     if hard:
-        hard_mask = _hard_topk_smallest(s, k, dim)
+        hard_mask = torch.zeros_like(s).scatter_(dim, smallest.indices.narrow(dim, 0, k), 1.0)
         mask = hard_mask + (mask - mask.detach())
     return mask

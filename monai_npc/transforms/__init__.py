@@ -3,6 +3,7 @@
 - :class:`CropOnLabelUniond`: fixed-size crop centred on the union of label boxes (ACDC).
 - :class:`MinMaxNormalized`: per-slice min-max to ``[0, 1]``.
 - :class:`RandPairFlipd`: random flips shared by all arrays of a pair (ddf-aware).
+- :class:`ResampleToSpacingd`: resample images, labels and ddfs to a voxel size (CAMUS).
 - :class:`ConcatPaird`: ``moving`` + ``fixed`` -> ``image`` ``(2, *S)``.
 """
 
@@ -10,12 +11,14 @@ from .concat import ConcatPaird
 from .crop import CropOnLabelUniond, crop_or_pad, crop_window, label_union_bbox
 from .flip import RandPairFlipd, flip_ddf
 from .intensity import MinMaxNormalized
+from .resample import ResampleToSpacingd
 
 __all__ = [
     "ConcatPaird",
     "CropOnLabelUniond",
     "MinMaxNormalized",
     "RandPairFlipd",
+    "ResampleToSpacingd",
     "crop_or_pad",
     "crop_window",
     "flip_ddf",

@@ -159,7 +159,7 @@ class QHOPhaseCorrelator(nn.Module):
         if energy_init_max is None:
             energy_init_max = torch.pi / tau_max
         self.filter_weight = nn.Parameter(torch.randn(n_filters, n_points, generator=generator) / n_points**0.5)
-        self.rate_scale = 1.0 / (rate_time if rate_time is not None else tau_min)
+        self.rate_scale = 1.0 / (rate_time if rate_time is not None else tau_max)
         self.phase_angles = nn.Parameter(energy_init_max / self.rate_scale * torch.rand(n_filters, generator=generator))
         self.phase_offsets = nn.Parameter(torch.zeros(n_filters)) if phase_offsets else None
         self.readout = PermutationEquivariantReadout(tau_min, tau_max, 4, hidden)

@@ -17,13 +17,13 @@ class ResidualTopKMask(nn.Module):
         top_k: ``K``; ``K >= C`` gives the unmasked model (all ones).
         temperature: width of the soft mask in residual units (SOFT top-k, Xie et al. 2020).
         hard: exact 0/1 mask forward, soft-mask gradient backward (straight-through).
-        iterations: bisection steps for the threshold.
+        iterations: safeguarded Newton steps for the threshold.
 
     ``forward(residual)`` with ``residual`` ``(B, C, *grid)`` returns a mask of the same shape that
     sums to ``min(K, C)`` over the pair axis.
     """
 
-    def __init__(self, top_k: int = 64, temperature: float = 0.1, hard: bool = False, iterations: int = 24) -> None:
+    def __init__(self, top_k: int = 64, temperature: float = 0.1, hard: bool = False, iterations: int = 3) -> None:
         super().__init__()
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}.")

@@ -33,12 +33,22 @@ class WarpODE(nn.Module):
             (:class:`~monai_npc.networks.blocks.NPCStage`).
         num_steps: total ``n_t`` (split evenly over the stages) or one count per stage.
         padding_mode: warp padding (``"border"``).
+        detach_steps: stop gradients from flowing into a step through the warped image it sees
+            (the field is still the sum of every step's update, and every update still gets its
+            gradient). Saves the costly input gradient of the filter convolution, as RAFT does
+            between its refinement iterations; outputs are unchanged.
 
     ``forward(moving, fixed)`` with ``(B, 1, *S)`` images returns the displacement ``(B, D, *S)``
     (voxels, MONAI ``Warp`` convention). :meth:`integrate` also returns per-step diagnostics.
     """
 
-    def __init__(self, stages: Sequence[nn.Module], num_steps: Union[int, Sequence[int]] = 10, padding_mode: str = "border") -> None:
+    def __init__(
+        self,
+        stages: Sequence[nn.Module],
+        num_steps: Union[int, Sequence[int]] = 10,
+        padding_mode: str = "border",
+        detach_steps: bool = False,
+    ) -> None:
         super().__init__()
         self.stages = nn.ModuleList(stages)
         steps = split_steps(num_steps, len(self.stages)) if isinstance(num_steps, int) else [int(n) for n in num_steps]
@@ -47,6 +57,7 @@ class WarpODE(nn.Module):
         self.steps_per_stage: List[int] = steps
         self.num_steps: int = sum(steps)
         self.padding_mode = padding_mode
+        self.detach_steps = detach_steps
 
     def integrate(
         self, moving: torch.Tensor, fixed: torch.Tensor, keep_diagnostics: bool = False
@@ -63,7 +74,10 @@ class WarpODE(nn.Module):
         for index, stage in enumerate(self.stages):
             fixed_responses, gamma, gate = stage.prepare(fixed)
             for _ in range(self.steps_per_stage[index]):
-                warped = moving if step == 0 else warp_image(moving, ddf, "bilinear", self.padding_mode)
+                if step == 0:
+                    warped = moving
+                else:
+                    warped = warp_image(moving, ddf.detach() if self.detach_steps else ddf, "bilinear", self.padding_mode)
                 velocity, residual, mask = stage(warped, fixed_responses, gamma, gate)
                 ddf = ddf + dt * velocity
                 step += 1

@@ -59,6 +59,8 @@ class NPCNet(nn.Module):
         padding_mode: filter-bank border padding, ``"reflect"``, ``"replicate"`` or ``"zeros"``.
         stages: optional cascade; a list of dicts, each overriding any of the stage arguments above
             (and ``num_steps``) for one stage, run in order within one integration.
+        detach_steps: training option: no gradient through the warped image a step sees
+            (:class:`~monai_npc.networks.blocks.WarpODE`); the output is the same.
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class NPCNet(nn.Module):
         init: str = "fourier",
         padding_mode: str = "reflect",
         stages: Optional[Sequence[Mapping[str, Any]]] = None,
+        detach_steps: bool = False,
     ) -> None:
         super().__init__()
         if spatial_dims not in (2, 3):
@@ -104,7 +107,7 @@ class NPCNet(nn.Module):
             kw = dict(base)
             kw.update({k: v for k, v in cfg.items() if k != "num_steps"})
             modules.append(NPCStage(spatial_dims=spatial_dims, **kw))
-        self.ode = WarpODE(modules, steps)
+        self.ode = WarpODE(modules, steps, detach_steps=detach_steps)
         self.spatial_dims = spatial_dims
         self.min_size: int = max(max(int(m.filters.stride), (int(m.filters.kernel_size) - int(m.filters.stride)) // 2 + 1) for m in modules)
 

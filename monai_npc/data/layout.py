@@ -1,0 +1,54 @@
+"""Small helpers shared by the dataset layouts: patient folders and ``key: value`` config files."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, List, Union
+
+__all__ = ["read_cfg", "find_patient_dirs"]
+
+
+def read_cfg(path: Union[str, Path]) -> Dict[str, str]:
+    """Parse an ACDC ``Info.cfg`` / CAMUS ``Info_2CH.cfg`` (``key: value`` lines) into strings.
+
+    Raises ``ValueError`` naming the file when it cannot be read as text.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read {path}: {err}") from err
+    info = {}
+    for line in text.splitlines():
+        if ":" in line:
+            key, _, value = line.partition(":")
+            info[key.strip()] = value.strip()
+    return info
+
+
+def find_patient_dirs(root: Path, pattern: "re.Pattern[str]", max_depth: int = 3) -> List[Path]:
+    """Folders whose name matches ``pattern`` at the shallowest depth (``<= max_depth``) under
+    ``root`` where any exists, e.g. ``root/patient001`` or ``root/database/training/patient001``.
+
+    Raises ``ValueError`` when one name occurs twice (e.g. two releases side by side).
+    """
+    found: List[Path] = []
+    frontier = [root]
+    for _ in range(max_depth):
+        nxt = []
+        for d in frontier:
+            for child in sorted(p for p in d.iterdir() if p.is_dir()):
+                if pattern.fullmatch(child.name):
+                    found.append(child)
+                elif not child.name.startswith("."):
+                    nxt.append(child)
+        if found or not nxt:
+            break
+        frontier = nxt
+    names = [d.name for d in found]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        where = sorted({str(d.parent) for d in found if d.name == dup[0]})
+        raise ValueError(f"patient folder {dup[0]} appears in several places under {root}: {where}; point root at one of them")
+    return found
