@@ -33,7 +33,7 @@ from monai.transforms import Compose
 
 from monai_npc.transforms import CropOnLabelUniond, MinMaxNormalized
 
-from .io import find_image, read_array, read_h5
+from .io import find_image, read_array, read_h5, read_vector_image
 from .layout import find_patient_dirs, read_cfg
 from .pairs import DIRECTIONS, frames_to_pairs, make_dataset, pair_transforms
 from .splits import SPLITS, Count, patient_split
@@ -251,8 +251,7 @@ def _load_frame(patient: ACDCPatient, phase: str) -> Tuple[np.ndarray, np.ndarra
 
 
 def _load_ddf(path: Path, shape: Tuple[int, ...]) -> np.ndarray:
-    ddf, _ = read_array(path)
-    # a 2-component vector image reads as (Z, H, W, 2) in array order
+    ddf, _ = read_vector_image(path)
     if ddf.ndim == 4 and ddf.shape[-1] == 2 and ddf.shape[:3] == shape:
         return np.ascontiguousarray(ddf.transpose(0, 3, 1, 2)).astype(np.float32)
     raise ValueError(f"displacement file {path} has shape {ddf.shape}; expected (Z, H, W, 2) with (Z, H, W) = {shape}")

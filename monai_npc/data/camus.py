@@ -31,7 +31,7 @@ from monai.transforms import Compose, ResizeWithPadOrCropd
 
 from monai_npc.transforms import MinMaxNormalized, ResampleToSpacingd
 
-from .io import find_image, load_image, read_array, select_frame, to_array_order
+from .io import find_image, load_image, read_array, read_vector_image, select_frame, to_array_order
 from .layout import find_patient_dirs, read_cfg
 from .pairs import frames_to_pairs, make_dataset, pair_transforms
 from .splits import SPLITS, Count, patient_split
@@ -173,7 +173,7 @@ def load_camus_view(patient: CAMUSPatient, view: str) -> Dict[str, object]:
         out["spacing"] = spacing
     for key, tag in (("ddf_ed_es", "ddf_ED_ES"), ("ddf_es_ed", "ddf_ES_ED")):
         if tag in entry:
-            ddf, _ = read_array(entry[tag])
+            ddf, _ = read_vector_image(entry[tag])
             if ddf.shape != shape[0] + (2,):
                 raise ValueError(f"displacement file {entry[tag]} has shape {ddf.shape}; expected {shape[0] + (2,)}")
             out[key] = np.ascontiguousarray(np.moveaxis(ddf, -1, 0)).astype(np.float32)

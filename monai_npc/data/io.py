@@ -35,6 +35,7 @@ __all__ = [
     "to_array_order",
     "read_array",
     "read_h5",
+    "read_vector_image",
     "write_image",
 ]
 
@@ -244,6 +245,29 @@ def to_array_order(img) -> Tuple[np.ndarray, Tuple[float, ...]]:
 def read_array(path: PathLike, dtype=np.float32) -> Tuple[np.ndarray, Tuple[float, ...]]:
     """:func:`load_image` then :func:`to_array_order`: ``(array, spacing)`` in array order."""
     return to_array_order(load_image(path, dtype=dtype))
+
+
+def read_vector_image(path: PathLike) -> Tuple[np.ndarray, Tuple[float, ...]]:
+    """Read a multi-component image (e.g. a displacement field) with SimpleITK.
+
+    Returns the array in array order with components last (``(Z, H, W, C)`` / ``(H, W, C)``)
+    and the spacing in array order (mm). ``FileNotFoundError`` / ``ValueError`` name the file.
+    """
+    import SimpleITK as sitk
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"image not found: {path}")
+    if path.suffix.lower() == ".mhd":
+        _check_mhd_data_file(path)
+    try:
+        image = sitk.ReadImage(str(path))
+    except Exception as err:
+        raise ValueError(f"cannot read image {path}: {err}") from err
+    arr = sitk.GetArrayFromImage(image)
+    if image.GetNumberOfComponentsPerPixel() == 1:
+        arr = arr[..., None]
+    return arr, tuple(float(v) for v in image.GetSpacing()[::-1])
 
 
 def read_h5(path: PathLike, keys: Sequence[str] = ("image", "label")) -> Dict[str, np.ndarray]:
