@@ -540,7 +540,7 @@ def render_echo(
         amp = np.sqrt(ech + clutter) * np.abs(z) * tgc
         img = np.log1p(5.0 * amp) / np.log1p(5.0 * 2.0)  # log compression
         img = np.clip(1.15 * img - 0.1, 0.0, 1.0) * sector
-        out[name] = img.astype(np.float32)
+        out[name] = (img / max(float(img.max()), 1e-8)).astype(np.float32)  # full [0, 1] range
         out[f"{name}_label"] = np.where(sector > 0.5, lab, 0).astype(np.uint8)
     out["ddf"] = np.moveaxis(u / spacing_arr, -1, 0).astype(np.float32)
     return out
