@@ -9,6 +9,7 @@ from monai.networks.blocks import Warp as MonaiWarp
 
 from monai_npc.functional import (
     fourier_filter_pairs,
+    interaction_features,
     jacobian_determinant,
     pair_interaction,
     pair_residual,
@@ -42,7 +43,7 @@ def test_responses_shape_and_intensity_invariance():
     img = torch.rand(2, 1, 64, 48)
     filters = unit_normalize_filters(torch.randn(8, 2, 16, 16))
     a = pair_responses(img, filters, 4)
-    assert a.shape == (2, 8, 2, 16, 12)
+    assert a.shape == (2, 2, 8, 16, 12)
     b = pair_responses(3.0 * img + 7.0, filters, 4)
     assert torch.allclose(a, b, atol=1e-3)
     assert a.abs().max() <= 16.0 + 1e-4  # |psi^T x_std| <= ||x_std|| = sqrt(256)
@@ -66,9 +67,10 @@ def test_flat_patches_give_zero_finite_responses_and_gradients():
     filters = unit_normalize_filters(torch.randn(4, 2, 8, 8)).requires_grad_(True)
     a = pair_responses(img, filters, 4)
     assert a.detach().abs().max() < 1e-3  # vs O(1) responses of textured patches
-    feats = polar_features(pair_interaction(a, a))
-    _, r = pair_residual(a, a)
-    (feats.sum() + r.sum()).backward()
+    feats = polar_features(pair_interaction(a, a, 1), 1)
+    _, r = pair_residual(a, a, 1)
+    feats2, r2 = interaction_features(a, a, 1)
+    (feats.sum() + r.sum() + feats2.sum() + r2.sum()).backward()
     assert torch.isfinite(img.grad).all() and torch.isfinite(filters.grad).all()
 
 
@@ -91,6 +93,26 @@ def test_interaction_functions_gradcheck():
     b = torch.randn(2, 3, 2, 4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x, y: polar_features(pair_interaction(x, y)), (a, b))
     assert torch.autograd.gradcheck(lambda x, y: pair_residual(x, y)[1], (a, b))
+
+
+def test_fused_interaction_features_match_the_separate_functions():
+    a, b = torch.randn(2, 2, 5, 3, 3, dtype=torch.float64), torch.randn(2, 2, 5, 3, 3, dtype=torch.float64)
+    feats, r2n = interaction_features(a, b, 1, eps=1e-12)
+    assert torch.allclose(feats, polar_features(pair_interaction(a, b, 1), 1, eps=0.0), atol=1e-8)
+    assert torch.allclose(r2n, pair_residual(a, b, 1, eps=1e-12)[1], atol=1e-8)
+
+
+def test_strided_and_unshuffled_convolutions_agree():
+    img = torch.rand(2, 1, 40, 36)
+    filters = unit_normalize_filters(torch.randn(6, 2, 8, 8))
+    fast = pair_responses(img, filters, 4)
+    from monai_npc.functional import filter_pairs as fp
+
+    padded = torch.nn.functional.pad(img, fp.same_padding(8, 4, 2), mode="reflect")
+    weight = filters.transpose(0, 1).reshape(12, 1, 8, 8)
+    direct = torch.nn.functional.conv2d(padded, weight, stride=4)
+    assert torch.allclose(fp._strided_conv(padded, weight, 4, 2), direct, atol=1e-5)
+    assert fast.shape == (2, 2, 6, 10, 9)
 
 
 def test_residual_definition():
@@ -157,8 +179,8 @@ def test_fourier_pairs_reduce_to_cross_power_spectrum_and_recover_shift():
     freqs = _half_space_frequencies(n, 2)
     filters = fourier_filter_pairs(len(freqs), n, 2)
     # one patch covering the whole image: stride = kernel = n
-    a = pair_responses(x, filters, n, padding_mode="zeros")[0, :, :, 0, 0]
-    b = pair_responses(y, filters, n, padding_mode="zeros")[0, :, :, 0, 0]
+    a = pair_responses(x, filters, n, padding_mode="zeros")[0, :, :, 0, 0].T  # (pairs, 2)
+    b = pair_responses(y, filters, n, padding_mode="zeros")[0, :, :, 0, 0].T
     z = pair_interaction(a, b, pair_dim=-1)
     theta = torch.atan2(z[:, 1], z[:, 0])
     X, Y = torch.fft.fft2(x[0, 0].double()), torch.fft.fft2(y[0, 0].double())

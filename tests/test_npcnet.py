@@ -46,9 +46,9 @@ def test_camus_cascade_configuration():
 def test_blocks_shapes():
     bank = PairedFilterBank(2, 16, 8, 4)
     a, b = bank(torch.rand(2, 1, 40, 32), torch.rand(2, 1, 40, 32))
-    assert a.shape == b.shape == (2, 16, 2, 10, 8)
+    assert a.shape == b.shape == (2, 2, 16, 10, 8)
     feats, res = PairInteraction()(a, b)
-    assert feats.shape == (2, 16, 3, 10, 8) and res.shape == (2, 16, 10, 8)
+    assert feats.shape == (2, 3, 16, 10, 8) and res.shape == (2, 16, 10, 8)
     mask = ResidualTopKMask(4)(res)
     assert torch.allclose(mask.sum(1), torch.full((2, 10, 8), 4.0), atol=1e-3)
     dec = PositionalEncodingDecoder(2, 16, 32, 32, 32)

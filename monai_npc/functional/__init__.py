@@ -2,7 +2,7 @@
 
 from .encoding import positional_encoding
 from .filter_pairs import fourier_filter_pairs, pair_responses, patch_norm_statistics, same_padding, unit_normalize_filters
-from .interaction import pair_interaction, pair_residual, polar_features
+from .interaction import interaction_features, pair_interaction, pair_residual, polar_features
 from .phase_correlation import phase_correlation
 from .topk import soft_topk_mask
 from .warp import identity_grid, jacobian_determinant, warp_image
@@ -14,6 +14,7 @@ __all__ = [
     "patch_norm_statistics",
     "same_padding",
     "unit_normalize_filters",
+    "interaction_features",
     "pair_interaction",
     "pair_residual",
     "polar_features",

@@ -2,8 +2,9 @@
 
 A filter bank of ``C`` pairs is stored as a tensor of shape ``(C, 2, *kernel)``: pair ``k`` holds
 the two filters whose responses form the 2-vector ``psi_k^T x`` of the paper (Eq. residual).
-Responses are returned with the pair axis explicit, ``(B, C, 2, *grid)``, where ``grid`` is the
-coarse grid ``floor(n / stride)`` along every spatial axis.
+Responses are returned as ``(B, 2, C, *grid)``: axis 1 is the pair axis (first / second filter of
+every pair, each a contiguous block), axis 2 the pair index and ``grid`` the coarse grid
+``floor(n / stride)`` along every spatial axis.
 """
 
 from __future__ import annotations
@@ -127,6 +128,18 @@ def patch_norm_statistics(
     return mean, torch.sqrt(var + eps)
 
 
+def _strided_conv(padded: torch.Tensor, weight: torch.Tensor, stride: int, spatial_dims: int) -> torch.Tensor:
+    """``conv(padded, weight, stride)``; for 2-D kernels that are a multiple of the stride, computed as a
+    stride-1 convolution of the pixel-unshuffled image (same numbers, much faster on CPUs, forward and backward)."""
+    kernel_size = weight.shape[-1]
+    if spatial_dims == 2 and stride > 1 and kernel_size % stride == 0 and padded.shape[-1] % stride == 0 and padded.shape[-2] % stride == 0:
+        q = kernel_size // stride
+        out_ch = weight.shape[0]
+        w = weight.reshape(out_ch, q, stride, q, stride).permute(0, 2, 4, 1, 3).reshape(out_ch, stride * stride, q, q)
+        return F.conv2d(F.pixel_unshuffle(padded, stride), w)
+    return _conv(padded, weight, stride, spatial_dims)
+
+
 def pair_responses(
     image: torch.Tensor,
     filters: torch.Tensor,
@@ -144,7 +157,7 @@ def pair_responses(
         eps: added to the patch variance (intensity^2 units); keeps flat patches finite (they respond 0).
 
     Returns:
-        ``(B, C, 2, *grid)``: responses of every standardised patch,
+        ``(B, 2, C, *grid)``: responses of every standardised patch,
         ``psi^T (x_p - mean_p) / std_p``. They do not change when the image is replaced by
         ``a * image + b`` (``a > 0``, up to ``eps``) and are bounded by ``sqrt(k^D)`` for unit filters.
     """
@@ -153,9 +166,10 @@ def pair_responses(
     num_pairs = filters.shape[0]
     pad = same_padding(kernel_size, stride, spatial_dims)
     padded = _pad(image, pad, padding_mode)
-    weight = filters.reshape([2 * num_pairs, 1] + list(filters.shape[2:]))
-    raw = _conv(padded, weight, stride, spatial_dims)  # (B, 2C, *grid)
+    # channel j * C + k holds filter j of pair k
+    weight = filters.transpose(0, 1).reshape([2 * num_pairs, 1] + list(filters.shape[2:]))
+    raw = _strided_conv(padded, weight, stride, spatial_dims)  # (B, 2C, *grid)
     mean, std = patch_norm_statistics(padded, kernel_size, stride, eps)
     filter_sums = weight.flatten(1).sum(1).view([1, 2 * num_pairs] + [1] * spatial_dims)
     resp = (raw - mean * filter_sums) / std
-    return resp.view([resp.shape[0], num_pairs, 2] + list(resp.shape[2:]))
+    return resp.view([resp.shape[0], 2, num_pairs] + list(resp.shape[2:]))

@@ -10,7 +10,7 @@ from typing import Tuple
 
 import torch
 
-__all__ = ["pair_interaction", "polar_features", "pair_residual"]
+__all__ = ["pair_interaction", "polar_features", "pair_residual", "interaction_features"]
 
 
 def pair_interaction(a: torch.Tensor, b: torch.Tensor, pair_dim: int = 2) -> torch.Tensor:
@@ -59,3 +59,24 @@ def pair_residual(
     nb = torch.sqrt((b * b).sum(pair_dim) + eps)
     r2 = (nb - na) ** 2
     return r2, r2 / (na * nb)
+
+
+def interaction_features(
+    a: torch.Tensor, b: torch.Tensor, pair_dim: int = 1, eps: float = 1e-6
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Polar features and normalised residual in one pass, sharing the response norms.
+
+    Uses the identity ``|z_k| = ||a_k|| ||b_k||`` (Lagrange's identity for 2-vectors), with
+    ``||v|| = sqrt(||v||^2 + eps)``: ``features = (z_0, z_1) / |z|`` and ``|z|`` stacked along
+    ``pair_dim`` (size 3), and ``r_bar^2 = (||b|| - ||a||)^2 / |z|`` with ``pair_dim`` removed.
+    Equal to :func:`polar_features` of :func:`pair_interaction` and :func:`pair_residual` up to
+    where ``eps`` enters.
+    """
+    z0, z1 = pair_interaction(a, b, pair_dim).unbind(pair_dim)
+    na = torch.sqrt((a * a).sum(pair_dim) + eps)
+    nb = torch.sqrt((b * b).sum(pair_dim) + eps)
+    mag = na * nb
+    inv = 1.0 / mag
+    features = torch.stack([z0 * inv, z1 * inv, mag], pair_dim)
+    diff = nb - na
+    return features, diff * diff * inv

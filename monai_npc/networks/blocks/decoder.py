@@ -106,6 +106,6 @@ class PositionalEncodingDecoder(nn.Module):
         return gamma, self.w_gamma(gamma)
 
     def forward(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        """``features`` ``(B, 3C, *grid)`` -> displacement ``(B, D, *grid)`` (voxels of the full-size image)."""
+        """``features`` ``(B, 3C, *grid)`` (channel ``j * C + k``: feature ``j`` of pair ``k``) -> displacement ``(B, D, *grid)`` (voxels)."""
         delta_gamma = self.mlp_pe(self.mlp_z(features) * gate) - gamma
         return self.head(delta_gamma)

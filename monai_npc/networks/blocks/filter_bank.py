@@ -29,7 +29,7 @@ class PairedFilterBank(nn.Module):
         eps: added to the patch variance (intensity^2 units); flat patches respond 0.
             Patches are standardised, so responses are bounded by ``sqrt(kernel_size^D)``.
 
-    Shapes: ``moving_responses(x)`` with ``x`` ``(B, 1, *S)`` returns ``(B, C, 2, *grid)``.
+    Shapes: ``moving_responses(x)`` with ``x`` ``(B, 1, *S)`` returns ``(B, 2, C, *grid)`` (pair axis first).
     """
 
     def __init__(
@@ -67,11 +67,11 @@ class PairedFilterBank(nn.Module):
         self.eps = eps
 
     def moving_responses(self, moving: torch.Tensor) -> torch.Tensor:
-        """``psi_k^T x_p`` for every pair and coarse location: ``(B, C, 2, *grid)``."""
+        """``psi_k^T x_p`` for every pair and coarse location: ``(B, 2, C, *grid)``."""
         return pair_responses(moving, unit_normalize_filters(self.psi), self.stride, self.padding_mode, self.eps)
 
     def fixed_responses(self, fixed: torch.Tensor) -> torch.Tensor:
-        """``phi_k^T y_p`` for every pair and coarse location: ``(B, C, 2, *grid)``."""
+        """``phi_k^T y_p`` for every pair and coarse location: ``(B, 2, C, *grid)``."""
         return pair_responses(fixed, unit_normalize_filters(self.phi), self.stride, self.padding_mode, self.eps)
 
     def forward(self, moving: torch.Tensor, fixed: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -7,15 +7,15 @@ from typing import Tuple
 import torch
 from torch import nn
 
-from monai_npc.functional.interaction import pair_interaction, pair_residual, polar_features
+from monai_npc.functional.interaction import interaction_features
 
 __all__ = ["PairInteraction"]
 
 
 class PairInteraction(nn.Module):
-    """``(a, b) -> (features, residual)`` for responses ``a, b`` of shape ``(B, C, 2, *grid)``.
+    """``(a, b) -> (features, residual)`` for responses ``a, b`` of shape ``(B, 2, C, *grid)``.
 
-    ``features`` is ``(B, C, 3, *grid)``: ``(cos theta_k, sin theta_k, |z_k|)`` of the bilinear
+    ``features`` is ``(B, 3, C, *grid)``: ``(cos theta_k, sin theta_k, |z_k|)`` of the bilinear
     interaction ``z_k``; ``residual`` is the normalised residual ``r_bar_k^2`` ``(B, C, *grid)``.
     No parameters.
     """
@@ -25,6 +25,4 @@ class PairInteraction(nn.Module):
         self.eps = eps
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        features = polar_features(pair_interaction(a, b, 2), 2, self.eps * self.eps)
-        _, residual = pair_residual(a, b, 2, self.eps)
-        return features, residual
+        return interaction_features(a, b, 1, self.eps)

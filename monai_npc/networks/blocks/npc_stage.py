@@ -66,7 +66,7 @@ class NPCStage(nn.Module):
     def prepare(self, fixed: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Step-invariant context ``(fixed_responses, gamma, gamma_g)`` for a fixed image ``(B, 1, *S)``."""
         b = self.filters.fixed_responses(fixed)
-        gamma, gate = self.decoder.encoding(list(b.shape[3:]), b)
+        gamma, gate = self.decoder.encoding(list(b.shape[3:]), b)  # b: (B, 2, C, *grid)
         return b, gamma, gate
 
     def forward(
@@ -76,7 +76,7 @@ class NPCStage(nn.Module):
         features, residual = self.interaction(a, fixed_responses)
         if self.masked:
             mask = self.mask(residual)
-            features = features * mask.unsqueeze(2)
+            features = features * mask.unsqueeze(1)
         else:
             mask = torch.ones_like(residual)
         coarse = self.decoder(features.flatten(1, 2), gamma, gate)
