@@ -1,0 +1,134 @@
+"""CAMUS: MHD and NIfTI releases, sequence frames, 1 mm resampling + centre crop, errors."""
+
+import shutil
+
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from monai_npc.cli.main import main as cli_main
+from monai_npc.data.camus import (
+    build_camus_dataset,
+    build_camus_pairs,
+    camus_patient_split,
+    find_camus_patients,
+    load_camus_view,
+)
+from monai_npc.data.io import read_array, write_image
+
+
+def _dice(a, b, k):
+    a, b = a == k, b == k
+    return 2.0 * (a & b).sum() / max(a.sum() + b.sum(), 1)
+
+
+def _warp(img, ddf):
+    grid = np.mgrid[: img.shape[0], : img.shape[1]].astype(np.float64)
+    return ndimage.map_coordinates(img, grid + ddf, order=0, mode="nearest")
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory):
+    base = tmp_path_factory.mktemp("camus")
+    mhd, nifti = base / "CAMUS" / "training", base / "CAMUS_public" / "database_nifti"
+    assert cli_main(["phantom", "camus", "--out", str(mhd), "--patients", "2", "--seed", "3", "--no-progress"]) == 0
+    assert cli_main(
+        ["phantom", "camus", "--out", str(nifti), "--patients", "1", "--seed", "3", "--format", "nifti", "--no-progress"]
+    ) == 0
+    return {"mhd": base / "CAMUS", "nifti": base / "CAMUS_public"}
+
+
+def test_official_files_are_written(releases):
+    folder = releases["mhd"] / "training" / "patient0001"
+    for view in ("2CH", "4CH"):
+        for name in ("ED", "ES", "ED_gt", "ES_gt", "ddf_ED_ES", "ddf_ES_ED"):
+            assert (folder / f"patient0001_{view}_{name}.mhd").is_file()
+            assert (folder / f"patient0001_{view}_{name}.raw").is_file()
+        assert (folder / f"Info_{view}.cfg").is_file()
+    header = (folder / "patient0001_2CH_ED.mhd").read_text()
+    assert "ElementSpacing = 0.69999999999999996 0.34999999999999998" in header
+    assert "ElementType = MET_UCHAR" in header
+    assert (releases["nifti"] / "database_nifti" / "patient0001" / "patient0001_4CH_ES_gt.nii.gz").is_file()
+
+
+def test_load_view(releases):
+    patients = find_camus_patients(releases["mhd"])
+    assert [p.name for p in patients] == ["patient0001", "patient0002"]
+    assert patients[0].info["2CH"]["ED"] == "1" and "ImageQuality" in patients[0].info["4CH"]
+    v = load_camus_view(patients[0], "2CH")
+    assert v["spacing"] == pytest.approx((0.35, 0.7))
+    assert v["ed"].shape == v["es_label"].shape and v["ed"].shape[0] > 380  # >= 140 mm deep
+    assert v["ddf_ed_es"].shape == (2,) + v["ed"].shape
+    assert set(np.unique(v["ed_label"]).tolist()) == {0, 1, 2, 3}
+
+
+def test_both_releases_give_the_same_pairs(releases):
+    a = build_camus_pairs(releases["mhd"], split="all")
+    b = build_camus_pairs(releases["nifti"], split="all")
+    assert len(a) == 4 and len(b) == 2  # one ED->ES pair per view and patient
+    for x, y in zip(a[:2], b):
+        assert (x["patient"], x["view"], x["direction"]) == (y["patient"], y["view"], y["direction"])
+        for key in ("moving", "fixed", "moving_label", "fixed_label", "ddf"):
+            np.testing.assert_allclose(x[key], y[key], atol=1e-4)  # NIfTI stores float32 spacing
+
+
+def test_protocol_and_truth(releases):
+    pairs = build_camus_pairs(releases["mhd"], split="all", directions=("ED->ES", "ES->ED"))
+    assert [p["view"] for p in pairs[:4]] == ["2CH", "2CH", "4CH", "4CH"]
+    raw, _ = read_array(releases["mhd"] / "training" / "patient0001" / "patient0001_2CH_ED_gt.mhd", dtype=None)
+    for p in pairs:
+        assert p["moving"].shape == (1, 128, 128) and p["spacing"] == (1.0, 1.0) and p["slice"] == 0
+        assert p["moving"].min() == 0.0 and p["moving"].max() == 1.0
+        assert p["moving_label"].dtype == np.uint8
+        w = _warp(p["moving_label"][0], p["ddf"])
+        assert _dice(w, p["fixed_label"][0], 2) > 0.88  # LV myocardium, the evaluated structure
+        assert _dice(p["moving_label"][0], p["fixed_label"][0], 2) < 0.85  # there is motion to recover
+    # 1 mm resampling keeps the physical LV-myocardium area (mm^2) up to the crop
+    area_raw = (raw == 2).sum() * 0.35 * 0.7
+    area_1mm = (pairs[0]["moving_label"] == 2).sum()
+    assert abs(area_1mm - area_raw) < 0.05 * area_raw
+
+
+def test_sequence_frames_and_split(releases, tmp_path):
+    root = tmp_path / "seq"
+    shutil.copytree(releases["mhd"] / "training", root)
+    folder = root / "patient0002"
+    ed, sp = read_array(folder / "patient0002_4CH_ED.mhd")
+    es, _ = read_array(folder / "patient0002_4CH_ES.mhd")
+    seq = np.stack([np.zeros_like(ed), ed, 0.5 * (ed + es), es]).astype(np.uint8)  # frames 1..4
+    write_image(seq, folder / "patient0002_4CH_half_sequence.mhd", spacing=(1.0,) + tuple(sp))
+    (folder / "Info_4CH.cfg").write_text("ED: 2\nES: 4\nNbFrame: 4\n")
+    for phase in ("ED", "ES"):
+        for ext in (".mhd", ".raw"):
+            (folder / f"patient0002_4CH_{phase}{ext}").unlink()
+    from_seq = load_camus_view(find_camus_patients(root)[1], "4CH")
+    np.testing.assert_array_equal(from_seq["ed"], ed)
+    np.testing.assert_array_equal(from_seq["es"], es)
+    split = camus_patient_split(root, 1, None, 0, seed=42)
+    assert [len(split[s]) for s in ("train", "val", "test")] == [1, 1, 0]
+    with pytest.warns(UserWarning, match="300/100/100"):
+        camus_patient_split(root)
+    ds = build_camus_dataset(root, split="all", views=("4CH",))
+    assert len(ds) == 2 and tuple(ds[1]["image"].shape) == (2, 128, 128)
+
+
+def test_errors(releases, tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        find_camus_patients(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no CAMUS patient folders"):
+        find_camus_patients(tmp_path / "empty")
+    root = tmp_path / "c"
+    shutil.copytree(releases["mhd"] / "training", root)
+    (root / "patient0001" / "patient0001_2CH_ES_gt.mhd").unlink()
+    with pytest.raises(FileNotFoundError, match="patient0001_2CH_ES_gt"):
+        find_camus_patients(root)
+    assert len(find_camus_patients(root, views=("4CH",))) == 2  # the other view is complete
+    (root / "patient0002" / "patient0002_4CH_ES.raw").write_bytes(b"\x00" * 10)  # truncated
+    with pytest.raises(ValueError, match="patient0002_4CH_ES.mhd"):
+        build_camus_pairs(root, split="all", views=("4CH",))
+    (root / "patient0002" / "patient0002_4CH_ES.raw").unlink()
+    with pytest.raises(FileNotFoundError, match="patient0002_4CH_ES.raw"):
+        build_camus_pairs(root, split="all", views=("4CH",))
+    with pytest.raises(ValueError, match="views"):
+        find_camus_patients(root, views=("3CH",))
