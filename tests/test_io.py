@@ -4,7 +4,6 @@ import gzip
 
 import numpy as np
 import pytest
-import SimpleITK as sitk
 
 from monai_npc.data.io import (
     load_image,
