@@ -129,12 +129,18 @@ def test_split_counts(layouts):
         build_acdc_pairs(layouts["slices"], split="training")
 
 
-def test_dataset_items(layouts):
-    ds = build_acdc_dataset(layouts["volumes"], split="all")
-    item = ds[0]
-    assert tuple(item["image"].shape) == (2, 128, 128) and str(item["image"].dtype) == "torch.float32"
-    assert tuple(item["fixed_label"].shape) == (1, 128, 128)
-    assert item["direction"] == "ED->ES" and item["patient"] == "patient001"
+def test_dataset_items_and_batches(layouts):
+    from monai.data import DataLoader
+
+    for root in ("volumes", "official"):
+        ds = build_acdc_dataset(layouts[root], split="all")
+        item = ds[0]
+        assert tuple(item["image"].shape) == (2, 128, 128) and str(item["image"].dtype) == "torch.float32"
+        assert tuple(item["fixed_label"].shape) == (1, 128, 128)
+        assert item["direction"] == "ED->ES" and item["patient"] == "patient001"
+        batch = next(iter(DataLoader(ds, batch_size=3)))
+        assert tuple(batch["image"].shape) == (3, 2, 128, 128) and batch["direction"][1] == "ES->ED"
+    assert tuple(batch["ddf"].shape) == (3, 2, 128, 128)
 
 
 def _copy(src, dst):

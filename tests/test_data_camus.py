@@ -108,8 +108,12 @@ def test_sequence_frames_and_split(releases, tmp_path):
     assert [len(split[s]) for s in ("train", "val", "test")] == [1, 1, 0]
     with pytest.warns(UserWarning, match="300/100/100"):
         camus_patient_split(root)
+    from monai.data import DataLoader
+
     ds = build_camus_dataset(root, split="all", views=("4CH",))
     assert len(ds) == 2 and tuple(ds[1]["image"].shape) == (2, 128, 128)
+    batch = next(iter(DataLoader(ds, batch_size=2)))
+    assert tuple(batch["image"].shape) == (2, 2, 128, 128) and batch["view"] == ["4CH", "4CH"]
 
 
 def test_errors(releases, tmp_path):

@@ -300,7 +300,7 @@ def acdc_slice_items(volumes: Mapping[str, object], structures: Sequence[int] = 
     contain every label in ``structures``.
 
     Each item: ``ed``, ``es`` ``(1, H, W)`` float32, ``ed_label``, ``es_label`` ``(1, H, W)``
-    uint8, ``patient``, ``slice``, ``spacing`` (``(h, w)`` mm or ``None``) and the phantom
+    uint8, ``patient``, ``slice``, ``spacing`` (``(h, w)`` mm, only when the layout has it) and the phantom
     ``ddf_ed_es`` / ``ddf_es_ed`` ``(2, H, W)`` when loaded.
     """
     items = []
@@ -316,8 +316,9 @@ def acdc_slice_items(volumes: Mapping[str, object], structures: Sequence[int] = 
             "es_label": es_lab[None],
             "patient": volumes["patient"],
             "slice": int(k),
-            "spacing": tuple(spacing[1:]) if spacing is not None else None,
         }
+        if spacing is not None:  # SSL4MIS HDF5 stores none; None would not collate
+            item["spacing"] = tuple(float(s) for s in spacing[1:])
         for key in ("ddf_ed_es", "ddf_es_ed"):
             if key in volumes:
                 item[key] = volumes[key][z]

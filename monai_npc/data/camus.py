@@ -177,9 +177,8 @@ def load_camus_view(patient: CAMUSPatient, view: str) -> Dict[str, object]:
             if ddf.shape != shape[0] + (2,):
                 raise ValueError(f"displacement file {entry[tag]} has shape {ddf.shape}; expected {shape[0] + (2,)}")
             out[key] = np.ascontiguousarray(np.moveaxis(ddf, -1, 0)).astype(np.float32)
-    info = patient.info.get(view, {})
-    if "ImageQuality" in info:
-        out["image_quality"] = info["ImageQuality"]
+    # always present (items of a batch must share keys); "unknown" without a cfg entry
+    out["image_quality"] = patient.info.get(view, {}).get("ImageQuality", "unknown")
     return out
 
 
@@ -252,8 +251,8 @@ def build_camus_pairs(
 
     One pair per patient, view and direction: ``moving``/``fixed`` ``(1, R, R)`` float32 in
     ``[0, 1]``, ``moving_label``/``fixed_label`` ``(1, R, R)`` uint8, ``patient``, ``view``,
-    ``slice`` (0), ``direction``, ``spacing`` (``(pixdim, pixdim)``), ``image_quality`` when the
-    cfg has it, and ``ddf`` for phantoms.
+    ``slice`` (0), ``direction``, ``spacing`` (``(pixdim, pixdim)``), ``image_quality`` (from the
+    cfg, ``"unknown"`` without one), and ``ddf`` for phantoms.
     """
     patients = find_camus_patients(root, views)
     if split != "all":

@@ -9,7 +9,8 @@ A *pair item* (what the builders return and the bundles consume) holds
 - ``moving``, ``fixed``: ``(1, H, W)`` float32 in ``[0, 1]``;
 - ``moving_label``, ``fixed_label``: ``(1, H, W)`` uint8 label maps;
 - ``patient`` (str), ``slice`` (int), ``direction`` (``"ED->ES"`` or ``"ES->ED"``), plus
-  dataset-specific metadata (``view`` for CAMUS, ``spacing`` in mm when known);
+  dataset-specific metadata (``view`` for CAMUS, ``spacing`` ``(h, w)`` in mm when the
+  layout stores it);
 - ``ddf`` ``(2, H, W)`` float32 when the truth is known (phantoms): channel ``k`` is the
   displacement along axis ``k`` in voxels and ``warp(moving, ddf) == fixed``.
 
