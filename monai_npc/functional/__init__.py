@@ -4,6 +4,7 @@ from .encoding import positional_encoding
 from .filter_pairs import fourier_filter_pairs, pair_responses, patch_norm_statistics, same_padding, unit_normalize_filters
 from .interaction import interaction_features, pair_interaction, pair_residual, polar_features
 from .phase_correlation import phase_correlation
+from .reliability import reliability_map
 from .topk import soft_topk_mask
 from .warp import identity_grid, jacobian_determinant, warp_image
 
@@ -19,6 +20,7 @@ __all__ = [
     "pair_residual",
     "polar_features",
     "phase_correlation",
+    "reliability_map",
     "soft_topk_mask",
     "identity_grid",
     "jacobian_determinant",
