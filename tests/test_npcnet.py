@@ -184,3 +184,19 @@ def test_identity_pair_gives_zero_residual_with_fourier_init():
 def test_three_dimensional_network():
     net = NPCNet(spatial_dims=3, kernel_size=4, stride=2, num_pairs=8, top_k=4, gate_dim=8, hidden_dim=8, num_pe=12, num_steps=2)
     assert net(torch.rand(1, 2, 8, 8, 8)).shape == (1, 3, 8, 8, 8)
+
+
+def test_save_and_load_pretrained_round_trip(tmp_path):
+    from monai_npc.networks.nets import load_pretrained, save_pretrained
+
+    net = NPCNet(**dict(SMALL, stages=[{"kernel_size": 16, "stride": 8, "num_steps": 1}, {"num_steps": 2}])).eval()
+    path = save_pretrained(net, tmp_path / "m.pt", meta={"note": "test"})
+    loaded = load_pretrained(path)
+    x = torch.rand(1, 2, 32, 32)
+    assert torch.allclose(loaded(x), net(x)) and loaded.meta == {"note": "test"}
+    assert load_pretrained(path, num_steps=5).ode.num_steps == 3  # per-stage steps win over num_steps
+    with pytest.raises(FileNotFoundError, match="no shipped weights"):
+        load_pretrained("no_such_model")
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="cannot read"):
+        load_pretrained(tmp_path / "bad.pt")

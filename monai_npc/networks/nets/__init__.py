@@ -2,5 +2,16 @@
 
 from .baselines import PhaseCorrelationNet, VoxelMorphNet
 from .npc import ACDC_CONFIG, CAMUS_CONFIG, NPCNet
+from .pretrained import WEIGHTS_DIR, available_models, load_pretrained, save_pretrained
 
-__all__ = ["ACDC_CONFIG", "CAMUS_CONFIG", "NPCNet", "PhaseCorrelationNet", "VoxelMorphNet"]
+__all__ = [
+    "ACDC_CONFIG",
+    "CAMUS_CONFIG",
+    "NPCNet",
+    "PhaseCorrelationNet",
+    "VoxelMorphNet",
+    "WEIGHTS_DIR",
+    "available_models",
+    "load_pretrained",
+    "save_pretrained",
+]

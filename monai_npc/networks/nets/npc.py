@@ -109,6 +109,11 @@ class NPCNet(nn.Module):
             modules.append(NPCStage(spatial_dims=spatial_dims, **kw))
         self.ode = WarpODE(modules, steps, detach_steps=detach_steps)
         self.spatial_dims = spatial_dims
+        #: constructor arguments, enough to rebuild the network (saved with pretrained weights)
+        self.config: Dict[str, Any] = dict(
+            base, spatial_dims=spatial_dims, num_steps=num_steps, stages=[dict(c) for c in stages] if stages else None,
+            detach_steps=detach_steps,
+        )
         self.min_size: int = max(max(int(m.filters.stride), (int(m.filters.kernel_size) - int(m.filters.stride)) // 2 + 1) for m in modules)
 
     def _check(self, image: torch.Tensor) -> None:
