@@ -8,6 +8,7 @@ bundles use MONAI workflows instead; these loops serve the quick start, benchmar
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -38,11 +39,18 @@ def train_pairs(
     flips: bool = True,
     progress: bool = True,
     callback: Optional[Callable[[int, Dict[str, float]], None]] = None,
+    lr_decay: float = 1.0,
+    checkpoint: Optional[str | Path] = None,
+    checkpoint_every: int = 50,
 ) -> List[Dict[str, float]]:
     """Adam training with the bidirectional loss on random mini-batches of ``pairs``.
 
     With ``flips`` each batch gets random horizontal / vertical flips applied identically to both
-    images of a pair (the paper's ACDC augmentation). Returns the per-iteration loss terms.
+    images of a pair (the paper's ACDC augmentation). ``lr_decay`` multiplies the learning rate
+    after every iteration. With ``checkpoint``, the network, optimizer, iteration, loss history and
+    random state are saved there every ``checkpoint_every`` iterations and at the end, and a run
+    finding the file resumes from it (so ``iterations`` is the total, not the remainder).
+    Returns the per-iteration loss terms.
     """
     if not pairs:
         raise ValueError("train_pairs: no training pairs.")
@@ -51,9 +59,30 @@ def train_pairs(
     rng = np.random.default_rng(seed)
     moving, fixed = stack_pairs(pairs, "moving"), stack_pairs(pairs, "fixed")
     opt = torch.optim.Adam(network.parameters(), lr=lr)
-    network.train()
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=lr_decay)
     history: List[Dict[str, float]] = []
-    bar = tqdm(range(1, iterations + 1), desc="train", disable=not progress)
+    start = 1
+    ckpt = Path(checkpoint) if checkpoint else None
+    if ckpt is not None and ckpt.is_file():
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        network.load_state_dict(state["network"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        history = list(state["history"])
+        rng.bit_generator.state = state["rng"]
+        start = int(state["iteration"]) + 1
+
+    def save(it: int) -> None:
+        if ckpt is None:
+            return
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        state = dict(network=network.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
+                     history=history, rng=rng.bit_generator.state, iteration=it)
+        torch.save(state, ckpt.with_suffix(".tmp"))
+        ckpt.with_suffix(".tmp").replace(ckpt)  # never leave a half-written checkpoint
+
+    network.train()
+    bar = tqdm(range(start, iterations + 1), desc="train", disable=not progress, initial=start - 1, total=iterations)
     for it in bar:
         idx = torch.as_tensor(rng.choice(len(pairs), size=min(batch_size, len(pairs)), replace=False))
         m, f = moving[idx], fixed[idx]
@@ -65,11 +94,16 @@ def train_pairs(
         opt.zero_grad(set_to_none=True)
         terms["loss"].backward()
         opt.step()
+        sched.step()
         record = {k: float(v) for k, v in terms.items() if v.dim() == 0}
         history.append(record)
         bar.set_postfix(loss=f"{record['loss']:.4f}")
         if callback is not None:
             callback(it, record)
+        if it % checkpoint_every == 0:
+            save(it)
+    if start <= iterations:
+        save(iterations)
     return history
 
 
