@@ -14,7 +14,7 @@ import sys
 from typing import List, Optional
 
 #: subcommand modules, in the order ``--help`` lists them
-SUBCOMMANDS: List[str] = ["demo", "phantom"]
+SUBCOMMANDS: List[str] = ["demo", "phantom", "qho"]
 
 
 def build_parser() -> argparse.ArgumentParser:

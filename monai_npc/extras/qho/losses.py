@@ -31,10 +31,13 @@ def magnitude_ncc_loss(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e
     return 1.0 - (num / den).mean()
 
 
-def residual_loss(coeffs0: torch.Tensor, coeffst: torch.Tensor) -> torch.Tensor:
-    """Mean of the core invariance residual ``r_k^2 = (|c_k(Psi_tau)| - |c_k(Psi_0)|)^2`` (paper Eq. residual)."""
-    r2, _ = pair_residual(coeffs0, coeffst, PAIR_DIM)
-    return r2.mean()
+def residual_loss(coeffs0: torch.Tensor, coeffst: torch.Tensor, normalized: bool = False) -> torch.Tensor:
+    """Mean of the core invariance residual ``r_k^2 = (|c_k(Psi_tau)| - |c_k(Psi_0)|)^2`` (paper Eq. residual).
+
+    ``normalized=True`` uses ``r_k^2 / (|c_k(Psi_0)| |c_k(Psi_tau)|)`` instead.
+    """
+    r2, r2n = pair_residual(coeffs0, coeffst, PAIR_DIM)
+    return (r2n if normalized else r2).mean()
 
 
 def diversity_loss(filters: torch.Tensor) -> torch.Tensor:
@@ -57,11 +60,12 @@ def qho_loss(
     w_residual: float = 1.0,
     w_diversity: float = 1.0,
     w_span: float = 1.0,
+    residual_normalized: bool = False,
 ) -> Dict[str, torch.Tensor]:
     """Weighted sum of the four terms (paper: all weights 1); returns ``{"total", "recon", "residual", "diversity", "span"}``."""
     terms = {
         "recon": magnitude_ncc_loss(out.recon, psit),
-        "residual": residual_loss(out.coeffs0, out.coeffst),
+        "residual": residual_loss(out.coeffs0, out.coeffst, residual_normalized),
         "diversity": diversity_loss(out.filters),
         "span": 0.5 * (span_loss(psi0, out.coeffs0) + span_loss(psit, out.coeffst)),
     }

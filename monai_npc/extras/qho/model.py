@@ -151,6 +151,7 @@ class QHOPhaseCorrelator(nn.Module):
         energy_init_max: Optional[float] = None,
         generator: Optional[torch.Generator] = None,
         rate_time: Optional[float] = None,
+        filter_init_norm: float = 1.0,
     ) -> None:
         super().__init__()
         check_tau_range(tau_max, tau_min)
@@ -158,7 +159,8 @@ class QHOPhaseCorrelator(nn.Module):
             raise ValueError(f"n_points and n_filters must be >= 1, got {n_points} and {n_filters}.")
         if energy_init_max is None:
             energy_init_max = torch.pi / tau_max
-        self.filter_weight = nn.Parameter(torch.randn(n_filters, n_points, generator=generator) / n_points**0.5)
+        scale = filter_init_norm / n_points**0.5
+        self.filter_weight = nn.Parameter(scale * torch.randn(n_filters, n_points, generator=generator))
         self.rate_scale = 1.0 / (rate_time if rate_time is not None else tau_max)
         self.phase_angles = nn.Parameter(energy_init_max / self.rate_scale * torch.rand(n_filters, generator=generator))
         self.phase_offsets = nn.Parameter(torch.zeros(n_filters)) if phase_offsets else None

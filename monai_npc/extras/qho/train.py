@@ -34,6 +34,8 @@ class QHOConfig:
     energy_init_max: Optional[float] = None
     log_every: int = 100
     rate_time: Optional[float] = None
+    filter_init_norm: float = 1.0
+    residual_normalized: bool = False
 
     def to_dict(self) -> Dict[str, object]:
         return asdict(self)
@@ -71,6 +73,7 @@ def build_model(cfg: QHOConfig) -> QHOPhaseCorrelator:
         energy_init_max=cfg.energy_init_max,
         generator=gen,
         rate_time=cfg.rate_time,
+        filter_init_norm=cfg.filter_init_norm,
     )
 
 
@@ -104,7 +107,7 @@ def train_qho(
     for step in steps:
         batch = sample_pairs(cfg.batch_size, basis, energies, cfg.tau_max, cfg.tau_min, data_gen)
         out = model(batch.psi0, batch.psit)
-        losses = qho_loss(out, batch.psi0, batch.psit)
+        losses = qho_loss(out, batch.psi0, batch.psit, residual_normalized=cfg.residual_normalized)
         opt.zero_grad(set_to_none=True)
         losses["total"].backward()
         opt.step()
