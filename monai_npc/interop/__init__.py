@@ -1,0 +1,50 @@
+"""Interoperability with ITK, SimpleITK, ANTs and 3D Slicer: physical-space files and transforms.
+
+Physical units (mm, LPS) appear only here and in :mod:`monai_npc.data`; inside the package a
+displacement is a voxel ddf (MONAI ``Warp`` convention). See ``docs/interop.md``.
+
+- :mod:`.transforms`: ddf <-> ITK ``DisplacementFieldTransform`` (``.h5``), ANTs warp
+  (``*Warp.nii.gz``), one-slice 3-D transforms for 3D Slicer;
+- :mod:`.images`: ``MetaTensor`` -> SimpleITK, model grids, resampling;
+- :mod:`.register`: :func:`register_files` / :func:`register_batch` (``monai-npc register``).
+"""
+
+from .images import check_same_dims, grid_mismatch, model_grid, read_image, read_label, resample, resample_model_field, to_sitk
+from .register import OUTPUTS, PHASE_CORRELATION, read_pairs_csv, register_batch, register_files, resolve_model
+from .transforms import (
+    ddf_to_physical,
+    displacement_field_image,
+    displacement_field_transform,
+    embed_in_3d,
+    physical_to_ddf,
+    read_displacement_field,
+    write_ants_warp,
+    write_itk_transform,
+    write_slicer_transform,
+)
+
+__all__ = [
+    "OUTPUTS",
+    "PHASE_CORRELATION",
+    "check_same_dims",
+    "ddf_to_physical",
+    "displacement_field_image",
+    "displacement_field_transform",
+    "embed_in_3d",
+    "grid_mismatch",
+    "model_grid",
+    "physical_to_ddf",
+    "read_displacement_field",
+    "read_image",
+    "read_label",
+    "read_pairs_csv",
+    "register_batch",
+    "register_files",
+    "resample",
+    "resample_model_field",
+    "resolve_model",
+    "to_sitk",
+    "write_ants_warp",
+    "write_itk_transform",
+    "write_slicer_transform",
+]
