@@ -168,8 +168,9 @@ def pair_responses(
     padded = _pad(image, pad, padding_mode)
     # channel j * C + k holds filter j of pair k
     weight = filters.transpose(0, 1).reshape([2 * num_pairs, 1] + list(filters.shape[2:]))
-    raw = _strided_conv(padded, weight, stride, spatial_dims)  # (B, 2C, *grid)
-    mean, std = patch_norm_statistics(padded, kernel_size, stride, eps)
-    filter_sums = weight.flatten(1).sum(1).view([1, 2 * num_pairs] + [1] * spatial_dims)
-    resp = (raw - mean * filter_sums) / std
+    # psi^T (x_p - mean_p) = (psi - mean(psi))^T x_p: centring the filter removes the patch mean exactly
+    centred = weight - weight.mean(list(range(2, weight.dim())), keepdim=True)
+    raw = _strided_conv(padded, centred, stride, spatial_dims)  # (B, 2C, *grid)
+    _, std = patch_norm_statistics(padded, kernel_size, stride, eps)
+    resp = raw * torch.reciprocal(std)
     return resp.view([resp.shape[0], 2, num_pairs] + list(resp.shape[2:]))

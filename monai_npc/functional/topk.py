@@ -49,28 +49,30 @@ def soft_topk_mask(
         raise ValueError(f"k must be >= 1, got {k}.")
     if k >= n:
         return torch.ones_like(scores)
-    s = scores.detach()
+    s = scores.detach() / temperature  # work in units of tau
     smallest = torch.topk(s, k + 1, dim=dim, largest=False)
     ordered = smallest.values  # ascending along dim
-    margin = temperature * (math.log(float(n)) + 12.0)
+    margin = math.log(float(n)) + 12.0
     lo = ordered.narrow(dim, 0, 1) - margin  # F(lo) < 0
     hi = s.amax(dim, keepdim=True) + margin  # F(hi) > 0
     t = 0.5 * (ordered.narrow(dim, k - 1, 1) + ordered.narrow(dim, k, 1))
     for _ in range(iterations):
-        p = torch.sigmoid((t - s) / temperature)
-        f = p.sum(dim, keepdim=True) - k
-        fprime = (p * (1.0 - p)).sum(dim, keepdim=True) / temperature
+        p = torch.sigmoid(t - s)
+        sum_p = p.sum(dim, keepdim=True)
+        f = sum_p - k
+        fprime = sum_p - (p * p).sum(dim, keepdim=True)  # sum p (1 - p)
         below = f < 0
         lo = torch.where(below, t, lo)
         hi = torch.where(below, hi, t)
         step = t - f / torch.clamp(fprime, min=1e-12)
         inside = (step >= lo) & (step <= hi)
         t = torch.where(inside, step, 0.5 * (lo + hi))
-    p = torch.sigmoid((t - scores) / temperature)
-    f = p.sum(dim, keepdim=True) - k
-    fprime = (p * (1.0 - p)).sum(dim, keepdim=True) / temperature
-    t = t - f / torch.clamp(fprime, min=1e-12)
-    mask = torch.sigmoid((t - scores) / temperature)
+    u = scores / temperature
+    p = torch.sigmoid(t - u)
+    sum_p = p.sum(dim, keepdim=True)
+    fprime = sum_p - (p * p).sum(dim, keepdim=True)
+    t = t - (sum_p - k) / torch.clamp(fprime, min=1e-12)  # Newton step with gradients: dt/ds is implicit
+    mask = torch.sigmoid(t - u)
     if hard:
         hard_mask = torch.zeros_like(s).scatter_(dim, smallest.indices.narrow(dim, 0, k), 1.0)
         mask = hard_mask + (mask - mask.detach())
