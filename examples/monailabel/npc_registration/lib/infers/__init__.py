@@ -1,0 +1,3 @@
+from .npc_registration import NPCRegistration
+
+__all__ = ["NPCRegistration"]
