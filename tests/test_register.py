@@ -84,7 +84,7 @@ def test_outputs_and_summary(oblique_run, tiny_model):
     assert set(s["dice"]) == {"1", "2", "3"} and 0.0 < s["dice_mean"] <= 1.0 and 0.0 < s["dice_mean_initial"] < 1.0
     assert s["displacement_mm_mean"] > 1.0  # the tiny model moves things
     assert 0.0 <= s["folding_percent"] < 100.0 and s["seconds"] > 0 and s["reliability_mean"] > 0
-    assert s["model_grid"]["size"] == [128, 128]
+    assert s["model_grid"]["size"] == [128, 128] and s["overlap_percent"] == 100.0
     jac = sitk.GetArrayFromImage(sitk.ReadImage(str(out / "jacobian.nii.gz")))
     assert abs(100.0 * (jac <= 0).mean() - s["folding_percent"]) < 1e-9
 
@@ -297,6 +297,7 @@ def _errors_setup(tmp_path):
         ("label_grid", ValueError, ["lab.nii.gz", "does not match the grid", "spacing"]),
         ("label_float", ValueError, ["labf.nii.gz", "non-integer"]),
         ("weights", FileNotFoundError, ["no shipped weights", "phase-correlation"]),
+        ("no_overlap", ValueError, ["far.nii.gz", "does not overlap"]),
     ],
 )
 def test_clear_errors(tmp_path, case, error, words):
@@ -319,6 +320,8 @@ def test_clear_errors(tmp_path, case, error, words):
         kw["fixed_label"] = _write(_image(np.full((40, 40), 0.5)), tmp_path / "labf.nii.gz")
     elif case == "weights":
         kw["model"] = "acdc"
+    elif case == "no_overlap":
+        kw["moving"] = _write(_image(np.ones((40, 40)), origin=(500.0, 0.0)), tmp_path / "far.nii.gz")
     with pytest.raises(error) as info:
         register_files(**kw)
     for word in words:

@@ -183,7 +183,7 @@ def register_files(
     Raises:
         FileNotFoundError: a missing image, label or weights file.
         ValueError: unreadable files, different dimensionality, NaN/Inf values, label maps off
-            their image's grid, unusable models.
+            their image's grid, images that do not overlap in physical space, unusable models.
     """
     t0 = time.perf_counter()
     net, name = resolve_model(model, device)
@@ -201,8 +201,17 @@ def register_files(
     # 1. model grid: physical resampling, then unit-free [0, 1] arrays
     grid = model_grid(fixed_img, size, keep_aspect)
     nan = float("nan")
-    fixed_m = _normalise(_slices(resample(fixed_img, grid, "linear", nan), dims))
-    moving_m = _normalise(_slices(resample(moving_img, grid, "linear", nan), dims))
+    fixed_raw = _slices(resample(fixed_img, grid, "linear", nan), dims)
+    moving_raw = _slices(resample(moving_img, grid, "linear", nan), dims)
+    in_fixed = np.isfinite(fixed_raw)
+    overlap = float(100.0 * (np.isfinite(moving_raw) & in_fixed).sum() / max(int(in_fixed.sum()), 1))
+    if overlap == 0.0:
+        raise ValueError(
+            f"moving image {moving} does not overlap fixed image {fixed} in physical space (moving origin "
+            f"{tuple(round(v, 2) for v in moving_img.GetOrigin())} mm, fixed origin "
+            f"{tuple(round(v, 2) for v in fixed_img.GetOrigin())} mm, LPS); check their origins and directions."
+        )
+    fixed_m, moving_m = _normalise(fixed_raw), _normalise(moving_raw)
 
     # 2. network, model voxels
     t_net = time.perf_counter()
@@ -264,6 +273,7 @@ def register_files(
     field_mm = sitk.GetArrayViewFromImage(displacement_field_image(ddf_out, fixed_img))
     norm_mm = np.linalg.norm(field_mm, axis=-1)
     summary.update(
+        overlap_percent=overlap,
         folding_percent=float(100.0 * (jac <= 0).mean()),
         jacobian_min=float(jac.min()),
         displacement_mm_mean=float(norm_mm.mean()),
