@@ -239,12 +239,11 @@ def test_dicom_series_end_to_end(tiny_model, tmp_path):
 
 def test_png_tiff_translation_with_phase_correlation(tmp_path):
     """A pure translation: PNG fixed, TIFF moving; the transform holds it in mm with the right sign."""
-    import tifffile
     from PIL import Image
 
     moving = (cardiac_pair(size=64, seed=4)["moving"] * 255).astype(np.uint8)
     fixed = np.roll(moving, (3, -2), axis=(0, 1))  # fixed(i) = moving(i - (3, -2)): ddf = (-3, +2)
-    tifffile.imwrite(tmp_path / "m.tif", moving)
+    Image.fromarray(moving).save(tmp_path / "m.tif")
     Image.fromarray(fixed).save(tmp_path / "f.png")
     rc = main(["register", "--moving", str(tmp_path / "m.tif"), "--fixed", str(tmp_path / "f.png"),
                "--model", "phase-correlation", "--out", str(tmp_path / "out")])
