@@ -35,7 +35,7 @@ def load_pretrained(name_or_path: str | Path, map_location: str | torch.device =
     ``num_steps``). The loaded network is in eval mode; ``net.meta`` holds the file's ``meta``.
     """
     path = Path(name_or_path)
-    if not path.suffix:
+    if not path.is_file() and not path.suffix and len(path.parts) == 1:  # a bare name: a shipped model
         path = WEIGHTS_DIR / f"{name_or_path}.pt"
         if not path.is_file():
             raise FileNotFoundError(
