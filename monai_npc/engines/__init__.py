@@ -1,5 +1,21 @@
-"""Plain training and evaluation loops over in-memory registration pairs (demo, benchmarks, tests)."""
+"""Training and evaluation engines.
+
+- :mod:`~monai_npc.engines.loops`: plain loops over in-memory pairs (demo, benchmarks, tests).
+- :mod:`~monai_npc.engines.workflows`: MONAI workflows of the bundles,
+  :class:`RegistrationTrainer` (bidirectional unsupervised loss) and :class:`RegistrationEvaluator`
+  (register, warp labels, per-pair metrics), plus the bundle data helpers.
+"""
 
 from .loops import evaluate_pairs, stack_pairs, train_pairs
+from .workflows import RegistrationEvaluator, RegistrationTrainer, as_bool, load_pairs, prepare_dataset_dir
 
-__all__ = ["evaluate_pairs", "stack_pairs", "train_pairs"]
+__all__ = [
+    "RegistrationEvaluator",
+    "RegistrationTrainer",
+    "as_bool",
+    "evaluate_pairs",
+    "load_pairs",
+    "prepare_dataset_dir",
+    "stack_pairs",
+    "train_pairs",
+]
