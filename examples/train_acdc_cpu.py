@@ -40,6 +40,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--decay-per-epoch", type=float, default=0.997, help="the paper's exponential decay per epoch")
     p.add_argument("--val-every", type=int, default=100)
+    p.add_argument("--checkpoint-every", type=int, default=20)
     p.add_argument("--export", default=None, help="also write the best model here (save_pretrained format)")
     args = p.parse_args()
 
@@ -89,7 +90,7 @@ def main() -> None:
     train_pairs(
         net, train, RegistrationLoss("acdc"), args.iterations, args.batch_size, lr=args.lr, seed=args.seed,
         lr_decay=args.decay_per_epoch ** (1.0 / iters_per_epoch), checkpoint=out / "checkpoint.pt",
-        checkpoint_every=args.val_every, callback=validate,
+        checkpoint_every=args.checkpoint_every, callback=validate,
     )
 
 
