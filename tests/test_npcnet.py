@@ -200,3 +200,59 @@ def test_save_and_load_pretrained_round_trip(tmp_path):
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="cannot read"):
         load_pretrained(tmp_path / "bad.pt")
+
+
+def reference_stage_velocity(stage, moving, fixed):
+    """The straightforward NPC step: strided convolution with explicit patch standardisation,
+    separate interaction / polar / residual functions, a bisection top-K, NCHW everywhere."""
+    import math
+
+    import torch.nn.functional as F
+
+    from monai_npc.functional import pair_interaction, pair_residual, polar_features, positional_encoding, same_padding, unit_normalize_filters
+
+    bank = stage.filters
+
+    def responses(img, filters):
+        k, s = bank.kernel_size, bank.stride
+        padded = F.pad(img, same_padding(k, s, 2), mode=bank.padding_mode)
+        w = unit_normalize_filters(filters)  # (C, 2, k, k)
+        out = []
+        for j in range(2):
+            raw = F.conv2d(padded, w[:, j : j + 1], stride=s)
+            mean = F.avg_pool2d(padded, k, s)
+            var = (F.avg_pool2d(padded**2, k, s) - mean**2).clamp(min=0)
+            out.append((raw - mean * w[:, j].sum((-1, -2)).view(1, -1, 1, 1)) / torch.sqrt(var + bank.eps))
+        return torch.stack(out, 2)  # (B, C, 2, g, g)
+
+    a, b = responses(moving, bank.psi), responses(fixed, bank.phi)
+    feats = polar_features(pair_interaction(a, b, 2), 2, eps=1e-12)  # (B, C, 3, g, g)
+    _, res = pair_residual(a, b, 2, eps=1e-6)
+    tau, k = stage.mask.temperature, stage.mask.top_k
+    lo, hi = res.amin(1, keepdim=True) - 20, res.amax(1, keepdim=True) + 20
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        below = torch.sigmoid((mid - res) / tau).sum(1, keepdim=True) < k
+        lo, hi = torch.where(below, mid, lo), torch.where(below, hi, mid)
+    mask = torch.sigmoid((0.5 * (lo + hi) - res) / tau)
+    feats = (feats * mask.unsqueeze(2)).transpose(1, 2).flatten(1, 2)  # channel j * C + k
+    dec = stage.decoder
+    gamma = positional_encoding(list(a.shape[-2:]), dec.num_pe).unsqueeze(0)
+    delta = dec.mlp_pe(dec.mlp_z(feats) * dec.w_gamma(gamma)) - gamma
+    coarse = dec.head(delta)
+    return F.interpolate(coarse, size=moving.shape[2:], mode="bilinear", align_corners=False), res, mask
+
+
+def test_fast_stage_matches_the_straightforward_reference():
+    net = NPCNet(**dict(SMALL, num_pairs=16, top_k=8))
+    stage = net.ode.stages[0]
+    with torch.no_grad():
+        stage.decoder.head.out.weight.normal_(std=0.2)
+        stage.filters.psi.add_(0.3 * torch.randn_like(stage.filters.psi))
+    moving, fixed = torch.rand(2, 1, 32, 32), torch.rand(2, 1, 32, 32)
+    with torch.no_grad():
+        ref_v, ref_r, ref_m = reference_stage_velocity(stage, moving, fixed)
+        v, r, m = stage(moving, *stage.prepare(fixed))
+    assert torch.allclose(r, ref_r, rtol=1e-3, atol=1e-4)
+    assert torch.allclose(m, ref_m, atol=1e-3)
+    assert torch.allclose(v, ref_v, rtol=1e-3, atol=1e-5)

@@ -62,11 +62,15 @@ class NPCStage(nn.Module):
         )
         self.mode = ("linear", "bilinear", "trilinear")[spatial_dims - 1]
         self.masked = top_k < num_pairs
+        self.channels_last = spatial_dims == 2
 
     def prepare(self, fixed: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Step-invariant context ``(fixed_responses, gamma, gamma_g)`` for a fixed image ``(B, 1, *S)``."""
         b = self.filters.fixed_responses(fixed)
         gamma, gate = self.decoder.encoding(list(b.shape[3:]), b)  # b: (B, 2, C, *grid)
+        if self.channels_last:
+            gamma = gamma.contiguous(memory_format=torch.channels_last)
+            gate = gate.contiguous(memory_format=torch.channels_last)
         return b, gamma, gate
 
     def forward(
@@ -79,6 +83,9 @@ class NPCStage(nn.Module):
             features = features * mask.unsqueeze(1)
         else:
             mask = torch.ones_like(residual)
-        coarse = self.decoder(features.flatten(1, 2), gamma, gate)
+        features = features.flatten(1, 2)
+        if self.channels_last:  # mkldnn's 1x1 and 3x3 convolutions run faster on NHWC, forward and backward
+            features = features.contiguous(memory_format=torch.channels_last)
+        coarse = self.decoder(features, gamma, gate)
         velocity = F.interpolate(coarse, size=moving.shape[2:], mode=self.mode, align_corners=False)
-        return velocity, residual, mask
+        return velocity.contiguous(), residual, mask
