@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from monai_npc.engines import evaluate_pairs, stack_pairs, train_pairs
     from monai_npc.functional import warp_image
     from monai_npc.losses import RegistrationLoss
-    from monai_npc.networks.nets import NPCNet
+    from monai_npc.networks.nets import NPCNet, save_pretrained
     from monai_npc.viz import registration_panel
 
     for name in ("train_pairs", "test_pairs", "iterations", "batch_size", "steps"):
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         "config": {k: getattr(args, k) for k in ("train_pairs", "test_pairs", "iterations", "batch_size", "steps", "seed")},
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    torch.save(net.state_dict(), out / "model.pt")
+    save_pretrained(net, out / "model.pt", meta={"data": "cardiac phantoms (monai-npc demo)", "metrics": metrics})
     pair = test[0]
     m, f = stack_pairs([pair], "moving"), stack_pairs([pair], "fixed")
     with torch.inference_mode():
