@@ -101,3 +101,12 @@ def test_lead_warp_convention_agrees():
     onehot = torch.nn.functional.one_hot(torch.from_numpy(d["moving_label"]).long(), 4).permute(2, 0, 1)[None].float()
     warped = warp_image(onehot, torch.from_numpy(d["ddf"])[None]).argmax(1)[0].numpy()
     assert min(_dice(warped, d["fixed_label"], k) for k in (1, 2, 3)) > 0.93
+
+
+def test_one_slice_acdc_phantom_reads_back_with_its_displacement(tmp_path):
+    from monai_npc.data.acdc import build_acdc_pairs
+    from monai_npc.data.phantom_layouts import write_acdc_phantom
+
+    write_acdc_phantom(tmp_path, patients=3, seed=1, progress=False, max_slices=1)
+    pairs = build_acdc_pairs(tmp_path, "train", n_train=3, n_val=0, n_test=0)
+    assert pairs and all(p["ddf"].shape == (2, 128, 128) for p in pairs)

@@ -252,6 +252,8 @@ def _load_frame(patient: ACDCPatient, phase: str) -> Tuple[np.ndarray, np.ndarra
 
 def _load_ddf(path: Path, shape: Tuple[int, ...]) -> np.ndarray:
     ddf, _ = read_vector_image(path)
+    if ddf.ndim == 3 and len(shape) == 3 and shape[0] == 1:  # a one-slice volume is read back as 2-D
+        ddf = ddf[None]
     if ddf.ndim == 4 and ddf.shape[-1] == 2 and ddf.shape[:3] == shape:
         return np.ascontiguousarray(ddf.transpose(0, 3, 1, 2)).astype(np.float32)
     raise ValueError(f"displacement file {path} has shape {ddf.shape}; expected (Z, H, W, 2) with (Z, H, W) = {shape}")
