@@ -96,8 +96,13 @@ def test_model_parameters_shapes_and_permutation_invariance():
     batch = sample_pairs(5, torch.from_numpy(BASIS), torch.from_numpy(ENERGIES), 0.6, generator=torch.Generator().manual_seed(0))
     out = model(batch.psi0, batch.psit)
     assert out.tau_hat.shape == (5,) and out.recon.shape == (5, 2, 128) and out.polar.shape == (5, 3, 16)
-    assert float(out.tau_hat.min()) >= 0.05 and float(out.tau_hat.max()) <= 0.6
+    tau_hat = out.tau_hat.detach()
+    assert float(tau_hat.min()) >= 0.05 and float(tau_hat.max()) <= 0.6
     torch.testing.assert_close(out.filters.norm(dim=1), torch.ones(16))
+    torch.testing.assert_close(model.energies, model.phase_angles / 0.25)
+    assert float(model.energies.detach().max()) <= 1e-3  # all rates start (almost) equal
+    with pytest.raises(ValueError):
+        model(batch.psi0, batch.psit[:, :1])
     # permuting the filters (with their rates) leaves tau_hat and the reconstruction unchanged
     perm = torch.randperm(16)
     with torch.no_grad():
@@ -179,7 +184,10 @@ def test_short_training_improves_overlaps_and_is_seeded():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(tau_max=0.05), dict(tau_max=0.01), dict(steps=0), dict(batch_size=0), dict(lr=0.0), dict(tau_max=float("nan"))],
+    [
+        dict(tau_max=0.05), dict(tau_max=0.01), dict(steps=0), dict(batch_size=0), dict(lr=0.0),
+        dict(tau_max=float("nan")), dict(threads=0), dict(rate_time=0.0), dict(filter_init_norm=-1.0),
+    ],
 )
 def test_bad_config_raises(kwargs):
     with pytest.raises(ValueError):

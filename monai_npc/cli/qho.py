@@ -47,7 +47,10 @@ def run(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}.")
     torch.set_num_threads(args.threads)
-    cfg = QHOConfig(tau_max=args.tau_max, steps=args.steps, seed=args.seed, batch_size=args.batch_size, lr=args.lr)
+    cfg = QHOConfig(
+        tau_max=args.tau_max, steps=args.steps, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
+        threads=args.threads,
+    )
     metrics = run_qho(cfg, args.out, progress=not args.no_progress, compare=args.compare, n_eval_pairs=args.eval_pairs)
     keys = ("median_overlap", "min_overlap", "max_energy_error", "tau_pearson", "hamiltonian_rel_error", "seconds")
     print(json.dumps({k: metrics[k] for k in keys}, indent=2))

@@ -83,6 +83,8 @@ def run_qho(
         The metrics (JSON-serialisable), including ``seconds`` (whole run) and ``train_seconds``.
     """
     validate_config(cfg)
+    if n_eval_pairs < 2:
+        raise ValueError(f"n_eval_pairs must be >= 2, got {n_eval_pairs}.")
     earlier = []
     for d in compare:
         path = Path(d) / "metrics.json"
@@ -121,7 +123,7 @@ def run_qho(
             out / "qho_filters.png",
             title=f"learned filters vs Hermite functions, tau_max={cfg.tau_max:g}",
         )
-        runs = sorted(earlier + [metrics], key=lambda m: float(m["tau_max"]))
+        runs = sorted(earlier + [metrics], key=lambda m: (float(m["tau_max"]), int(m.get("config", {}).get("seed", 0))))
         fig.plot_energy_ladder(runs, out / "qho_energy_ladder.png")
         fig.plot_tau(arrays["tau"], arrays["tau_hat"], out / "qho_tau.png", title=f"tau_max={cfg.tau_max:g}: ")
         sel = np.argsort(arrays["tau"])[np.linspace(0, arrays["tau"].size - 1, 3).astype(int)]

@@ -91,7 +91,9 @@ def plot_energy_ladder(runs: Sequence[Dict[str, object]], path: PathLike) -> Pat
         if cut < n[-1]:
             ax.axvline(cut, color="grey", ls="--", lw=0.8, label=r"$E_n\tau_{max}=2\pi$")
         err = float(np.max(np.abs(learned - true)))
-        ax.set_title(rf"$\tau_{{max}}$={tau_max:g}: max |$\Delta E$|={err:.3f}", fontsize=9)
+        seed = run.get("config", {}).get("seed") if isinstance(run.get("config"), dict) else None  # type: ignore[union-attr]
+        tag = f", seed {seed}" if seed is not None else ""
+        ax.set_title(rf"$\tau_{{max}}$={tau_max:g}{tag}: max |$\Delta E$|={err:.3f}", fontsize=9)
         ax.set_xlabel("n")
         ax.set_ylabel(r"$E_n$ ($\hbar\omega$)")
         ax.legend(fontsize=7, frameon=False)
@@ -124,17 +126,25 @@ def plot_pairs(
 ) -> Path:
     """Example pairs: ``Re``/``Im`` of ``Psi(0)``, ``Psi(tau)`` and the closed-form reconstruction.
 
+    The reconstruction is shown after removing its per-pair global phase relative to ``Psi(tau)``
+    (the gauge that the magnitude-NCC loss, and physics, do not see).
+
     Args:
         x: ``(N,)``; psi0, psit, recon: ``(P, 2, N)`` real/imaginary parts; tau, tau_hat: ``(P,)``.
     """
     p = psi0.shape[0]
+    rc = recon[:, 0] + 1j * recon[:, 1]
+    tc = psit[:, 0] + 1j * psit[:, 1]
+    overlap = np.sum(np.conj(rc) * tc, axis=1, keepdims=True)
+    rc = rc * np.exp(1j * np.angle(overlap))
+    recon = np.stack([rc.real, rc.imag], 1)
     fig, axes = plt.subplots(p, 2, figsize=(7.0, 1.9 * p), sharex=True, squeeze=False)
     for i in range(p):
         for j, part in enumerate(("Re", "Im")):
             ax = axes[i][j]
             ax.plot(x, psi0[i, j], color="grey", lw=1.0, label=r"$\Psi(0)$")
             ax.plot(x, psit[i, j], color=_TRUE, lw=1.6, label=r"$\Psi(\tau)$")
-            ax.plot(x, recon[i, j], color=_LEARNED, lw=1.1, ls="--", label=r"$\hat\Psi(\hat\tau)$")
+            ax.plot(x, recon[i, j], color=_LEARNED, lw=1.1, ls="--", label=r"$\hat\Psi(\hat\tau)$ (global phase aligned)")
             ax.set_title(rf"{part}, $\tau$={tau[i]:.3f}, $\hat\tau$={tau_hat[i]:.3f}", fontsize=8)
             ax.tick_params(labelsize=6)
     axes[0][0].legend(fontsize=6, frameon=False, loc="upper left")

@@ -9,11 +9,12 @@ The model sees a pair ``(Psi(0), Psi(tau))`` (each ``(B, 2, N)``, real/imaginary
    on an eigenstate) and its polar features with :func:`~monai_npc.functional.interaction.polar_features`;
 3. reads ``tau_hat`` from the per-filter features ``(E_k, cos theta_k, sin theta_k, |z_k|)`` with a
    DeepSets readout (shared per-filter MLP, mean + max pooling over filters, MLP, sigmoid range-scaling);
-4. reconstructs ``Psi(tau)`` in closed form, ``c_k_hat = c_k(Psi0) exp(-i (E_k tau_hat + delta_k))``,
+4. reconstructs ``Psi(tau)`` in closed form, ``c_k_hat = c_k(Psi0) exp(-i E_k tau_hat)``,
    ``Psi_hat = sum_k c_k_hat psi_k``.
 
-``delta_k`` ("learned phase angles") are optional per-filter constant phases; they are off by default
-(see ``docs/qho.md`` for why). Energies are in units of ``hbar omega``, times in ``1 / omega``.
+The rates are stored as learned phase angles ``delta_k = E_k * rate_time`` (the paper's "learned
+phase angles"; see :class:`QHOPhaseCorrelator`). Energies are in units of ``hbar omega``, times in
+``1 / omega``.
 """
 
 from __future__ import annotations
@@ -66,12 +67,12 @@ def reconstruct(
     filters: torch.Tensor,
     phase_offsets: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """Closed-form ``Psi_hat = sum_k c_k(Psi0) exp(-i (E_k tau_hat + delta_k)) psi_k``.
+    """Closed-form ``Psi_hat = sum_k c_k(Psi0) exp(-i (E_k tau_hat + phi_k)) psi_k``.
 
     Args:
         coeffs0: ``(B, 2, K)`` coefficient pairs of ``Psi(0)``.
         energies: ``(K,)`` rates ``E_k``; tau_hat: ``(B,)``; filters: ``(K, N)``.
-        phase_offsets: optional ``(K,)`` constant phases ``delta_k`` (radians).
+        phase_offsets: optional ``(K,)`` constant phases ``phi_k`` (radians).
     Returns:
         ``(B, 2, N)``.
     """
@@ -126,16 +127,27 @@ class QHOOutput(NamedTuple):
 class QHOPhaseCorrelator(nn.Module):
     """Neural Phase Correlation for unitary time evolution (paper Appendix "Quantum Harmonic Oscillator").
 
-    Parameters: filter bank ``(K, N)``, rates ``E_k`` ``(K,)``, the readout (3,329 for hidden 32) and,
-    if ``phase_offsets``, ``delta_k`` ``(K,)``: 5,393 (5,409) parameters for ``K = 16, N = 128``.
+    Learned parameters: the filter bank ``(K, N)``; the phase angles ``delta_k`` ``(K,)`` (radians),
+    the rotation of pair ``k`` over the reference time ``rate_time``, which give the rates
+    ``E_k = delta_k / rate_time``; the readout (3,329 parameters for hidden 32); and, only if
+    ``phase_offsets``, constant reconstruction phases ``(K,)``. That is 5,393 (5,409) parameters for
+    ``K = 16, N = 128``.
+
+    Initialisation (measured choices, see ``docs/qho.md``): filters are random directions of l2
+    norm ``filter_init_norm`` (they are unit-normalised at use, so the norm only sets how fast Adam
+    turns them: small is fast); all rates start at (almost) the same value, uniform on
+    ``[0, energy_init_spread]``, so that the bank sorts itself into one energy ladder.
 
     Args:
         n_points: grid size ``N``; n_filters: ``K``.
-        tau_max, tau_min: range of ``tau_hat``.
+        tau_max, tau_min: range of ``tau_hat`` (units of ``1 / omega``).
         hidden: readout width.
-        phase_offsets: learn per-filter constant phases ``delta_k`` in the reconstruction.
-        energy_init_max: rates start uniform on ``[0, energy_init_max]`` (units of ``hbar omega``);
-            ``None`` uses ``pi / tau_max``, the largest rate whose phase stays on the principal branch.
+        phase_offsets: learn per-filter constant phases in the reconstruction (off: they make the
+            energy scale unidentifiable, see ``docs/qho.md``).
+        rate_time: reference time of the phase angles (``1 / omega``); Adam moves ``delta_k`` by about
+            ``lr`` per step, i.e. ``E_k`` by ``lr / rate_time``.
+        energy_init_spread: width of the uniform rate initialisation (``hbar omega``).
+        filter_init_norm: l2 norm of the initial raw filters.
         generator: ``torch.Generator`` for the filter / rate initialisation (the readout uses torch's
             global RNG: seed it with ``torch.manual_seed``).
     """
@@ -148,27 +160,32 @@ class QHOPhaseCorrelator(nn.Module):
         tau_min: float = TAU_MIN,
         hidden: int = 32,
         phase_offsets: bool = False,
-        energy_init_max: Optional[float] = None,
+        rate_time: float = 0.25,
+        energy_init_spread: float = 1e-3,
+        filter_init_norm: float = 0.1,
         generator: Optional[torch.Generator] = None,
-        rate_time: Optional[float] = None,
-        filter_init_norm: float = 1.0,
     ) -> None:
         super().__init__()
         check_tau_range(tau_max, tau_min)
         if n_points < 1 or n_filters < 1:
             raise ValueError(f"n_points and n_filters must be >= 1, got {n_points} and {n_filters}.")
-        if energy_init_max is None:
-            energy_init_max = torch.pi / tau_max
-        scale = filter_init_norm / n_points**0.5
-        self.filter_weight = nn.Parameter(scale * torch.randn(n_filters, n_points, generator=generator))
-        self.rate_scale = 1.0 / (rate_time if rate_time is not None else tau_max)
-        self.phase_angles = nn.Parameter(energy_init_max / self.rate_scale * torch.rand(n_filters, generator=generator))
+        if not rate_time > 0 or not filter_init_norm > 0 or not energy_init_spread >= 0:
+            raise ValueError(
+                f"need rate_time > 0, filter_init_norm > 0 and energy_init_spread >= 0, got "
+                f"{rate_time}, {filter_init_norm} and {energy_init_spread}."
+            )
+        self.rate_time = float(rate_time)
+        raw = torch.randn(n_filters, n_points, generator=generator)
+        self.filter_weight = nn.Parameter(filter_init_norm * raw / raw.norm(dim=1, keepdim=True))
+        init_e = energy_init_spread * torch.rand(n_filters, generator=generator)
+        self.phase_angles = nn.Parameter(init_e * self.rate_time)
         self.phase_offsets = nn.Parameter(torch.zeros(n_filters)) if phase_offsets else None
         self.readout = PermutationEquivariantReadout(tau_min, tau_max, 4, hidden)
 
     @property
     def energies(self) -> torch.Tensor:
-        return self.phase_angles * self.rate_scale
+        """Rates ``E_k = delta_k / rate_time`` ``(K,)`` (``hbar omega``, up to one global gauge offset)."""
+        return self.phase_angles / self.rate_time
 
     @property
     def filters(self) -> torch.Tensor:
