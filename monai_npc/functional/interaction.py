@@ -6,7 +6,7 @@ with the pair axis (size 2) at ``pair_dim``; every other axis (batch, pair index
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -62,7 +62,7 @@ def pair_residual(
 
 
 def interaction_features(
-    a: torch.Tensor, b: torch.Tensor, pair_dim: int = 1, eps: float = 1e-6
+    a: torch.Tensor, b: torch.Tensor, pair_dim: int = 1, eps: float = 1e-6, b_norm: Optional[torch.Tensor] = None
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Polar features and normalised residual in one pass, sharing the response norms.
 
@@ -70,11 +70,12 @@ def interaction_features(
     ``||v|| = sqrt(||v||^2 + eps)``: ``features = (z_0, z_1) / |z|`` and ``|z|`` stacked along
     ``pair_dim`` (size 3), and ``r_bar^2 = (||b|| - ||a||)^2 / |z|`` with ``pair_dim`` removed.
     Equal to :func:`polar_features` of :func:`pair_interaction` and :func:`pair_residual` up to
-    where ``eps`` enters.
+    where ``eps`` enters. ``b_norm`` may pass ``sqrt(||b||^2 + eps)`` precomputed (the fixed
+    image's responses do not change across ODE steps).
     """
     z0, z1 = pair_interaction(a, b, pair_dim).unbind(pair_dim)
     na = torch.sqrt((a * a).sum(pair_dim) + eps)
-    nb = torch.sqrt((b * b).sum(pair_dim) + eps)
+    nb = b_norm if b_norm is not None else torch.sqrt((b * b).sum(pair_dim) + eps)
     mag = na * nb
     inv = 1.0 / mag
     features = torch.stack([z0 * inv, z1 * inv, mag], pair_dim)

@@ -22,7 +22,7 @@ def soft_topk_mask(
     dim: int = 1,
     temperature: float = 0.1,
     hard: bool = False,
-    iterations: int = 3,
+    iterations: int = 2,
 ) -> torch.Tensor:
     """Mask in ``[0, 1]`` keeping the ``k`` smallest ``scores`` along ``dim``; sums to ``k`` along ``dim``.
 

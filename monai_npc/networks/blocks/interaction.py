@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
@@ -24,5 +24,9 @@ class PairInteraction(nn.Module):
         super().__init__()
         self.eps = eps
 
-    def forward(self, a: torch.Tensor, b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        return interaction_features(a, b, 1, self.eps)
+    def response_norm(self, b: torch.Tensor) -> torch.Tensor:
+        """``sqrt(||b_k||^2 + eps)`` ``(B, C, *grid)``: pass it to ``forward`` when ``b`` is reused."""
+        return torch.sqrt((b * b).sum(1) + self.eps)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, b_norm: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        return interaction_features(a, b, 1, self.eps, b_norm)

@@ -29,7 +29,7 @@ class NPCStage(nn.Module):
         mask_temperature, hard_mask: top-K mask options (:class:`ResidualTopKMask`).
         init, padding_mode: filter-bank options (:class:`PairedFilterBank`).
 
-    Call :meth:`prepare` once per image pair with the fixed image (its responses and the gated
+    Call :meth:`prepare` once per image pair with the fixed image (its responses, their norms and the gated
     positional encoding do not change across steps), then ``forward(moving_warped, *context)``
     at every step. ``forward`` returns ``(velocity, residual, mask)``: the displacement update
     ``(B, D, *S)`` in voxels on the full grid, and the normalised residual and the mask, each
@@ -64,20 +64,21 @@ class NPCStage(nn.Module):
         self.masked = top_k < num_pairs
         self.channels_last = spatial_dims == 2
 
-    def prepare(self, fixed: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Step-invariant context ``(fixed_responses, gamma, gamma_g)`` for a fixed image ``(B, 1, *S)``."""
+    def prepare(self, fixed: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Step-invariant context ``(fixed_responses, their norms, gamma, gamma_g)`` for a fixed image ``(B, 1, *S)``."""
         b = self.filters.fixed_responses(fixed)
+        b_norm = self.interaction.response_norm(b)
         gamma, gate = self.decoder.encoding(list(b.shape[3:]), b)  # b: (B, 2, C, *grid)
         if self.channels_last:
             gamma = gamma.contiguous(memory_format=torch.channels_last)
             gate = gate.contiguous(memory_format=torch.channels_last)
-        return b, gamma, gate
+        return b, b_norm, gamma, gate
 
     def forward(
-        self, moving: torch.Tensor, fixed_responses: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor
+        self, moving: torch.Tensor, fixed_responses: torch.Tensor, fixed_norm: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a = self.filters.moving_responses(moving)
-        features, residual = self.interaction(a, fixed_responses)
+        features, residual = self.interaction(a, fixed_responses, fixed_norm)
         if self.masked:
             mask = self.mask(residual)
             features = features * mask.unsqueeze(1)

@@ -23,7 +23,7 @@ class ResidualTopKMask(nn.Module):
     sums to ``min(K, C)`` over the pair axis.
     """
 
-    def __init__(self, top_k: int = 64, temperature: float = 0.1, hard: bool = False, iterations: int = 3) -> None:
+    def __init__(self, top_k: int = 64, temperature: float = 0.1, hard: bool = False, iterations: int = 2) -> None:
         super().__init__()
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}.")

@@ -72,13 +72,13 @@ class WarpODE(nn.Module):
         diagnostics: List[Dict[str, torch.Tensor]] = []
         step = 0
         for index, stage in enumerate(self.stages):
-            fixed_responses, gamma, gate = stage.prepare(fixed)
+            fixed_responses, fixed_norm, gamma, gate = stage.prepare(fixed)
             for _ in range(self.steps_per_stage[index]):
                 if step == 0:
                     warped = moving
                 else:
                     warped = warp_image(moving, ddf.detach() if self.detach_steps else ddf, "bilinear", self.padding_mode)
-                velocity, residual, mask = stage(warped, fixed_responses, gamma, gate)
+                velocity, residual, mask = stage(warped, fixed_responses, fixed_norm, gamma, gate)
                 ddf = ddf + dt * velocity
                 step += 1
                 if keep_diagnostics:
