@@ -35,7 +35,7 @@ from monai_npc.transforms import CropOnLabelUniond, MinMaxNormalized
 
 from .io import find_image, read_array, read_h5, read_vector_image
 from .layout import find_patient_dirs, read_cfg
-from .pairs import DIRECTIONS, frames_to_pairs, make_dataset, pair_transforms
+from .pairs import DIRECTIONS, frame_item_to_numpy, frames_to_pairs, make_dataset, pair_transforms
 from .splits import SPLITS, Count, patient_split
 
 __all__ = [
@@ -339,19 +339,6 @@ def acdc_preprocess(roi_size: Union[int, Sequence[int]] = 128) -> Compose:
     )
 
 
-def _to_numpy(item: Dict) -> Dict:
-    out = {}
-    for k, v in item.items():
-        if hasattr(v, "detach"):
-            v = v.detach().cpu().numpy()
-        if k in ("ed_label", "es_label"):
-            v = np.asarray(v).astype(np.uint8)
-        elif isinstance(v, np.ndarray):
-            v = v.astype(np.float32, copy=False)
-        out[k] = v
-    return out
-
-
 def acdc_patient_split(
     root_or_patients: Union[PathLike, Sequence[str]],
     n_train: Count = 80,
@@ -392,7 +379,7 @@ def _frame_items(patients: Sequence[ACDCPatient], roi_size, structures) -> Tuple
         seen_values |= set(np.unique(volumes["ed_label"]).tolist()) | set(np.unique(volumes["es_label"]).tolist())
         for item in acdc_slice_items(volumes, structures):
             before = int((item["ed_label"] > 0).sum() + (item["es_label"] > 0).sum())
-            item = _to_numpy(preprocess(item))
+            item = frame_item_to_numpy(preprocess(item))
             cut += before != int((item["ed_label"] > 0).sum() + (item["es_label"] > 0).sum())
             items.append(item)
     if cut:

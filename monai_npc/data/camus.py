@@ -33,7 +33,7 @@ from monai_npc.transforms import MinMaxNormalized, ResampleToSpacingd
 
 from .io import find_image, load_image, read_array, read_vector_image, select_frame, to_array_order
 from .layout import find_patient_dirs, read_cfg
-from .pairs import frames_to_pairs, make_dataset, pair_transforms
+from .pairs import frame_item_to_numpy, frames_to_pairs, make_dataset, pair_transforms
 from .splits import SPLITS, Count, patient_split
 
 __all__ = [
@@ -206,19 +206,6 @@ def camus_preprocess(pixdim: float = 1.0, roi_size: Union[int, Sequence[int]] = 
     )
 
 
-def _to_numpy(item: Dict) -> Dict:
-    out = {}
-    for k, v in item.items():
-        if hasattr(v, "detach"):
-            v = v.detach().cpu().numpy()
-        if k in ("ed_label", "es_label"):
-            v = np.asarray(v).astype(np.uint8)
-        elif isinstance(v, np.ndarray):
-            v = v.astype(np.float32, copy=False)
-        out[k] = v
-    return out
-
-
 def camus_patient_split(
     root_or_patients: Union[PathLike, Sequence[str]],
     n_train: Count = 300,
@@ -266,7 +253,7 @@ def build_camus_pairs(
     pairs = []
     for patient in patients:
         for view in views:
-            item = _to_numpy(preprocess(camus_frame_item(load_camus_view(patient, view))))
+            item = frame_item_to_numpy(preprocess(camus_frame_item(load_camus_view(patient, view))))
             pairs.extend(frames_to_pairs(item, directions))
     logger.info("CAMUS %s: %d patients, %d pairs", split, len(patients), len(pairs))
     return pairs

@@ -22,16 +22,31 @@ from __future__ import annotations
 
 from typing import Dict, Hashable, List, Mapping, Sequence
 
+import numpy as np
 from monai.transforms import Compose, EnsureTyped
 
 from monai_npc.transforms import ConcatPaird, RandPairFlipd
 
-__all__ = ["DIRECTIONS", "IMAGE_KEYS", "LABEL_KEYS", "frames_to_pairs", "pair_transforms", "make_dataset"]
+__all__ = ["DIRECTIONS", "IMAGE_KEYS", "LABEL_KEYS", "frame_item_to_numpy", "frames_to_pairs", "pair_transforms", "make_dataset"]
 
 DIRECTIONS = ("ED->ES", "ES->ED")
 IMAGE_KEYS = ("moving", "fixed")
 LABEL_KEYS = ("moving_label", "fixed_label")
 _FRAME_KEYS = {"ED->ES": ("ed", "es", "ddf_ed_es"), "ES->ED": ("es", "ed", "ddf_es_ed")}
+
+
+def frame_item_to_numpy(item: Mapping[Hashable, object]) -> Dict:
+    """A preprocessed frame item back to numpy: labels ``uint8``, other arrays ``float32``, the rest as is."""
+    out = {}
+    for k, v in item.items():
+        if hasattr(v, "detach"):
+            v = v.detach().cpu().numpy()
+        if k in ("ed_label", "es_label"):
+            v = np.asarray(v).astype(np.uint8)
+        elif isinstance(v, np.ndarray):
+            v = v.astype(np.float32, copy=False)
+        out[k] = v
+    return out
 
 
 def frames_to_pairs(item: Mapping[Hashable, object], directions: Sequence[str] = DIRECTIONS) -> List[Dict]:
