@@ -8,6 +8,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
+from .figures import save_figure
+
 __all__ = ["per_pair_residual_stats", "residual_per_pair_figure", "filter_quads_figure"]
 
 
@@ -56,14 +58,7 @@ def residual_per_pair_figure(
         ax.set_xlabel("filter pair (sorted)")
     axes[0][0].set_ylabel(r"$\bar r_k^2$")
     axes[0][0].legend(fontsize=7, loc="upper left")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 def filter_quads_figure(
@@ -96,10 +91,4 @@ def filter_quads_figure(
             ax.set_yticks([])
             if j == 0:
                 ax.set_title(f"{k}", fontsize=7, loc="left")
-    if title:
-        fig.suptitle(title)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title, tight=False)

@@ -7,13 +7,28 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["deformed_grid_lines", "registration_panel"]
+__all__ = ["deformed_grid_lines", "registration_panel", "save_figure"]
 
 
 def _np(x) -> np.ndarray:
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     return np.asarray(x, dtype=np.float32)
+
+
+def save_figure(fig, path: str | Path, title: Optional[str] = None, tight: bool = True) -> Path:
+    """Add ``title``, lay out, write ``fig`` as a PNG at ``path`` (folders created) and close it."""
+    import matplotlib.pyplot as plt
+
+    if title:
+        fig.suptitle(title)
+    if tight:
+        fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches=None if tight else "tight")
+    plt.close(fig)
+    return path
 
 
 def deformed_grid_lines(ddf, spacing: int = 8) -> List[Tuple[np.ndarray, np.ndarray]]:
@@ -76,11 +91,4 @@ def registration_panel(
         ax.set_yticks([])
         if captions is not None and i < len(captions) and captions[i]:
             ax.set_xlabel(captions[i])
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
