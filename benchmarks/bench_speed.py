@@ -38,7 +38,7 @@ from monai_npc.engines import stack_pairs
 from monai_npc.functional import warp_image
 from monai_npc.losses import RegistrationLoss, bidirectional_loss
 from monai_npc.metrics import dice_per_structure
-from monai_npc.networks.nets import NPCNet, PhaseCorrelationNet, VoxelMorphNet, available_models, load_pretrained
+from monai_npc.networks.nets import DemonsNet, NPCNet, PhaseCorrelationNet, VoxelMorphNet, available_models, load_pretrained
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "acdc_ssl4mis"
 
@@ -121,21 +121,12 @@ def train_row(name, net, pairs, rates):
 
 
 def classical_rows(pairs, repeats):
-    import SimpleITK as sitk
-
     rows = []
     m, f = stack_pairs(pairs, "moving"), stack_pairs(pairs, "fixed")
-
-    def demons(i):
-        fixed, moving = sitk.GetImageFromArray(f[i, 0].numpy()), sitk.GetImageFromArray(m[i, 0].numpy())
-        filt = sitk.FastSymmetricForcesDemonsRegistrationFilter()
-        filt.SetNumberOfIterations(100)
-        filt.SetStandardDeviations(1.5)
-        field = sitk.GetArrayFromImage(filt.Execute(fixed, moving))  # (H, W, 2) in (x, y) order
-        return torch.from_numpy(np.ascontiguousarray(field[..., ::-1].transpose(2, 0, 1))).float()
-
+    x = torch.cat([m, f], 1)
+    demons = DemonsNet()
     t0 = time.perf_counter()
-    ddf = torch.stack([demons(i) for i in range(len(pairs))])
+    ddf = torch.cat([demons(x[i : i + 1]) for i in range(len(pairs))])
     rows.append(dict(method="SimpleITK symmetric-forces demons", dtype="fp32", dice=dice_of(ddf, pairs),
                      ms_batch1=1000 * (time.perf_counter() - t0) / len(pairs)))
     try:
@@ -155,7 +146,6 @@ def classical_rows(pairs, repeats):
     except ImportError:
         rows.append(dict(method="ANTsPy SyN", dtype="-", dice=None, ms_batch1=None, note="antspyx not installed"))
     pc = PhaseCorrelationNet()
-    x = torch.cat([m, f], 1)
     sec = timed(lambda: pc(x[:1]), repeats)
     rows.append(dict(method="global phase correlation", dtype="fp64", dice=dice_of(pc(x), pairs), ms_batch1=1000 * sec))
     return rows

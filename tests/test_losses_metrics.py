@@ -8,7 +8,7 @@ import torch
 from monai_npc.functional import jacobian_determinant, warp_image
 from monai_npc.losses import PRESETS, JacobianFoldLoss, LogJacobianLoss, RegistrationLoss, bidirectional_loss
 from monai_npc.metrics import dice_per_structure, folding_percent, hd95_per_structure, ndv, registration_metrics, sdlogj
-from monai_npc.networks.nets import NPCNet, PhaseCorrelationNet, VoxelMorphNet
+from monai_npc.networks.nets import DemonsNet, NPCNet, PhaseCorrelationNet, VoxelMorphNet
 
 
 def grid2(n=32):
@@ -117,3 +117,15 @@ def test_baselines_share_the_api():
     assert torch.allclose(warp_image(img, pc)[..., 8:-8, 8:-8], fixed[..., 8:-8, 8:-8], atol=1e-3)
     with pytest.raises(ValueError, match="moving \\+ fixed"):
         vxm(torch.rand(1, 1, 64, 64))
+
+
+def test_demons_baseline_follows_the_warp_convention():
+    g = grid2(64)
+    blob = torch.exp(-((g[0] - 30) ** 2 + (g[1] - 34) ** 2) / 120.0)[None, None]
+    fixed = torch.roll(blob, (2, -1), dims=(2, 3))  # fixed(x) = blob(x - (2, -1)): ddf = (-2, 1)
+    ddf = DemonsNet(iterations=200, smoothing=2.0)(torch.cat([blob, fixed], 1))
+    assert ddf.shape == (1, 2, 64, 64)
+    centre = ddf[0, :, 28:36, 31:39].mean((1, 2))
+    assert torch.allclose(centre, torch.tensor([-2.0, 1.0]), atol=0.5), centre
+    before = (blob - fixed).abs().mean()
+    assert (warp_image(blob, ddf) - fixed).abs().mean() < 0.5 * before

@@ -10,7 +10,7 @@ from torch import nn
 
 from monai_npc.functional.phase_correlation import phase_correlation
 
-__all__ = ["VoxelMorphNet", "PhaseCorrelationNet"]
+__all__ = ["VoxelMorphNet", "PhaseCorrelationNet", "DemonsNet"]
 
 
 class VoxelMorphNet(nn.Module):
@@ -63,3 +63,37 @@ class PhaseCorrelationNet(nn.Module):
         shift = phase_correlation(image[:, 0:1], image[:, 1:2], self.upsample_factor)  # (B, D)
         spatial = image.shape[2:]
         return shift.view(shift.shape + (1,) * len(spatial)).expand((-1, -1) + tuple(spatial)).contiguous()
+
+
+class DemonsNet(nn.Module):
+    """SimpleITK's fast symmetric-forces demons as a classical baseline in the same API (2-D or 3-D).
+
+    Each pair is registered independently on the voxel grid (spacing 1), so the returned
+    displacement is in voxels, MONAI ``Warp`` convention (SimpleITK's field maps fixed points to
+    moving points with components in ``x, y[, z]`` order; they are reversed to array-axis order).
+
+    Args:
+        iterations: demons iterations.
+        smoothing: standard deviation (voxels) of the Gaussian smoothing of the field.
+    """
+
+    def __init__(self, iterations: int = 100, smoothing: float = 1.5) -> None:
+        super().__init__()
+        self.iterations = iterations
+        self.smoothing = smoothing
+
+    @torch.no_grad()
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        import SimpleITK as sitk
+
+        if image.dim() < 4 or image.shape[1] != 2:
+            raise ValueError(f"DemonsNet expects (B, 2, *S) moving + fixed, got shape {tuple(image.shape)}.")
+        out = []
+        for pair in image.detach().cpu().double().numpy():
+            moving, fixed = sitk.GetImageFromArray(pair[0]), sitk.GetImageFromArray(pair[1])
+            demons = sitk.FastSymmetricForcesDemonsRegistrationFilter()
+            demons.SetNumberOfIterations(self.iterations)
+            demons.SetStandardDeviations(self.smoothing)
+            field = sitk.GetArrayFromImage(demons.Execute(fixed, moving))  # (*S, D), components x, y[, z]
+            out.append(torch.from_numpy(field[..., ::-1].copy()).movedim(-1, 0))
+        return torch.stack(out).to(image.dtype).to(image.device)
