@@ -260,6 +260,17 @@ def test_hard_topk_forward_with_soft_gradient():
     assert s.grad.abs().sum() > 0
 
 
+def test_topk_warm_start_from_a_wrong_threshold_still_converges():
+    from monai_npc.functional import soft_topk_mask_with_threshold
+
+    s = torch.rand(3, 64, 4, 4) * 5
+    ref, t = soft_topk_mask_with_threshold(s, 20, 1, 0.1)
+    for init in (t + 0.3, t - 0.3, torch.full_like(t, 100.0)):
+        m, _ = soft_topk_mask_with_threshold(s, 20, 1, 0.1, init=init, iterations=6)
+        assert torch.allclose(m.sum(1), torch.full((3, 4, 4), 20.0), atol=1e-3)
+        assert torch.allclose(m, ref, atol=1e-3)
+
+
 def test_topk_edge_cases():
     s = torch.rand(2, 8)
     assert torch.equal(soft_topk_mask(s, 8), torch.ones_like(s))

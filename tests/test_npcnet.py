@@ -49,8 +49,11 @@ def test_blocks_shapes():
     assert a.shape == b.shape == (2, 2, 16, 10, 8)
     feats, res = PairInteraction()(a, b)
     assert feats.shape == (2, 3, 16, 10, 8) and res.shape == (2, 16, 10, 8)
-    mask = ResidualTopKMask(4)(res)
+    mask, threshold = ResidualTopKMask(4)(res)
     assert torch.allclose(mask.sum(1), torch.full((2, 10, 8), 4.0), atol=1e-3)
+    assert threshold.shape == (2, 1, 10, 8)
+    warm, _ = ResidualTopKMask(4)(res, threshold + 0.05)  # warm start from a nearby threshold
+    assert torch.allclose(warm, mask, atol=1e-3)
     dec = PositionalEncodingDecoder(2, 16, 32, 32, 32)
     gamma, gate = dec.encoding([10, 8], a)
     assert gamma.shape == (1, 32, 10, 8) and gate.shape == (1, 32, 10, 8)
@@ -252,7 +255,18 @@ def test_fast_stage_matches_the_straightforward_reference():
     moving, fixed = torch.rand(2, 1, 32, 32), torch.rand(2, 1, 32, 32)
     with torch.no_grad():
         ref_v, ref_r, ref_m = reference_stage_velocity(stage, moving, fixed)
-        v, r, m = stage(moving, *stage.prepare(fixed))
+        v, r, m, _ = stage(moving, *stage.prepare(fixed))
     assert torch.allclose(r, ref_r, rtol=1e-3, atol=1e-4)
     assert torch.allclose(m, ref_m, atol=1e-3)
     assert torch.allclose(v, ref_v, rtol=1e-3, atol=1e-5)
+
+
+def test_warm_started_top_k_gives_the_same_field():
+    net = NPCNet(**dict(SMALL, num_steps=4))
+    with torch.no_grad():
+        net.ode.stages[0].decoder.head.out.weight.normal_(std=0.3)
+    x = torch.rand(2, 2, 32, 32)
+    warm = net(x)
+    net.ode.stages[0].mask.warm_start = False
+    cold = net(x)
+    assert torch.allclose(warm, cold, atol=1e-4)

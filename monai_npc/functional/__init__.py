@@ -5,7 +5,7 @@ from .filter_pairs import fourier_filter_pairs, pair_responses, patch_norm_stati
 from .interaction import interaction_features, pair_interaction, pair_residual, polar_features
 from .phase_correlation import phase_correlation
 from .reliability import reliability_map
-from .topk import soft_topk_mask
+from .topk import soft_topk_mask, soft_topk_mask_with_threshold
 from .warp import identity_grid, jacobian_determinant, warp_image
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "phase_correlation",
     "reliability_map",
     "soft_topk_mask",
+    "soft_topk_mask_with_threshold",
     "identity_grid",
     "jacobian_determinant",
     "warp_image",

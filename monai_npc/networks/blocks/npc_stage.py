@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -31,9 +31,10 @@ class NPCStage(nn.Module):
 
     Call :meth:`prepare` once per image pair with the fixed image (its responses, their norms and the gated
     positional encoding do not change across steps), then ``forward(moving_warped, *context)``
-    at every step. ``forward`` returns ``(velocity, residual, mask)``: the displacement update
-    ``(B, D, *S)`` in voxels on the full grid, and the normalised residual and the mask, each
-    ``(B, C, *grid)``.
+    at every step. ``forward`` returns ``(velocity, residual, mask, threshold)``: the displacement
+    update ``(B, D, *S)`` in voxels on the full grid, the normalised residual and the mask, each
+    ``(B, C, *grid)``, and the mask's threshold ``(B, 1, *grid)``, which the next step may pass
+    back as ``threshold`` to warm-start the top-K search.
     """
 
     def __init__(
@@ -75,18 +76,25 @@ class NPCStage(nn.Module):
         return b, b_norm, gamma, gate
 
     def forward(
-        self, moving: torch.Tensor, fixed_responses: torch.Tensor, fixed_norm: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor
-    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        self,
+        moving: torch.Tensor,
+        fixed_responses: torch.Tensor,
+        fixed_norm: torch.Tensor,
+        gamma: torch.Tensor,
+        gate: torch.Tensor,
+        threshold: Optional[torch.Tensor] = None,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         a = self.filters.moving_responses(moving)
         features, residual = self.interaction(a, fixed_responses, fixed_norm)
         if self.masked:
-            mask = self.mask(residual)
+            mask, threshold = self.mask(residual, threshold)
             features = features * mask.unsqueeze(1)
         else:
             mask = torch.ones_like(residual)
+            threshold = torch.full_like(residual.narrow(1, 0, 1), float("inf"))
         features = features.flatten(1, 2)
         if self.channels_last:  # mkldnn's 1x1 and 3x3 convolutions run faster on NHWC, forward and backward
             features = features.contiguous(memory_format=torch.channels_last)
         coarse = self.decoder(features, gamma, gate)
         velocity = F.interpolate(coarse, size=moving.shape[2:], mode=self.mode, align_corners=False)
-        return velocity.contiguous(), residual, mask
+        return velocity.contiguous(), residual, mask, threshold

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from monai_npc.functional.topk import soft_topk_mask
+from typing import Optional, Tuple
+
+from monai_npc.functional.topk import soft_topk_mask_with_threshold
 
 __all__ = ["ResidualTopKMask"]
 
@@ -19,11 +21,17 @@ class ResidualTopKMask(nn.Module):
         hard: exact 0/1 mask forward, soft-mask gradient backward (straight-through).
         iterations: safeguarded Newton steps for the threshold.
 
-    ``forward(residual)`` with ``residual`` ``(B, C, *grid)`` returns a mask of the same shape that
-    sums to ``min(K, C)`` over the pair axis.
+        warm_start: start the threshold search from ``init`` when given (the previous ODE step's
+            threshold) instead of ``torch.topk``; the mask is the same to the search's tolerance.
+
+    ``forward(residual, init=None)`` with ``residual`` ``(B, C, *grid)`` returns ``(mask, threshold)``:
+    the mask has the shape of ``residual`` and sums to ``min(K, C)`` over the pair axis; the
+    threshold ``(B, 1, *grid)`` can be passed back as ``init`` at the next step.
     """
 
-    def __init__(self, top_k: int = 64, temperature: float = 0.1, hard: bool = False, iterations: int = 2) -> None:
+    def __init__(
+        self, top_k: int = 64, temperature: float = 0.1, hard: bool = False, iterations: int = 2, warm_start: bool = True
+    ) -> None:
         super().__init__()
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}.")
@@ -33,6 +41,8 @@ class ResidualTopKMask(nn.Module):
         self.temperature = temperature
         self.hard = hard
         self.iterations = iterations
+        self.warm_start = warm_start
 
-    def forward(self, residual: torch.Tensor) -> torch.Tensor:
-        return soft_topk_mask(residual, self.top_k, 1, self.temperature, self.hard, self.iterations)
+    def forward(self, residual: torch.Tensor, init: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        start = init if self.warm_start else None
+        return soft_topk_mask_with_threshold(residual, self.top_k, 1, self.temperature, self.hard, self.iterations, start)

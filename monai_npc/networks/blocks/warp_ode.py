@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -29,7 +29,8 @@ class WarpODE(nn.Module):
     (e.g. a coarse stage for the first half of the steps, a fine stage after).
 
     Args:
-        stages: models with ``prepare(fixed)`` and ``forward(moving, *context) -> (velocity, residual, mask)``
+        stages: models with ``prepare(fixed)`` and
+            ``forward(moving, *context, threshold) -> (velocity, residual, mask, threshold)``
             (:class:`~monai_npc.networks.blocks.NPCStage`).
         num_steps: total ``n_t`` (split evenly over the stages) or one count per stage.
         padding_mode: warp padding (``"border"``).
@@ -73,12 +74,13 @@ class WarpODE(nn.Module):
         step = 0
         for index, stage in enumerate(self.stages):
             fixed_responses, fixed_norm, gamma, gate = stage.prepare(fixed)
+            threshold: Optional[torch.Tensor] = None
             for _ in range(self.steps_per_stage[index]):
                 if step == 0:
                     warped = moving
                 else:
                     warped = warp_image(moving, ddf.detach() if self.detach_steps else ddf, "bilinear", self.padding_mode)
-                velocity, residual, mask = stage(warped, fixed_responses, fixed_norm, gamma, gate)
+                velocity, residual, mask, threshold = stage(warped, fixed_responses, fixed_norm, gamma, gate, threshold)
                 ddf = ddf + dt * velocity
                 step += 1
                 if keep_diagnostics:
