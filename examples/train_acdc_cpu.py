@@ -1,5 +1,7 @@
 """Train NPC on real ACDC slices on a CPU, with validation, best-model export and resume.
 
+On a machine where anything else runs, set ``OMP_NUM_THREADS=1`` (2 threads were 5x slower there).
+
 This is the schedule that produced ``monai_npc/weights/acdc.pt`` (see its ``meta``):
 
     python examples/train_acdc_cpu.py --data-dir ../shared/data/acdc_ssl4mis --out runs/acdc_cpu \\
