@@ -270,3 +270,22 @@ def test_warm_started_top_k_gives_the_same_field():
     net.ode.stages[0].mask.warm_start = False
     cold = net(x)
     assert torch.allclose(warm, cold, atol=1e-4)
+
+
+def test_shipped_acdc_model_registers_a_cardiac_phantom():
+    from monai_npc.data.phantoms import cardiac_pair
+    from monai_npc.metrics import dice_per_structure
+    from monai_npc.networks.nets import available_models, load_pretrained
+
+    assert "acdc" in available_models()
+    net = load_pretrained("acdc", num_steps=4)
+    assert sum(p.numel() for p in net.parameters()) == 323_026
+    assert net.meta["validation_full"]["ode10"]["n_pairs"] == 168
+    p = cardiac_pair(128, seed=7)
+    m, f = torch.tensor(p["moving"])[None, None], torch.tensor(p["fixed"])[None, None]
+    ml, fl = torch.tensor(p["moving_label"])[None, None].float(), torch.tensor(p["fixed_label"])[None, None].float()
+    with torch.no_grad():
+        ddf = net(torch.cat([m, f], 1))
+    before = dice_per_structure(ml, fl).nanmean()
+    after = dice_per_structure(warp_image(ml, ddf, "nearest"), fl).nanmean()
+    assert after > before + 0.15, (before, after)

@@ -318,7 +318,7 @@ def test_clear_errors(tmp_path, case, error, words):
     elif case == "label_float":
         kw["fixed_label"] = _write(_image(np.full((40, 40), 0.5)), tmp_path / "labf.nii.gz")
     elif case == "weights":
-        kw["model"] = "acdc"
+        kw["model"] = "no_such_model"
     elif case == "no_overlap":
         kw["moving"] = _write(_image(np.ones((40, 40)), origin=(500.0, 0.0)), tmp_path / "far.nii.gz")
     with pytest.raises(error) as info:
@@ -329,7 +329,7 @@ def test_clear_errors(tmp_path, case, error, words):
 
 def test_cli_prints_clean_errors(tmp_path, capsys):
     good = _errors_setup(tmp_path)
-    rc = main(["register", "--moving", str(good), "--fixed", str(good), "--out", str(tmp_path / "o"), "--model", "acdc"])
+    rc = main(["register", "--moving", str(good), "--fixed", str(good), "--out", str(tmp_path / "o"), "--model", "no_such_model"])
     err = capsys.readouterr().err
     assert rc == 1 and "no shipped weights" in err and "Traceback" not in err
     assert main(["register", "--moving", str(good), "--model", "phase-correlation"]) == 1
