@@ -92,6 +92,17 @@ def _normalise(array: np.ndarray) -> np.ndarray:
     return out
 
 
+def _model_inputs(net: nn.Module, array: np.ndarray) -> np.ndarray:
+    """``(Z, H, W)`` -> model inputs: the SAR preprocessing (log-amplitude, speckle smoothing, robust
+    scaling) for models whose ``meta`` says ``preprocessing: "sar"``, else :func:`_normalise`."""
+    meta = getattr(net, "meta", None) or {}
+    if meta.get("preprocessing") == "sar":
+        from monai_npc.extras.sar.preprocess import preprocess_slices
+
+        return preprocess_slices(array, meta.get("sigma"))
+    return _normalise(array)
+
+
 def _slices(array: np.ndarray, dims: int) -> np.ndarray:
     """Array-order image -> ``(Z, H, W)``."""
     return array[None] if dims == 2 else array
@@ -211,7 +222,7 @@ def register_files(
             f"{tuple(round(v, 2) for v in moving_img.GetOrigin())} mm, fixed origin "
             f"{tuple(round(v, 2) for v in fixed_img.GetOrigin())} mm, LPS); check their origins and directions."
         )
-    fixed_m, moving_m = _normalise(fixed_raw), _normalise(moving_raw)
+    fixed_m, moving_m = _model_inputs(net, fixed_raw), _model_inputs(net, moving_raw)
 
     # 2. network, model voxels
     t_net = time.perf_counter()

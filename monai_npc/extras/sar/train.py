@@ -1,0 +1,190 @@
+"""Training of the SAR cascade on synthetic 256 x 256 pairs.
+
+The loss is the paper's unsupervised one (LNCC + diffusion + Jacobian fold penalty, from
+:class:`monai_npc.losses.RegistrationLoss`) plus, with ``supervision > 0``, the endpoint error
+against the generator's known displacement (synthetic data only; the paper trains on real pairs
+without it). Training runs on ``crop x crop`` tiles of the 256 x 256 pairs (cheap), optionally followed by a
+short fine-tuning on whole pairs: NPC's positional encoding spans the coarse grid, so the grid
+size used at inference should also be seen in training.
+Augmentation: the 8 flips / transposes of the square, applied to both images and to the field.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from monai_npc.functional.warp import warp_image
+from monai_npc.losses.registration import RegistrationLoss
+from monai_npc.networks.nets import NPCNet, save_pretrained
+
+from .evaluate import preprocess_pairs
+from .model import SAR_CONFIG
+from .preprocess import DEFAULT_SIGMA, PREPROCESSING
+from .synthetic import SARPairConfig, config_dict, make_sar_pairs
+
+__all__ = ["SARTrainConfig", "TRAIN_SEED", "VAL_SEED", "TEST_SEED", "crop_pairs", "dihedral", "train_sar"]
+
+#: seed ranges of the synthetic splits (pair ``i`` of a split has seed ``SPLIT_SEED + i``)
+TRAIN_SEED, VAL_SEED, TEST_SEED = 0, 50_000, 100_000
+
+
+@dataclass
+class SARTrainConfig:
+    """Schedule of :func:`train_sar`.
+
+    Attributes:
+        n_pairs: synthetic training pairs (seeds ``TRAIN_SEED + i``), reused with the 8 symmetries.
+        crop: train on the non-overlapping ``crop x crop`` tiles of the pairs (preprocessed whole);
+            0 trains on whole pairs. A run may resume a checkpoint with another ``crop`` (fine-tuning).
+        iterations, batch_size, lr, lr_decay: Adam schedule (``lr_decay`` multiplies the rate each iteration).
+        window, lambda_reg, lambda_jac: unsupervised loss (LNCC window in pixels, diffusion and fold weights).
+        supervision: weight of the endpoint error (pixels) against the true field; 0 = unsupervised.
+        sigma: speckle smoothing of the preprocessing (pixels).
+        seed: mini-batch sampling seed.
+        model: ``NPCNet`` arguments (default :data:`~.model.SAR_CONFIG`).
+    """
+
+    n_pairs: int = 200
+    crop: int = 128
+    iterations: int = 2000
+    batch_size: int = 4
+    lr: float = 2e-3
+    lr_decay: float = 0.9995
+    window: int = 21
+    lambda_reg: float = 0.5
+    lambda_jac: float = 10.0
+    supervision: float = 0.1
+    sigma: float = DEFAULT_SIGMA
+    seed: int = 0
+    model: Dict[str, Any] = field(default_factory=lambda: dict(SAR_CONFIG))
+
+
+def crop_pairs(pairs: Sequence[Mapping], crop: int) -> List[Dict[str, np.ndarray]]:
+    """Non-overlapping ``crop x crop`` tiles of every pair's ``moving``, ``fixed`` and ``ddf``."""
+    out: List[Dict[str, np.ndarray]] = []
+    for p in pairs:
+        h, w = np.asarray(p["moving"]).shape
+        if not 0 < crop <= min(h, w):
+            raise ValueError(f"crop must be in 1..{min(h, w)} for {h} x {w} pairs, got {crop}.")
+        for i in range(0, h - crop + 1, crop):
+            for j in range(0, w - crop + 1, crop):
+                out.append({k: np.ascontiguousarray(np.asarray(p[k])[..., i : i + crop, j : j + crop]) for k in ("moving", "fixed", "ddf")})
+    return out
+
+
+def dihedral(moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Symmetry ``k`` (0..7) of the square applied to ``(B, 1, H, W)`` images and their ``(B, 2, H, W)`` field.
+
+    Bit 0 flips rows, bit 1 flips columns, bit 2 transposes; the field's components are negated
+    and swapped accordingly, so ``moving(x + ddf(x)) = fixed(x)`` still holds.
+    """
+    if not 0 <= k < 8:
+        raise ValueError(f"k must be in 0..7, got {k}.")
+    for axis, bit in ((0, 1), (1, 2)):
+        if k & bit:
+            moving, fixed, ddf = moving.flip(axis + 2), fixed.flip(axis + 2), ddf.flip(axis + 2)
+            ddf = torch.cat([-ddf[:, :1], ddf[:, 1:]], 1) if axis == 0 else torch.cat([ddf[:, :1], -ddf[:, 1:]], 1)
+    if k & 4:
+        moving, fixed = moving.transpose(2, 3), fixed.transpose(2, 3)
+        ddf = ddf.transpose(2, 3).flip(1)
+    return moving.contiguous(), fixed.contiguous(), ddf.contiguous()
+
+
+def train_sar(
+    out: str | Path,
+    config: SARTrainConfig = SARTrainConfig(),
+    data: SARPairConfig = SARPairConfig(),
+    progress: bool = True,
+    weights: Optional[str | Path] = None,
+    callback: Optional[Callable[[int, Dict[str, float]], None]] = None,
+) -> NPCNet:
+    """Train the SAR cascade; write ``out/checkpoint.pt`` (every 25 iterations, resumable),
+    ``out/train_history.json`` and the weights (``save_pretrained``, default ``out/sar.pt``).
+
+    A run finding ``out/checkpoint.pt`` resumes from it (``config.iterations`` is the total). The
+    weights' ``meta`` holds ``preprocessing: "sar"``, ``sigma``, ``input_size``, the data and the
+    schedule. Returns the trained network (eval mode, ``detach_steps`` off).
+    """
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    pairs = preprocess_pairs(make_sar_pairs(config.n_pairs, TRAIN_SEED, data, progress=progress), config.sigma)
+    if config.crop:
+        pairs = crop_pairs(pairs, config.crop)
+    moving = torch.stack([torch.from_numpy(p["moving"])[None] for p in pairs])
+    fixed = torch.stack([torch.from_numpy(p["fixed"])[None] for p in pairs])
+    true = torch.stack([torch.from_numpy(p["ddf"]) for p in pairs])
+    torch.manual_seed(config.seed)
+    net = NPCNet(**{**config.model, "detach_steps": True})
+    loss = RegistrationLoss(preset=None, window=config.window, lambda_reg=config.lambda_reg, lambda_jac=config.lambda_jac)
+    opt = torch.optim.Adam(net.parameters(), lr=config.lr)
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=config.lr_decay)
+    rng = np.random.default_rng(config.seed)
+    history: List[Dict[str, float]] = []
+    start, seconds_before = 1, 0.0
+    ckpt = out / "checkpoint.pt"
+    if ckpt.is_file():
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        net.load_state_dict(state["network"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        history, start = list(state["history"]), int(state["iteration"]) + 1
+        rng.bit_generator.state = state["rng"]
+        seconds_before = float(state.get("seconds", 0.0))
+
+    def save(it: int) -> None:
+        state = dict(network=net.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(), history=history,
+                     rng=rng.bit_generator.state, iteration=it, seconds=seconds_before + time.perf_counter() - t0)
+        torch.save(state, ckpt.with_suffix(".tmp"))
+        ckpt.with_suffix(".tmp").replace(ckpt)
+
+    net.train()
+    bar = tqdm(range(start, config.iterations + 1), desc="train sar", disable=not progress, initial=start - 1, total=config.iterations)
+    for it in bar:
+        idx = torch.as_tensor(rng.choice(len(pairs), size=min(config.batch_size, len(pairs)), replace=False))
+        m, f, t = dihedral(moving[idx], fixed[idx], true[idx], int(rng.integers(8)))
+        ddf = net(torch.cat([m, f], 1))
+        terms = loss.components(warp_image(m, ddf, "bilinear", "border"), f, ddf)
+        terms["epe"] = (ddf - t).norm(dim=1).mean()
+        total = terms["loss"] + config.supervision * terms["epe"] if config.supervision else terms["loss"]
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        opt.step()
+        sched.step()
+        record = {k: float(v) for k, v in terms.items()}
+        record["total"] = float(total)
+        history.append(record)
+        bar.set_postfix(loss=f"{record['loss']:.3f}", epe=f"{record['epe']:.2f}")
+        if callback is not None:
+            callback(it, record)
+        if it % 25 == 0:
+            save(it)
+    if start <= config.iterations:
+        save(config.iterations)
+    seconds = seconds_before + time.perf_counter() - t0
+    (out / "train_history.json").write_text(json.dumps(history))
+    final = NPCNet(**{**config.model, "detach_steps": False})
+    final.load_state_dict(net.state_dict())
+    tail = history[-50:]
+    meta = {
+        "preprocessing": PREPROCESSING,
+        "sigma": config.sigma,
+        "input_size": data.size,
+        "data": {"generator": "monai_npc.extras.sar.synthetic.make_sar_pair", **config_dict(data),
+                 "train_seeds": [TRAIN_SEED, TRAIN_SEED + config.n_pairs], "augmentation": "8 flips/transposes"},
+        "schedule": {**{k: v for k, v in asdict(config).items() if k != "model"}, "loss": dict(loss.config),
+                     "optimizer": "Adam", "threads": torch.get_num_threads(), "seconds": seconds,
+                     "final_loss": float(np.mean([h["loss"] for h in tail])), "final_train_epe": float(np.mean([h["epe"] for h in tail]))},
+    }
+    final.meta = meta
+    save_pretrained(final, weights or out / "sar.pt", meta)
+    return final.eval()
