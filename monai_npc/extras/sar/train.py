@@ -160,8 +160,8 @@ def train_sar(
         total.backward()
         opt.step()
         sched.step()
-        record = {k: float(v) for k, v in terms.items()}
-        record["total"] = float(total)
+        record = {k: float(v.detach()) for k, v in terms.items()}
+        record["total"] = float(total.detach())
         history.append(record)
         bar.set_postfix(loss=f"{record['loss']:.3f}", epe=f"{record['epe']:.2f}")
         if callback is not None:
