@@ -206,6 +206,16 @@ def test_phase_correlation_recovers_global_shift(shift):
     assert torch.allclose(est, torch.tensor(shift), atol=0.05)
 
 
+def test_windowed_phase_correlation_ignores_a_static_border():
+    """A static bright frame pulls the plain estimate towards zero; the Tukey-windowed one finds the shift."""
+    moving = smooth_image((64, 64), seed=3)
+    fixed = fourier_shift(moving, (-3.0, 2.0))  # fixed(x) = moving(x + (3, -2))
+    frame = torch.zeros(1, 1, 64, 64)
+    frame[..., :4, :] = frame[..., -4:, :] = frame[..., :, :4] = frame[..., :, -4:] = 5.0
+    est = phase_correlation(moving + frame, fixed + frame, upsample_factor=20, window=0.5)[0]
+    assert torch.allclose(est, torch.tensor([3.0, -2.0]), atol=0.3), est
+
+
 def test_phase_correlation_matches_skimage():
     skreg = pytest.importorskip("skimage.registration")
     gen = np.random.default_rng(0)

@@ -3,7 +3,7 @@
 from .encoding import positional_encoding
 from .filter_pairs import fourier_filter_pairs, pair_responses, patch_norm_statistics, same_padding, unit_normalize_filters
 from .interaction import interaction_features, pair_interaction, pair_residual, polar_features
-from .phase_correlation import phase_correlation
+from .phase_correlation import phase_correlation, tukey_window
 from .reliability import reliability_map
 from .topk import soft_topk_mask, soft_topk_mask_with_threshold
 from .warp import identity_grid, jacobian_determinant, warp_image
@@ -21,6 +21,7 @@ __all__ = [
     "polar_features",
     "phase_correlation",
     "reliability_map",
+    "tukey_window",
     "soft_topk_mask",
     "soft_topk_mask_with_threshold",
     "identity_grid",

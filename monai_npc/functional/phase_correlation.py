@@ -8,10 +8,22 @@ in a 1.5-pixel neighbourhood of the integer peak.
 from __future__ import annotations
 
 import math
+from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
-__all__ = ["phase_correlation"]
+__all__ = ["phase_correlation", "tukey_window"]
+
+
+def tukey_window(shape: Sequence[int], alpha: float = 0.25) -> torch.Tensor:
+    """Separable Tukey window of ``shape`` (float64): flat centre, cosine tapers over ``alpha / 2`` of each side."""
+    from scipy.signal.windows import tukey
+
+    win = torch.ones((), dtype=torch.float64)
+    for n in shape:
+        win = win.unsqueeze(-1) * torch.from_numpy(tukey(int(n), alpha))
+    return win
 
 
 def _upsampled_idft_axis(spec: torch.Tensor, axis: int, centers: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -28,7 +40,7 @@ def _upsampled_idft_axis(spec: torch.Tensor, axis: int, centers: torch.Tensor, o
 
 
 def phase_correlation(
-    moving: torch.Tensor, fixed: torch.Tensor, upsample_factor: int = 20, eps: float = 1e-12
+    moving: torch.Tensor, fixed: torch.Tensor, upsample_factor: int = 20, eps: float = 1e-12, window: Optional[float] = None
 ) -> torch.Tensor:
     """Global translation ``s`` (voxels) with ``fixed(x) ~= moving(x + s)``; shape ``(B, D)``.
 
@@ -36,6 +48,9 @@ def phase_correlation(
         moving: ``(B, 1, *S)`` or ``(B, *S)`` real image.
         fixed: same shape as ``moving``.
         upsample_factor: sub-pixel precision is ``1 / upsample_factor`` voxel; 1 gives the integer peak.
+        window: Tukey ``alpha`` of an apodisation applied after removing each image's mean, or
+            ``None`` (no window). Real images need one: their borders do not move, and without a
+            window they put a peak at zero shift.
     Returns:
         ``s`` with channel ``k`` along spatial axis ``k``: the constant displacement field ``ddf = s``
         warps ``moving`` onto ``fixed`` in the MONAI ``Warp`` convention.
@@ -46,8 +61,14 @@ def phase_correlation(
         moving, fixed = moving[:, 0], fixed[:, 0]
     spatial = list(moving.shape[1:])
     axes = list(range(1, moving.dim()))
-    fm = torch.fft.fftn(moving.double(), dim=axes)
-    ff = torch.fft.fftn(fixed.double(), dim=axes)
+    out_dtype = moving.dtype
+    moving, fixed = moving.double(), fixed.double()
+    if window is not None:
+        win = tukey_window(spatial, window).to(moving.device)
+        moving = (moving - moving.mean(axes, keepdim=True)) * win
+        fixed = (fixed - fixed.mean(axes, keepdim=True)) * win
+    fm = torch.fft.fftn(moving, dim=axes)
+    ff = torch.fft.fftn(fixed, dim=axes)
     cross = ff * fm.conj()
     cross = cross / (cross.abs() + eps)
     corr = torch.fft.ifftn(cross, dim=axes).real
@@ -71,4 +92,4 @@ def phase_correlation(
             fine.append(offsets[idx % width])
             idx = torch.div(idx, width, rounding_mode="floor")
         peak_t = peak_t + torch.stack(list(reversed(fine)), 1)
-    return (-peak_t).to(moving.dtype)
+    return (-peak_t).to(out_dtype)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from monai_npc.functional.phase_correlation import phase_correlation
+from monai_npc.functional.phase_correlation import phase_correlation, tukey_window
 from monai_npc.functional.warp import warp_image
 
 from .preprocess import DEFAULT_SIGMA, log_amplitude, sar_normalize
@@ -60,17 +60,6 @@ def preprocess_pairs(pairs: Sequence[Mapping], sigma: float = DEFAULT_SIGMA) -> 
     return out
 
 
-def tukey_window(shape: Sequence[int], alpha: float = 0.25) -> torch.Tensor:
-    """Separable 2-D Tukey window ``(H, W)`` (float64): flat centre, cosine tapers over ``alpha / 2`` of each side.
-
-    The apodisation before phase correlation; on the synthetic pairs it halves the shift bias of a
-    Hann window (mean endpoint error on pure shifts 0.095 vs 0.144 pixels, 16 pairs).
-    """
-    from scipy.signal.windows import tukey
-
-    return torch.from_numpy(np.outer(tukey(int(shape[0]), alpha), tukey(int(shape[1]), alpha)))
-
-
 def phase_correlation_shift(moving: np.ndarray, fixed: np.ndarray, upsample_factor: int = 20) -> torch.Tensor:
     """Global shift ``(2,)`` (pixels, ``moving(x + s) ~ fixed(x)``) of two amplitude images ``(H, W)``.
 
@@ -78,10 +67,8 @@ def phase_correlation_shift(moving: np.ndarray, fixed: np.ndarray, upsample_fact
     a window the image borders, which do not move, put a peak at zero shift), then
     :func:`monai_npc.functional.phase_correlation` (upsampled-DFT sub-pixel peak).
     """
-    win = tukey_window(np.shape(moving))
     m, f = (torch.from_numpy(np.nan_to_num(log_amplitude(a))) for a in (moving, fixed))
-    m, f = (m - m.mean()) * win, (f - f.mean()) * win
-    return phase_correlation(m[None, None], f[None, None], upsample_factor)[0].float()
+    return phase_correlation(m[None, None], f[None, None], upsample_factor, window=0.25)[0].float()
 
 
 @torch.inference_mode()

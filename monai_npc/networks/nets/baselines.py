@@ -51,16 +51,19 @@ class PhaseCorrelationNet(nn.Module):
 
     Args:
         upsample_factor: sub-pixel precision ``1 / upsample_factor`` voxel.
+        window: Tukey ``alpha`` of the apodisation (mean removed first), or ``None`` for none
+            (see :func:`~monai_npc.functional.phase_correlation`).
     """
 
-    def __init__(self, upsample_factor: int = 20) -> None:
+    def __init__(self, upsample_factor: int = 20, window: float | None = None) -> None:
         super().__init__()
         self.upsample_factor = upsample_factor
+        self.window = window
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         if image.dim() < 3 or image.shape[1] != 2:
             raise ValueError(f"PhaseCorrelationNet expects (B, 2, *S) moving + fixed, got shape {tuple(image.shape)}.")
-        shift = phase_correlation(image[:, 0:1], image[:, 1:2], self.upsample_factor)  # (B, D)
+        shift = phase_correlation(image[:, 0:1], image[:, 1:2], self.upsample_factor, window=self.window)  # (B, D)
         spatial = image.shape[2:]
         return shift.view(shift.shape + (1,) * len(spatial)).expand((-1, -1) + tuple(spatial)).contiguous()
 
