@@ -12,6 +12,12 @@ Run it again with the same arguments to resume (``runs/acdc_cpu/checkpoint.pt``)
 ``--n-train`` / ``--n-val``; each iteration trains ``--batch-size`` slice pairs in both
 directions (ED->ES and ES->ED) with random flips and the paper's ACDC loss. The model with the
 best validation Dice (both directions) is exported with its configuration and metrics.
+
+The paper's comparison under the same data, loss and budget: ``--top-k 128`` trains the unmasked
+NPC (K = C) and ``--model voxelmorph`` MONAI's VoxelMorph (its best state dict is exported), e.g.
+
+    python examples/train_acdc_cpu.py --data-dir ../shared/data/acdc_ssl4mis --out runs/acdc_vxm \
+        --model voxelmorph --iterations 700
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import torch
 from monai_npc.data.acdc import build_acdc_pairs
 from monai_npc.engines import evaluate_pairs, train_pairs
 from monai_npc.losses import RegistrationLoss
-from monai_npc.networks.nets import NPCNet, save_pretrained
+from monai_npc.networks.nets import NPCNet, VoxelMorphNet, save_pretrained
 
 
 def main() -> None:
@@ -35,7 +41,9 @@ def main() -> None:
     p.add_argument("--out", default="runs/acdc_cpu")
     p.add_argument("--iterations", type=int, default=3000)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--steps", type=int, default=4, help="ODE steps for training and evaluation")
+    p.add_argument("--model", choices=("npc", "voxelmorph"), default="npc")
+    p.add_argument("--top-k", type=int, default=64, help="NPC: active filter pairs K (128 = C: unmasked)")
+    p.add_argument("--steps", type=int, default=4, help="NPC: ODE steps for training and evaluation")
     p.add_argument("--n-train", type=int, default=56)
     p.add_argument("--n-val", type=int, default=14)
     p.add_argument("--seed", type=int, default=2023)
@@ -55,7 +63,10 @@ def main() -> None:
     print(f"{len(train)} training slices (x2 directions), {len(val)} validation pairs, {iters_per_epoch} iterations per epoch")
 
     torch.manual_seed(args.seed)
-    net = NPCNet(num_steps=args.steps, detach_steps=True)
+    if args.model == "npc":
+        net = NPCNet(num_steps=args.steps, top_k=args.top_k, detach_steps=True)
+    else:
+        net = VoxelMorphNet()
     log_path = out / "log.json"
     log = json.loads(log_path.read_text()) if log_path.is_file() else {"val": [], "best": None, "seconds": 0.0}
     t_start = time.time()
@@ -84,9 +95,11 @@ def main() -> None:
                 train_seconds=log["seconds"],
                 command="python examples/train_acdc_cpu.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
             )
-            save_pretrained(net, out / "best.pt", meta)
-            if args.export:
-                save_pretrained(net, args.export, meta)
+            for path in [out / "best.pt"] + ([args.export] if args.export else []):
+                if args.model == "npc":
+                    save_pretrained(net, path, meta)
+                else:  # a plain state dict, as examples/compare_acdc.py --voxelmorph reads it
+                    torch.save(net.state_dict(), path)
         log_path.write_text(json.dumps(log, indent=1))
 
     train_pairs(

@@ -136,7 +136,9 @@ def _strided_conv(padded: torch.Tensor, weight: torch.Tensor, stride: int, spati
         q = kernel_size // stride
         out_ch = weight.shape[0]
         w = weight.reshape(out_ch, q, stride, q, stride).permute(0, 2, 4, 1, 3).reshape(out_ch, stride * stride, q, q)
-        return F.conv2d(F.pixel_unshuffle(padded, stride), w)
+        # channels-last input: mkldnn then writes the responses channels-last, so the pair axis of every
+        # location is contiguous (callers can view them as (B, *grid, 2, C) without a copy)
+        return F.conv2d(F.pixel_unshuffle(padded, stride).contiguous(memory_format=torch.channels_last), w)
     return _conv(padded, weight, stride, spatial_dims)
 
 
@@ -160,6 +162,8 @@ def pair_responses(
         ``(B, 2, C, *grid)``: responses of every standardised patch,
         ``psi^T (x_p - mean_p) / std_p``. They do not change when the image is replaced by
         ``a * image + b`` (``a > 0``, up to ``eps``) and are bounded by ``sqrt(k^D)`` for unit filters.
+        For 2-D images the memory is location-major: ``out.movedim((1, 2), (-2, -1))`` is a
+        contiguous ``(B, *grid, 2, C)`` view.
     """
     spatial_dims = image.dim() - 2
     kernel_size = filters.shape[-1]

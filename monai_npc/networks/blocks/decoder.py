@@ -96,6 +96,7 @@ class PositionalEncodingDecoder(nn.Module):
         else:
             raise ValueError(f"head must be 'unet' or 'linear', got {head!r}.")
         self.num_pe = num_pe
+        self.negative_slope = negative_slope
 
     def encoding(self, grid_shape: List[int], reference: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(gamma, gamma_g)`` for a coarse grid: ``(1, n_pe, *grid)`` and ``(1, G, *grid)``.
@@ -106,6 +107,19 @@ class PositionalEncodingDecoder(nn.Module):
         return gamma, self.w_gamma(gamma)
 
     def forward(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        """``features`` ``(B, 3C, *grid)`` (channel ``j * C + k``: feature ``j`` of pair ``k``) -> displacement ``(B, D, *grid)`` (voxels)."""
-        delta_gamma = self.mlp_pe(self.mlp_z(features) * gate) - gamma
-        return self.head(delta_gamma)
+        """``features`` ``(B, 3C, *grid)`` (channel ``j * C + k``: feature ``j`` of pair ``k``) -> displacement ``(B, D, *grid)`` (voxels).
+
+        The 1x1 maps run as matrix products over the channel-last view of the inputs; pass
+        channel-last memory (``x.movedim(1, -1)`` contiguous, e.g. ``torch.channels_last`` in 2-D)
+        to avoid copies. Any layout gives the same numbers.
+        """
+        x = features.movedim(1, -1)  # (B, *grid, 3C)
+        slope = self.negative_slope
+        z_in, z_out = self.mlp_z[0], self.mlp_z[2]
+        m = F.leaky_relu(F.linear(x, z_in.weight.flatten(1), z_in.bias), slope)
+        m = F.linear(m, z_out.weight.flatten(1), z_out.bias) * gate.movedim(1, -1)
+        pe_in, pe_out = self.mlp_pe[0], self.mlp_pe[2]
+        pe = F.leaky_relu(F.linear(m, pe_in.weight.flatten(1), pe_in.bias), slope)
+        pe = F.linear(pe, pe_out.weight.flatten(1), pe_out.bias)
+        delta_gamma = pe - gamma.movedim(1, -1)
+        return self.head(delta_gamma.movedim(-1, 1))

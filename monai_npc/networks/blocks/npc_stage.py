@@ -35,6 +35,10 @@ class NPCStage(nn.Module):
     update ``(B, D, *S)`` in voxels on the full grid, the normalised residual and the mask, each
     ``(B, C, *grid)``, and the mask's threshold ``(B, 1, *grid)``, which the next step may pass
     back as ``threshold`` to warm-start the top-K search.
+
+    Internally every location's pairs are contiguous: responses are ``(B, *grid, 2, C)``, features
+    ``(B, *grid, 3C)`` feed the decoder's matrix products directly, and the returned residual,
+    mask and threshold are ``(B, C, *grid)`` views of that memory.
     """
 
     def __init__(
@@ -56,24 +60,24 @@ class NPCStage(nn.Module):
     ) -> None:
         super().__init__()
         self.filters = PairedFilterBank(spatial_dims, num_pairs, kernel_size, stride, init, padding_mode)
-        self.interaction = PairInteraction()
-        self.mask = ResidualTopKMask(top_k, mask_temperature, hard_mask)
+        self.interaction = PairInteraction(pair_dim=-2)
+        self.mask = ResidualTopKMask(top_k, mask_temperature, hard_mask, dim=-1)
         self.decoder = PositionalEncodingDecoder(
             spatial_dims, num_pairs, hidden_dim, gate_dim, num_pe, head, head_channels
         )
         self.mode = ("linear", "bilinear", "trilinear")[spatial_dims - 1]
         self.masked = top_k < num_pairs
-        self.channels_last = spatial_dims == 2
 
     def prepare(self, fixed: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Step-invariant context ``(fixed_responses, their norms, gamma, gamma_g)`` for a fixed image ``(B, 1, *S)``."""
-        b = self.filters.fixed_responses(fixed)
+        """Step-invariant context for a fixed image ``(B, 1, *S)``.
+
+        Returns ``(fixed_responses (B, *grid, 2, C), their norms (B, *grid, C), gamma (1, n_pe, *grid),
+        gamma_g (1, G, *grid))``; the last two in channel-last memory.
+        """
+        b = self.filters.fixed_responses(fixed).movedim((1, 2), (-2, -1))
         b_norm = self.interaction.response_norm(b)
-        gamma, gate = self.decoder.encoding(list(b.shape[3:]), b)  # b: (B, 2, C, *grid)
-        if self.channels_last:
-            gamma = gamma.contiguous(memory_format=torch.channels_last)
-            gate = gate.contiguous(memory_format=torch.channels_last)
-        return b, b_norm, gamma, gate
+        gamma, gate = self.decoder.encoding(list(b.shape[1:-2]), b)
+        return b, b_norm, _channel_last_memory(gamma), _channel_last_memory(gate)
 
     def forward(
         self,
@@ -84,17 +88,21 @@ class NPCStage(nn.Module):
         gate: torch.Tensor,
         threshold: Optional[torch.Tensor] = None,
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        a = self.filters.moving_responses(moving)
-        features, residual = self.interaction(a, fixed_responses, fixed_norm)
+        a = self.filters.moving_responses(moving).movedim((1, 2), (-2, -1))  # (B, *grid, 2, C)
+        features, residual = self.interaction(a, fixed_responses, fixed_norm)  # (B, *grid, 3, C), (B, *grid, C)
         if self.masked:
+            if threshold is not None:
+                threshold = threshold.movedim(1, -1)
             mask, threshold = self.mask(residual, threshold)
-            features = features * mask.unsqueeze(1)
+            features = features * mask.unsqueeze(-2)
         else:
             mask = torch.ones_like(residual)
-            threshold = torch.full_like(residual.narrow(1, 0, 1), float("inf"))
-        features = features.flatten(1, 2)
-        if self.channels_last:  # mkldnn's 1x1 and 3x3 convolutions run faster on NHWC, forward and backward
-            features = features.contiguous(memory_format=torch.channels_last)
-        coarse = self.decoder(features, gamma, gate)
+            threshold = torch.full_like(residual.narrow(-1, 0, 1), float("inf"))
+        coarse = self.decoder(features.flatten(-2).movedim(-1, 1), gamma, gate)
         velocity = F.interpolate(coarse, size=moving.shape[2:], mode=self.mode, align_corners=False)
-        return velocity.contiguous(), residual, mask, threshold
+        return velocity.contiguous(), residual.movedim(-1, 1), mask.movedim(-1, 1), threshold.movedim(-1, 1)
+
+
+def _channel_last_memory(x: torch.Tensor) -> torch.Tensor:
+    """``x`` ``(B, C, *S)`` with the same values and the channel axis contiguous (``torch.channels_last`` in 2-D)."""
+    return x.movedim(1, -1).contiguous().movedim(-1, 1)
