@@ -149,3 +149,18 @@ def test_sar_generate_and_evaluate_cli(tmp_path, capsys):
     assert (tmp_path / "eval" / "sar_panel.png").stat().st_size > 10_000
     assert "NPC beats phase correlation" in capsys.readouterr().out
     assert main(["sar", "evaluate", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "e2")]) == 1
+
+
+def test_train_sar_fine_tunes_from_given_weights(tmp_path):
+    from monai_npc.extras.sar.train import SARTrainConfig, train_sar
+    from monai_npc.networks.nets import NPCNet, save_pretrained
+
+    small = dict(kernel_size=8, stride=4, num_pairs=4, top_k=2, gate_dim=8, hidden_dim=8, num_pe=8, num_steps=2, head_channels=4)
+    start = NPCNet(**small)
+    save_pretrained(start, tmp_path / "start.pt", {"schedule": {"iterations": 7}})
+    cfg = SARTrainConfig(n_pairs=1, crop=0, iterations=1, batch_size=1, lr=1e-3, init=str(tmp_path / "start.pt"))
+    net = train_sar(tmp_path / "run", cfg, SARPairConfig(size=32, change_probability=0.0), progress=False)
+    assert net.config["num_pairs"] == 4  # the model came from the file, not SAR_CONFIG
+    assert net.meta["schedule"]["init_schedule"] == {"iterations": 7}
+    change = max((a - b).abs().max().item() for a, b in zip(net.state_dict().values(), start.state_dict().values()))
+    assert 0.0 < change <= 2e-3  # one Adam step of lr 1e-3 away from the starting weights

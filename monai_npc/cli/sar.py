@@ -47,6 +47,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     t.add_argument("--supervision", type=float, default=1.0, help="weight of the endpoint error to the true field; 0 = unsupervised (default 1)")
     t.add_argument("--eval-pairs", type=int, default=40, help="held-out pairs evaluated at the end (default 40; 0 skips)")
     t.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    t.add_argument("--init", default=None, help="fine-tune: start from these weights (shipped name, e.g. sar, or a file)")
     _data_args(t)
     t.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     t.set_defaults(func=run_train)
@@ -97,7 +98,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(max(1, args.threads))
     cfg = SARTrainConfig(n_pairs=args.pairs, crop=args.crop, iterations=args.iterations, batch_size=args.batch_size,
-                         lr=args.lr, supervision=args.supervision)
+                         lr=args.lr, supervision=args.supervision, init=args.init)
     data = _data_config(args)
     net = train_sar(args.out, cfg, data, progress=not args.no_progress)
     print(f"weights: {Path(args.out) / 'sar.pt'}")

@@ -22,7 +22,7 @@ import torch
 
 from monai_npc.functional.warp import warp_image
 from monai_npc.losses.registration import RegistrationLoss
-from monai_npc.networks.nets import NPCNet, save_pretrained
+from monai_npc.networks.nets import NPCNet, load_pretrained, save_pretrained
 
 from .evaluate import preprocess_pairs
 from .model import SAR_CONFIG
@@ -49,6 +49,8 @@ class SARTrainConfig:
         sigma: speckle smoothing of the preprocessing (pixels).
         seed: mini-batch sampling seed.
         model: ``NPCNet`` arguments (default :data:`~.model.SAR_CONFIG`).
+        init: weights to start from (a shipped name such as ``"sar"`` or a ``save_pretrained`` file)
+            when ``out`` holds no checkpoint: fine-tuning; ``model`` is then taken from that file.
     """
 
     n_pairs: int = 200
@@ -64,6 +66,7 @@ class SARTrainConfig:
     sigma: float = DEFAULT_SIGMA
     seed: int = 0
     model: Dict[str, Any] = field(default_factory=lambda: dict(SAR_CONFIG))
+    init: Optional[str] = None
 
 
 def crop_pairs(pairs: Sequence[Mapping], crop: int) -> List[Dict[str, np.ndarray]]:
@@ -124,7 +127,14 @@ def train_sar(
     fixed = torch.stack([torch.from_numpy(p["fixed"])[None] for p in pairs])
     true = torch.stack([torch.from_numpy(p["ddf"]) for p in pairs])
     torch.manual_seed(config.seed)
-    net = NPCNet(**{**config.model, "detach_steps": True})
+    model_config = dict(config.model)
+    start_weights, start_meta = None, {}
+    if config.init is not None:
+        init_net = load_pretrained(config.init)
+        model_config, start_weights, start_meta = dict(init_net.config), init_net.state_dict(), dict(init_net.meta)
+    net = NPCNet(**{**model_config, "detach_steps": True})
+    if start_weights is not None:
+        net.load_state_dict(start_weights)
     loss = RegistrationLoss(preset=None, window=config.window, lambda_reg=config.lambda_reg, lambda_jac=config.lambda_jac)
     opt = torch.optim.Adam(net.parameters(), lr=config.lr)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=config.lr_decay)
@@ -172,7 +182,7 @@ def train_sar(
         save(config.iterations)
     seconds = seconds_before + time.perf_counter() - t0
     (out / "train_history.json").write_text(json.dumps(history))
-    final = NPCNet(**{**config.model, "detach_steps": False})
+    final = NPCNet(**{**model_config, "detach_steps": False})
     final.load_state_dict(net.state_dict())
     tail = history[-50:]
     meta = {
@@ -185,6 +195,8 @@ def train_sar(
                      "optimizer": "Adam", "threads": torch.get_num_threads(), "seconds": seconds,
                      "final_loss": float(np.mean([h["loss"] for h in tail])), "final_train_epe": float(np.mean([h["epe"] for h in tail]))},
     }
+    if config.init is not None:  # keep the schedule that produced the starting weights
+        meta["schedule"]["init_schedule"] = start_meta.get("schedule")
     final.meta = meta
     save_pretrained(final, weights or out / "sar.pt", meta)
     return final.eval()
