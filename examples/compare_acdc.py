@@ -51,6 +51,7 @@ def main() -> None:
     p.add_argument("--model", action="append", default=[], help="NAME=PATH of a save_pretrained file")
     p.add_argument("--voxelmorph", default=None)
     p.add_argument("--skip-demons", action="store_true")
+    p.add_argument("--steps", type=int, default=10, help="ODE steps of every NPC model (default 10, the shipped setting)")
     p.add_argument("--n-train", type=int, default=56)
     p.add_argument("--n-val", type=int, default=14)
     args = p.parse_args()
@@ -63,10 +64,10 @@ def main() -> None:
         vxm.load_state_dict(torch.load(args.voxelmorph, map_location="cpu"))
         methods["VoxelMorph + NCC"] = vxm
     if "acdc" in available_models():
-        methods["NPC (masked, K = 64), shipped acdc"] = load_pretrained("acdc")
+        methods["NPC (masked, K = 64), shipped acdc"] = load_pretrained("acdc", num_steps=args.steps)
     for spec in args.model:
         name, _, path = spec.partition("=")
-        methods[name] = load_pretrained(path)
+        methods[name] = load_pretrained(path, num_steps=args.steps)
     table = {}
     for name, net in methods.items():
         res = evaluate_pairs(net.eval(), pairs, batch_size=8, names=("rv", "myo", "lv"))
