@@ -56,7 +56,7 @@ def main() -> None:
     p.add_argument("--n-val", type=int, default=14)
     args = p.parse_args()
     pairs = build_acdc_pairs(args.data_dir, "val", n_train=args.n_train, n_val=args.n_val, n_test=0)
-    methods = {"Initial (no registration)": _Identity(), "Global phase correlation": PhaseCorrelationNet()}
+    methods = {"Initial (no registration)": _Identity(), "Global phase correlation (Tukey 0.25)": PhaseCorrelationNet(window=0.25)}
     if not args.skip_demons:
         methods["SimpleITK symmetric-forces demons"] = DemonsNet()
     if args.voxelmorph:

@@ -58,7 +58,7 @@ def test_register_cli_with_the_sar_model(tmp_path):
     write_amplitude(tmp_path / "moving.tif", p["moving"])
     write_amplitude(tmp_path / "fixed.png", p["fixed"])
     rc = main(["register", "--moving", str(tmp_path / "moving.tif"), "--fixed", str(tmp_path / "fixed.png"),
-               "--model", "sar", "--size", "256", "--out", str(tmp_path / "out"), "--no-overview"])
+               "--model", "sar", "--out", str(tmp_path / "out"), "--no-overview"])
     assert rc == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["model"] == "sar" and summary["model_grid"]["size"] == [256, 256]

@@ -25,7 +25,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--fixed-label", help="label map of the fixed image (for Dice in summary.json)")
     p.add_argument(
         "--model", default="acdc",
-        help="acdc, camus, sar (shipped weights), a file saved by save_pretrained, or phase-correlation (default: acdc)",
+        help="acdc, sar, brain2d (shipped weights), a file saved by save_pretrained, or phase-correlation (default: acdc)",
     )
     p.add_argument("--out", help="output folder (batch mode: where batch_summary.csv goes)")
     p.add_argument(
@@ -33,7 +33,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="register every row of a CSV with columns moving,fixed[,moving_label,fixed_label],out "
         "(relative paths are relative to the CSV's folder)",
     )
-    p.add_argument("--size", type=int, default=128, help="model grid size in-plane (default: 128)")
+    p.add_argument("--size", type=int, default=None,
+                   help="model grid size in-plane (default: the size the weights were trained at, from their meta; else 128)")
     p.add_argument("--stretch", action="store_true", help="stretch the field of view to the square model grid instead of padding")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--no-overview", action="store_true", help="do not write overview.png")
@@ -45,7 +46,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from monai_npc.interop.register import register_batch, register_files
 
-    if args.size < 16:
+    if args.size is not None and args.size < 16:
         raise ValueError(f"--size must be at least 16, got {args.size}")
     options = dict(size=args.size, keep_aspect=not args.stretch, device=args.device, overview=not args.no_overview)
     if args.batch:

@@ -80,6 +80,11 @@ def resolve_model(model: Union[str, PathLike, nn.Module], device: Union[str, tor
     return net.to(device), spec
 
 
+def model_input_size(net: nn.Module, default: int = 128) -> int:
+    """In-plane grid size a network was trained at: ``net.meta["input_size"]`` when present, else ``default``."""
+    return int(getattr(net, "meta", {}).get("input_size", default))
+
+
 def _normalise(array: np.ndarray) -> np.ndarray:
     """Min-max each slice of ``(Z, H, W)`` to ``[0, 1]``; NaN (outside the image) becomes 0."""
     out = np.zeros(array.shape, np.float32)
@@ -167,7 +172,7 @@ def register_files(
     moving_label: Optional[PathLike] = None,
     fixed_label: Optional[PathLike] = None,
     model: Union[str, PathLike, nn.Module] = "acdc",
-    size: int = 128,
+    size: Optional[int] = None,
     keep_aspect: bool = True,
     device: Union[str, torch.device] = "cpu",
     overview: bool = True,
@@ -182,7 +187,10 @@ def register_files(
         moving_label, fixed_label: optional label maps on their image's grid.
         model: ``"acdc"``, ``"camus"``, ``"sar"``, a ``save_pretrained`` file, ``"phase-correlation"``
             or a network (``(B, 2, h, w) -> (B, 2, h, w)`` ddf in voxels).
-        size: the model grid's in-plane size (the shipped models use 128).
+        size: the model grid's in-plane size; default: the size the weights were trained at
+            (``input_size`` in their ``meta``: 256 for ``sar``), else 128 (``acdc``, ``camus``).
+            The positional encoding spans the model grid, so another size changes the scale the
+            network decodes displacements at.
         keep_aspect: isotropic model grid (pad the short side) instead of stretching the field of view.
         device: torch device of the network.
         overview: write ``overview.png``.
@@ -210,7 +218,7 @@ def register_files(
         raise ValueError(f"fixed image {fixed} has {fixed_img.GetSize()[2]} slices but moving image {moving} has one.")
 
     # 1. model grid: physical resampling, then unit-free [0, 1] arrays
-    grid = model_grid(fixed_img, size, keep_aspect)
+    grid = model_grid(fixed_img, size or model_input_size(net), keep_aspect)
     nan = float("nan")
     fixed_raw = _slices(resample(fixed_img, grid, "linear", nan), dims)
     moving_raw = _slices(resample(moving_img, grid, "linear", nan), dims)
