@@ -41,17 +41,18 @@ def main() -> None:
     p.add_argument("--note", default="", help="free text stored in meta['note'] after the generated one")
     args = p.parse_args()
 
-    net = load_pretrained(args.weights)
-    sched = net.meta.get("schedule", {})
+    # detach_steps is a training-only option (outputs are equal); ship it off
+    nets = {steps: load_pretrained(args.weights, num_steps=steps, detach_steps=False) for steps in (4, 10)}
+    sched = nets[4].meta.get("schedule", {})
     split = dict(n_train=sched.get("n_train", 56), n_val=sched.get("n_val", 14), n_test=0, seed=sched.get("seed", 2023))
     pairs = build_acdc_pairs(args.data_dir, "val", **split)
     full = {}
-    for steps in (4, 10):
-        full[f"ode{steps}"] = held_out_metrics(load_pretrained(args.weights, num_steps=steps), pairs)
+    for steps, net in nets.items():
+        full[f"ode{steps}"] = held_out_metrics(net, pairs)
         print(f"ODE {steps}:", json.dumps({k: round(v, 4) for k, v in full[f'ode{steps}'].items()}), flush=True)
     best = max((4, 10), key=lambda s: full[f"ode{s}"]["dice_mean"])
-    final = load_pretrained(args.weights, num_steps=best, detach_steps=False)
-    meta = dict(net.meta)
+    final = nets[best]
+    meta = dict(final.meta)
     meta["validation_full"] = full
     trained = sched.get("steps", 4)
     meta["note"] = (f"trained with num_steps={trained} (detach_steps); shipped with num_steps={best}, which scored "

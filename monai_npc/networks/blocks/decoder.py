@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,14 @@ __all__ = ["MiniUNetHead", "PositionalEncodingDecoder"]
 
 def _interp_mode(spatial_dims: int) -> str:
     return ("linear", "bilinear", "trilinear")[spatial_dims - 1]
+
+
+def _pointwise_mlp(
+    x: torch.Tensor, w1: torch.Tensor, b1: Optional[torch.Tensor], w2: torch.Tensor, b2: Optional[torch.Tensor], slope: float
+) -> torch.Tensor:
+    """Two 1^D convolutions (weights ``(out, in, 1, ...)``) with a LeakyReLU between, as matrix
+    products over a channel-last ``x`` ``(B, *grid, in)``; returns ``(B, *grid, out)``."""
+    return F.linear(F.leaky_relu(F.linear(x, w1.flatten(1), b1), slope), w2.flatten(1), b2)
 
 
 class MiniUNetHead(nn.Module):
@@ -113,13 +121,9 @@ class PositionalEncodingDecoder(nn.Module):
         channel-last memory (``x.movedim(1, -1)`` contiguous, e.g. ``torch.channels_last`` in 2-D)
         to avoid copies. Any layout gives the same numbers.
         """
-        x = features.movedim(1, -1)  # (B, *grid, 3C)
         slope = self.negative_slope
-        z_in, z_out = self.mlp_z[0], self.mlp_z[2]
-        m = F.leaky_relu(F.linear(x, z_in.weight.flatten(1), z_in.bias), slope)
-        m = F.linear(m, z_out.weight.flatten(1), z_out.bias) * gate.movedim(1, -1)
-        pe_in, pe_out = self.mlp_pe[0], self.mlp_pe[2]
-        pe = F.leaky_relu(F.linear(m, pe_in.weight.flatten(1), pe_in.bias), slope)
-        pe = F.linear(pe, pe_out.weight.flatten(1), pe_out.bias)
+        z_in, z_out, pe_in, pe_out = self.mlp_z[0], self.mlp_z[2], self.mlp_pe[0], self.mlp_pe[2]
+        m = _pointwise_mlp(features.movedim(1, -1), z_in.weight, z_in.bias, z_out.weight, z_out.bias, slope)
+        pe = _pointwise_mlp(m * gate.movedim(1, -1), pe_in.weight, pe_in.bias, pe_out.weight, pe_out.bias, slope)
         delta_gamma = pe - gamma.movedim(1, -1)
         return self.head(delta_gamma.movedim(-1, 1))
