@@ -87,6 +87,17 @@ def _load(bundle: str, name: str) -> dict:
 # ------------------------------------------------------------------------------------------------
 
 
+def _network_def(bundle: str, **overrides):
+    """The bundle's ``network_def`` as ``inference.json`` builds it (references such as ``@stages`` resolved)."""
+    from monai.bundle import ConfigParser
+
+    parser = ConfigParser()
+    parser.read_config(str(BUNDLES / bundle / "configs" / "inference.json"))
+    for key, value in overrides.items():
+        parser[key] = value
+    return parser.get_parsed_content("network_def", instantiate=True)
+
+
 @pytest.mark.parametrize("bundle", NAMES)
 def test_bundle_layout(bundle):
     root = BUNDLES / bundle
@@ -104,9 +115,9 @@ def test_bundle_layout(bundle):
     assert meta["version"] in meta["changelog"]
     # the shipped weights are a state dict of network_def
     state = torch.load(root / "models" / "model.pt", map_location="cpu", weights_only=True)
-    net_cfg = {k: v for k, v in _load(bundle, "inference.json")["network_def"].items() if k != "_target_"}
-    net_cfg["num_steps"] = 10
-    NPCNet(**net_cfg).load_state_dict(state)
+    net = _network_def(bundle)
+    assert isinstance(net, NPCNet)
+    net.load_state_dict(state)
 
 
 @pytest.mark.skipif(not SCHEMA.is_file(), reason="../shared/monai schema not available")
@@ -332,8 +343,7 @@ def test_verify_net_in_out_and_torchscript_export(bundle, tmp_path):
         meta_file=meta, config_file=infer,
     )
     scripted = torch.jit.load(str(ts))
-    net_cfg = {k: v for k, v in _load(bundle, "inference.json")["network_def"].items() if k != "_target_"}
-    net = NPCNet(**dict(net_cfg, num_steps=10))
+    net = _network_def(bundle, num_steps=10)
     net.load_state_dict(torch.load(BUNDLES / bundle / "models" / "model.pt", map_location="cpu", weights_only=True))
     image = torch.rand(1, 2, 128, 128)
     with torch.no_grad():

@@ -211,3 +211,36 @@ def test_real_ssl4mis_counts():
     assert len(val) == 2 * 70
     dice = np.mean([[_dice(p["moving_label"], p["fixed_label"], k) for k in (1, 2, 3)] for p in val])
     assert 0.55 < dice < 0.75  # unregistered ED/ES overlap of real hearts
+
+
+def test_split_file(layouts, tmp_path):
+    import json
+
+    from monai_npc.data.acdc import read_split_file
+
+    path = tmp_path / "split.json"
+    path.write_text(json.dumps({"train": ["patient001", "patient002"], "val": [], "test": ["patient003"]}))
+    assert read_split_file(path)["test"] == ["patient003"]
+    test = build_acdc_pairs(layouts["slices"], "test", split_file=path)
+    assert {p["patient"] for p in test} == {"patient003"}
+    train = build_acdc_pairs(layouts["slices"], "train", split_file=path)
+    assert {p["patient"] for p in train} == {"patient001", "patient002"}
+    path.write_text(json.dumps({"train": ["patient001"], "val": ["patient001"], "test": []}))
+    with pytest.raises(ValueError, match="patient001 is in both 'train' and 'val'"):
+        build_acdc_pairs(layouts["slices"], "train", split_file=path)
+    path.write_text(json.dumps({"train": ["patient009"], "val": [], "test": []}))
+    with pytest.raises(ValueError, match="not found"):
+        build_acdc_pairs(layouts["slices"], "train", split_file=path)
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        build_acdc_pairs(layouts["slices"], "train", split_file=tmp_path / "nope.json")
+
+
+def test_shipped_split_file_is_disjoint_and_complete():
+    from monai_npc.data.acdc import read_split_file
+
+    split = read_split_file(Path(__file__).resolve().parents[1] / "bundles/npc_acdc/configs/acdc70_split.json")
+    ids = sum(split.values(), [])
+    assert len(ids) == len(set(ids)) == 70
+    assert [len(split[s]) for s in ("train", "val", "test")] == [44, 6, 20]
+    if SHARED_ACDC.is_dir():
+        assert set(ids) == {p.name for p in find_acdc_patients(SHARED_ACDC)}

@@ -17,7 +17,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "acdc": ("ACDC_LABELS", "find_acdc_patients", "load_acdc_patient", "acdc_patient_split", "build_acdc_pairs",
+    "acdc": ("ACDC_LABELS", "find_acdc_patients", "load_acdc_patient", "acdc_patient_split", "read_split_file", "build_acdc_pairs",
              "acdc_split_summary", "build_acdc_dataset"),
     "camus": ("CAMUS_LABELS", "CAMUS_VIEWS", "find_camus_patients", "load_camus_view", "camus_patient_split",
               "build_camus_pairs", "build_camus_dataset"),

@@ -48,6 +48,7 @@ __all__ = [
     "acdc_slice_items",
     "acdc_preprocess",
     "acdc_patient_split",
+    "read_split_file",
     "build_acdc_pairs",
     "acdc_split_summary",
     "build_acdc_dataset",
@@ -360,12 +361,49 @@ def acdc_patient_split(
     return patient_split(names, n_train, n_val, n_test, seed)
 
 
-def _select(patients: List[ACDCPatient], split: str, n_train, n_val, n_test, seed) -> List[ACDCPatient]:
+def read_split_file(path: PathLike) -> Dict[str, List[str]]:
+    """Read a patient split ``{"train": [ids], "val": [ids], "test": [ids]}`` from a JSON file.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: the file is not such a mapping, or a patient id is listed in two splits.
+    """
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"split_file {str(path)!r} does not exist.")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"split_file {str(path)!r} is not valid JSON: {err}") from err
+    if not isinstance(data, dict) or not set(SPLITS) <= set(data):
+        raise ValueError(f"split_file {str(path)!r} must map each of {list(SPLITS)} to a list of patient ids.")
+    out = {name: [str(x) for x in data[name]] for name in SPLITS}
+    seen: Dict[str, str] = {}
+    for name, ids in out.items():
+        for pid in ids:
+            if pid in seen:
+                raise ValueError(f"split_file {str(path)!r}: patient {pid} is in both '{seen[pid]}' and '{name}'.")
+            seen[pid] = name
+    return out
+
+
+def _select(
+    patients: List[ACDCPatient], split: str, n_train, n_val, n_test, seed, split_file: Optional[PathLike] = None
+) -> List[ACDCPatient]:
     if split == "all":
         return patients
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS + ('all',)}, got {split!r}.")
-    chosen = set(patient_split([p.name for p in patients], n_train, n_val, n_test, seed)[split])
+    if split_file is not None:
+        listed = read_split_file(split_file)
+        missing = sorted(set(listed[split]) - {p.name for p in patients})
+        if missing:
+            raise ValueError(f"split_file {str(split_file)!r} lists {len(missing)} '{split}' patient(s) not found: {missing[:5]}")
+        chosen = set(listed[split])
+    else:
+        chosen = set(patient_split([p.name for p in patients], n_train, n_val, n_test, seed)[split])
     return [p for p in patients if p.name in chosen]
 
 
@@ -399,6 +437,7 @@ def build_acdc_pairs(
     roi_size: Union[int, Sequence[int]] = 128,
     structures: Sequence[int] = (1, 2, 3),
     layout: str = "auto",
+    split_file: Optional[PathLike] = None,
 ) -> List[Dict]:
     """Preprocessed ACDC pair items of one split (see :mod:`monai_npc.data.pairs` for the format).
 
@@ -410,6 +449,8 @@ def build_acdc_pairs(
         roi_size: crop size (voxels) centred on the ED/ES label union.
         structures: labels that both frames of a kept slice must contain.
         layout: ``"auto"`` or a layout name.
+        split_file: optional JSON ``{"train": [ids], "val": [ids], "test": [ids]}`` (:func:`read_split_file`);
+            when given it defines the split and ``n_train``/``n_val``/``n_test``/``seed`` are ignored.
 
     Returns:
         ``[{"moving", "fixed": (1, R, R) float32 in [0, 1], "moving_label", "fixed_label":
@@ -420,7 +461,7 @@ def build_acdc_pairs(
             folder and the label values seen), or a split of zero patients.
     """
     patients = find_acdc_patients(root, layout)
-    chosen = _select(patients, split, n_train, n_val, n_test, seed)
+    chosen = _select(patients, split, n_train, n_val, n_test, seed, split_file)
     if not chosen:
         raise ValueError(f"the ACDC '{split}' split of {root} has no patients (counts {n_train}/{n_val}/{n_test}).")
     items, stats = _frame_items(chosen, roi_size, structures)

@@ -4,6 +4,7 @@ from .decoder import MiniUNetHead, PositionalEncodingDecoder
 from .filter_bank import PairedFilterBank
 from .interaction import PairInteraction
 from .npc_stage import NPCStage
+from .refinement import InstanceRefinement
 from .topk import ResidualTopKMask
 from .warp import Warp
 from .warp_ode import WarpODE, split_steps
@@ -14,6 +15,7 @@ __all__ = [
     "PairedFilterBank",
     "PairInteraction",
     "NPCStage",
+    "InstanceRefinement",
     "ResidualTopKMask",
     "Warp",
     "WarpODE",

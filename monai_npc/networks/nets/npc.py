@@ -9,6 +9,7 @@ from torch import nn
 
 from monai_npc.functional.warp import warp_image
 from monai_npc.networks.blocks.npc_stage import NPCStage
+from monai_npc.networks.blocks.refinement import InstanceRefinement
 from monai_npc.networks.blocks.warp_ode import WarpODE, split_steps
 
 __all__ = ["NPCNet", "ACDC_CONFIG", "CAMUS_CONFIG"]
@@ -61,6 +62,12 @@ class NPCNet(nn.Module):
             (and ``num_steps``) for one stage, run in order within one integration.
         detach_steps: training option: no gradient through the warped image a step sees
             (:class:`~monai_npc.networks.blocks.WarpODE`); the output is the same.
+        refine_iterations: optional test-time refinement after the ODE
+            (:class:`~monai_npc.networks.blocks.InstanceRefinement`): Adam steps on a smooth residual
+            field against the pair's LNCC + regularisers; 0 (default) is the plain network. It
+            changes no parameter and adds a few ms per step; a TorchScript export needs 0.
+        refine_options: other :class:`~monai_npc.networks.blocks.InstanceRefinement` arguments
+            (``learning_rate``, ``grid_stride``, ``window``, ``lambda_reg``, ``lambda_jac``).
     """
 
     def __init__(
@@ -82,6 +89,8 @@ class NPCNet(nn.Module):
         padding_mode: str = "reflect",
         stages: Optional[Sequence[Mapping[str, Any]]] = None,
         detach_steps: bool = False,
+        refine_iterations: int = 0,
+        refine_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         super().__init__()
         if spatial_dims not in (2, 3):
@@ -112,8 +121,11 @@ class NPCNet(nn.Module):
         #: constructor arguments, enough to rebuild the network (saved with pretrained weights)
         self.config: Dict[str, Any] = dict(
             base, spatial_dims=spatial_dims, num_steps=num_steps, stages=[dict(c) for c in stages] if stages else None,
-            detach_steps=detach_steps,
+            detach_steps=detach_steps, refine_iterations=int(refine_iterations),
+            refine_options=dict(refine_options) if refine_options else None,
         )
+        self.refine_iterations = int(refine_iterations)
+        self.refiner = InstanceRefinement(int(refine_iterations), **(dict(refine_options) if refine_options else {}))
         self.min_size: int = max(max(int(m.filters.stride), (int(m.filters.kernel_size) - int(m.filters.stride)) // 2 + 1) for m in modules)
 
     def _check(self, image: torch.Tensor) -> None:
@@ -136,7 +148,11 @@ class NPCNet(nn.Module):
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         """``(B, 2, *S)`` moving + fixed -> displacement ``(B, D, *S)`` in voxels."""
         self._check(image)
-        return self.ode(image[:, 0:1], image[:, 1:2])
+        ddf = self.ode(image[:, 0:1], image[:, 1:2])
+        if not torch.jit.is_scripting():  # the refinement optimises with autograd: eager mode only
+            if self.refine_iterations > 0:
+                ddf = self.refiner(image[:, 0:1], image[:, 1:2], ddf)
+        return ddf
 
     @torch.jit.ignore
     def register(
@@ -149,4 +165,6 @@ class NPCNet(nn.Module):
         """
         self._check(torch.cat([moving, fixed], 1))
         ddf, diagnostics = self.ode.integrate(moving, fixed, return_diagnostics)
+        if self.refine_iterations > 0:
+            ddf = self.refiner(moving, fixed, ddf)
         return warp_image(moving, ddf, "bilinear", "border"), ddf, diagnostics

@@ -1,0 +1,45 @@
+"""Local normalised cross-correlation with box windows computed by separable average pooling."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["box_sum", "local_ncc"]
+
+
+def box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
+    """Sum of ``x`` ``(B, C, *S)`` over a ``window``-wide box around every voxel (zero padding), same shape.
+
+    Separable running sums (a cumulative sum per spatial axis and one subtraction): the cost per
+    voxel does not grow with ``window``, forward and backward, unlike a convolution with a ones
+    kernel or an average pooling.
+    """
+    if window < 1 or window % 2 == 0:
+        raise ValueError(f"window must be a positive odd integer, got {window}.")
+    half = window // 2
+    for axis in range(2, x.dim()):
+        pad = [0, 0] * (x.dim() - 2)
+        pad[2 * (x.dim() - 1 - axis)] = half + 1  # F.pad lists the last axis first
+        pad[2 * (x.dim() - 1 - axis) + 1] = half
+        c = F.pad(x, pad).cumsum(axis)
+        n = x.shape[axis]
+        x = c.narrow(axis, window, n) - c.narrow(axis, 0, n)
+    return x
+
+
+def local_ncc(pred: torch.Tensor, target: torch.Tensor, window: int = 17, smooth_nr: float = 1e-5, smooth_dr: float = 1e-5) -> torch.Tensor:
+    """Squared local normalised cross-correlation map ``(B, C, *S)`` of images ``(B, C, *S)``, in ``[0, 1]``.
+
+    The same quantity as MONAI's ``LocalNormalizedCrossCorrelationLoss`` with a rectangular
+    window (whose loss is ``-local_ncc(...).mean()``), including its smoothing constants.
+    """
+    if pred.shape != target.shape:
+        raise ValueError(f"pred and target must have the same shape, got {tuple(pred.shape)} and {tuple(target.shape)}.")
+    n = float(window ** (pred.dim() - 2))
+    t_sum, p_sum = box_sum(target, window), box_sum(pred, window)
+    t2_sum, p2_sum, tp_sum = box_sum(target * target, window), box_sum(pred * pred, window), box_sum(target * pred, window)
+    cross = tp_sum - p_sum * t_sum / n
+    t_var = torch.clamp(t2_sum - t_sum * t_sum / n, min=smooth_dr)
+    p_var = torch.clamp(p2_sum - p_sum * p_sum / n, min=smooth_dr)
+    return (cross * cross + smooth_nr) / (t_var * p_var)

@@ -1,0 +1,112 @@
+"""Test-time refinement: a few optimiser steps on a smooth residual field after the network's estimate."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from monai_npc.functional.similarity import local_ncc
+from monai_npc.functional.warp import warp_image
+from monai_npc.losses.jacobian import JacobianFoldLoss
+
+__all__ = ["InstanceRefinement"]
+
+
+def _resize(x: torch.Tensor, size: list) -> torch.Tensor:
+    mode = ("linear", "bilinear", "trilinear")[x.dim() - 3]
+    return F.interpolate(x, size=size, mode=mode, align_corners=False)
+
+
+def _diffusion(ddf: torch.Tensor) -> torch.Tensor:
+    """Mean squared forward difference of ``ddf`` ``(B, D, *S)`` over every axis (MONAI ``DiffusionLoss`` up to boundary handling)."""
+    return sum((ddf.diff(dim=axis) ** 2).mean() for axis in range(2, ddf.dim()))
+
+
+class InstanceRefinement(nn.Module):
+    """Refine a displacement by optimising a coarse residual field against the image pair.
+
+    Starting from the network's field ``ddf0``, a residual ``v`` on a grid ``grid_stride`` voxels
+    apart is optimised with Adam for ``iterations`` steps so that ``ddf = ddf0 + upsample(v)``
+    minimises the unsupervised loss ``-LNCC(moving o ddf, fixed) + lambda_reg ||grad ddf||^2 +
+    lambda_jac fold(ddf)``. The regularisers act on the *whole* field, so the refinement keeps
+    the smoothness the network learned, and the coarse grid keeps ``v`` smooth. The loss is
+    similarity is evaluated on images average-pooled by ``level`` (LNCC window ``window // level``,
+    odd), which makes the costly part of a step about ``level ** D`` times cheaper; the
+    regularisers always see the full-grid field that is returned.
+
+    It runs under ``torch.no_grad`` / ``torch.inference_mode`` callers too (gradients are switched
+    on locally for ``v`` only) and never changes any network parameter.
+
+    Args:
+        iterations: optimiser steps; 0 returns ``ddf0`` unchanged.
+        learning_rate: Adam step size (voxels of the full grid, roughly, per step).
+        grid_stride: residual grid spacing in full-grid voxels (an integer >= 1).
+        window: LNCC window width in full-grid voxels (odd).
+        lambda_reg: weight of the diffusion regulariser (field in full-grid voxels).
+        lambda_jac: weight of the Jacobian fold penalty.
+        level: image down-sampling factor for the loss (1 = full resolution).
+
+    ``forward(moving, fixed, ddf)`` with images ``(B, 1, *S)`` and ``ddf`` ``(B, D, *S)`` (voxels,
+    MONAI ``Warp`` convention) returns the refined ``(B, D, *S)`` field (no gradient).
+    """
+
+    def __init__(
+        self,
+        iterations: int = 50,
+        learning_rate: float = 0.25,
+        grid_stride: int = 4,
+        window: int = 17,
+        lambda_reg: float = 0.05,
+        lambda_jac: float = 100.0,
+        level: int = 1,
+    ) -> None:
+        super().__init__()
+        if int(iterations) < 0:
+            raise ValueError(f"iterations must be >= 0, got {iterations}.")
+        for name, value in (("grid_stride", grid_stride), ("level", level), ("window", window)):
+            if int(value) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value}.")
+        if float(learning_rate) <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {learning_rate}.")
+        self.iterations = int(iterations)
+        self.learning_rate = float(learning_rate)
+        self.grid_stride = int(grid_stride)
+        self.level = int(level)
+        self.window = max(1, (int(window) // self.level) // 2 * 2 + 1)
+        self.lambda_reg = float(lambda_reg)
+        self.lambda_jac = float(lambda_jac)
+
+    def extra_repr(self) -> str:
+        return (f"iterations={self.iterations}, learning_rate={self.learning_rate}, grid_stride={self.grid_stride}, "
+                f"level={self.level}, window={self.window} (at the loss level), lambda_reg={self.lambda_reg}, lambda_jac={self.lambda_jac}")
+
+    @torch.jit.ignore
+    def forward(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor) -> torch.Tensor:
+        if self.iterations == 0:
+            return ddf
+        full = list(ddf.shape[2:])
+        level_size = [max(1, s // self.level) for s in full]
+        coarse = [max(1, s // self.grid_stride) for s in full]
+        scale = [ls / s for ls, s in zip(level_size, full)]  # full-grid voxels -> loss-level voxels, per axis
+        with torch.inference_mode(False), torch.enable_grad():
+            pool = (F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d)[len(full) - 1]
+            m = pool(moving.detach().clone(), level_size)
+            f = pool(fixed.detach().clone(), level_size)
+            axis_scale = torch.tensor(scale, dtype=ddf.dtype, device=ddf.device).view([1, -1] + [1] * len(full))
+            base = ddf.detach().clone()
+            v = torch.zeros([ddf.shape[0], ddf.shape[1]] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
+            opt = torch.optim.Adam([v], lr=self.learning_rate)
+            fold = JacobianFoldLoss()
+            for _ in range(self.iterations):
+                field = base + _resize(v, full)  # the regularisers see the full-grid field the caller gets
+                coarse_field = field if self.level == 1 else _resize(field, level_size) * axis_scale
+                loss = -local_ncc(warp_image(m, coarse_field, "bilinear", "border"), f, self.window).mean()
+                if self.lambda_reg:
+                    loss = loss + self.lambda_reg * _diffusion(field)
+                if self.lambda_jac:
+                    loss = loss + self.lambda_jac * fold(field)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()  # Adam normalises per element: each pair's residual takes its own step size
+                opt.step()
+        return (base + _resize(v.detach(), full)).detach()

@@ -1,0 +1,78 @@
+"""Test-time refinement and the box-window LNCC it uses."""
+
+import pytest
+import torch
+from monai.losses import LocalNormalizedCrossCorrelationLoss
+
+from monai_npc.functional.similarity import box_sum, local_ncc
+from monai_npc.functional.warp import warp_image
+from monai_npc.networks.blocks import InstanceRefinement
+from monai_npc.networks.nets import NPCNet
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_local_ncc_equals_monai(dims):
+    shape = (2, 1) + (24,) * dims
+    p, t = torch.rand(shape, dtype=torch.float64), torch.rand(shape, dtype=torch.float64)
+    ref = LocalNormalizedCrossCorrelationLoss(spatial_dims=dims, kernel_size=7)(p, t)
+    assert torch.allclose(-local_ncc(p, t, 7).mean(), ref, rtol=1e-4)
+    assert torch.allclose(-local_ncc(t, t, 7).mean(), torch.tensor(-1.0, dtype=torch.float64), atol=1e-3)
+
+
+def test_box_sum_counts_the_window_with_zero_padding():
+    x = torch.ones(1, 1, 9, 9)
+    s = box_sum(x, 3)
+    assert s[0, 0, 4, 4] == 9 and s[0, 0, 0, 0] == 4 and s[0, 0, 0, 4] == 6
+    with pytest.raises(ValueError, match="odd"):
+        box_sum(x, 4)
+
+
+def _blob_pair(shift: float):
+    g = torch.Generator().manual_seed(0)
+    noise = torch.rand(1, 1, 64, 64, generator=g)
+    kernel = torch.exp(-torch.arange(-6.0, 7.0) ** 2 / 8.0)
+    kernel = (kernel[:, None] * kernel[None, :] / kernel.sum() ** 2)[None, None]
+    fixed = torch.nn.functional.conv2d(noise, kernel, padding=6)  # smooth random texture
+    fixed = (fixed - fixed.min()) / (fixed.max() - fixed.min())
+    true = torch.zeros(1, 2, 64, 64)
+    true[:, 1] = shift
+    moving = warp_image(fixed, -true, "bilinear", "border")  # moving(x + shift) = fixed(x)
+    return moving, fixed, true
+
+
+def test_refinement_recovers_a_shift_the_start_misses():
+    moving, fixed, true = _blob_pair(3.0)
+    start = torch.zeros_like(true)
+    refined = InstanceRefinement(iterations=80, learning_rate=0.3, grid_stride=8, window=15, lambda_reg=0.0, level=1)(moving, fixed, start)
+    inner = (slice(None), slice(None), slice(16, 48), slice(16, 48))
+    err_before = (start - true)[inner].norm(dim=1).mean()
+    err_after = (refined - true)[inner].norm(dim=1).mean()
+    assert err_before == pytest.approx(3.0)
+    assert err_after < 0.1 * err_before  # 3 px -> < 0.3 px
+    assert not refined.requires_grad
+
+
+def test_refinement_under_inference_mode_and_zero_iterations():
+    moving, fixed, true = _blob_pair(2.0)
+    start = 0.5 * true
+    with torch.inference_mode():
+        out = InstanceRefinement(iterations=10, level=2)(moving, fixed, start)
+    assert out.shape == start.shape and torch.isfinite(out).all() and not torch.equal(out, start)
+    assert InstanceRefinement(iterations=0)(moving, fixed, start) is start
+    with pytest.raises(ValueError, match="grid_stride"):
+        InstanceRefinement(grid_stride=0)
+    with pytest.raises(ValueError, match="iterations"):
+        InstanceRefinement(iterations=-1)
+
+
+def test_npcnet_refine_option_keeps_weights_and_scripting():
+    net = NPCNet(num_steps=2, num_pairs=16, top_k=8, gate_dim=16, hidden_dim=16, num_pe=16)
+    refined = NPCNet(num_steps=2, num_pairs=16, top_k=8, gate_dim=16, hidden_dim=16, num_pe=16, refine_iterations=5)
+    refined.load_state_dict(net.state_dict())  # same parameters: the refinement has none
+    x = torch.rand(1, 2, 64, 64)
+    with torch.no_grad():
+        plain, better = net(x), refined(x)
+    assert not torch.equal(plain, better)
+    assert refined.config["refine_iterations"] == 5
+    scripted = torch.jit.script(net)
+    assert torch.allclose(scripted(x), plain, atol=1e-6)
