@@ -216,7 +216,7 @@ def test_real_ssl4mis_counts():
 def test_split_file(layouts, tmp_path):
     import json
 
-    from monai_npc.data.acdc import read_split_file
+    from monai_npc.data.splits import read_split_file
 
     path = tmp_path / "split.json"
     path.write_text(json.dumps({"train": ["patient001", "patient002"], "val": [], "test": ["patient003"]}))
@@ -236,7 +236,7 @@ def test_split_file(layouts, tmp_path):
 
 
 def test_shipped_split_file_is_disjoint_and_complete():
-    from monai_npc.data.acdc import read_split_file
+    from monai_npc.data.splits import read_split_file
 
     split = read_split_file(Path(__file__).resolve().parents[1] / "bundles/npc_acdc/configs/acdc70_split.json")
     ids = sum(split.values(), [])

@@ -17,7 +17,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "acdc": ("ACDC_LABELS", "find_acdc_patients", "load_acdc_patient", "acdc_patient_split", "read_split_file", "build_acdc_pairs",
+    "acdc": ("ACDC_LABELS", "find_acdc_patients", "load_acdc_patient", "acdc_patient_split", "build_acdc_pairs",
              "acdc_split_summary", "build_acdc_dataset"),
     "camus": ("CAMUS_LABELS", "CAMUS_VIEWS", "find_camus_patients", "load_camus_view", "camus_patient_split",
               "build_camus_pairs", "build_camus_dataset"),
@@ -25,7 +25,7 @@ _EXPORTS = {
     "phantom_layouts": ("write_acdc_phantom", "write_camus_phantom"),
     "io": ("load_image", "select_slice", "select_frame", "to_array_order", "read_array", "write_image"),
     "pairs": ("DIRECTIONS", "frames_to_pairs", "pair_transforms", "make_dataset"),
-    "splits": ("patient_split", "resolve_split_counts"),
+    "splits": ("patient_split", "resolve_split_counts", "read_split_file", "split_patients"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)

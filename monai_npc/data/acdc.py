@@ -36,7 +36,7 @@ from monai_npc.transforms import CropOnLabelUniond, MinMaxNormalized
 from .io import find_image, read_array, read_h5, read_vector_image
 from .layout import find_patient_dirs, read_cfg
 from .pairs import DIRECTIONS, frame_item_to_numpy, frames_to_pairs, make_dataset, pair_transforms
-from .splits import SPLITS, Count, patient_split
+from .splits import SPLITS, Count, patient_split, read_split_file, split_patients
 
 __all__ = [
     "ACDC_LABELS",
@@ -48,7 +48,6 @@ __all__ = [
     "acdc_slice_items",
     "acdc_preprocess",
     "acdc_patient_split",
-    "read_split_file",
     "build_acdc_pairs",
     "acdc_split_summary",
     "build_acdc_dataset",
@@ -361,34 +360,6 @@ def acdc_patient_split(
     return patient_split(names, n_train, n_val, n_test, seed)
 
 
-def read_split_file(path: PathLike) -> Dict[str, List[str]]:
-    """Read a patient split ``{"train": [ids], "val": [ids], "test": [ids]}`` from a JSON file.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ValueError: the file is not such a mapping, or a patient id is listed in two splits.
-    """
-    import json
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"split_file {str(path)!r} does not exist.")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"split_file {str(path)!r} is not valid JSON: {err}") from err
-    if not isinstance(data, dict) or not set(SPLITS) <= set(data):
-        raise ValueError(f"split_file {str(path)!r} must map each of {list(SPLITS)} to a list of patient ids.")
-    out = {name: [str(x) for x in data[name]] for name in SPLITS}
-    seen: Dict[str, str] = {}
-    for name, ids in out.items():
-        for pid in ids:
-            if pid in seen:
-                raise ValueError(f"split_file {str(path)!r}: patient {pid} is in both '{seen[pid]}' and '{name}'.")
-            seen[pid] = name
-    return out
-
-
 def _select(
     patients: List[ACDCPatient], split: str, n_train, n_val, n_test, seed, split_file: Optional[PathLike] = None
 ) -> List[ACDCPatient]:
@@ -396,14 +367,7 @@ def _select(
         return patients
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS + ('all',)}, got {split!r}.")
-    if split_file is not None:
-        listed = read_split_file(split_file)
-        missing = sorted(set(listed[split]) - {p.name for p in patients})
-        if missing:
-            raise ValueError(f"split_file {str(split_file)!r} lists {len(missing)} '{split}' patient(s) not found: {missing[:5]}")
-        chosen = set(listed[split])
-    else:
-        chosen = set(patient_split([p.name for p in patients], n_train, n_val, n_test, seed)[split])
+    chosen = set(split_patients([p.name for p in patients], split, n_train, n_val, n_test, seed, split_file))
     return [p for p in patients if p.name in chosen]
 
 

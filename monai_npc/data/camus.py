@@ -5,7 +5,9 @@ Layouts (``root`` may be the folder holding the patient folders or a parent of i
 
 - original release: ``patientNNNN/patientNNNN_{2CH,4CH}_{ED,ES}.mhd`` (+ ``.raw``) and
   ``..._{ED,ES}_gt.mhd``, ``Info_2CH.cfg`` / ``Info_4CH.cfg``;
-- NIfTI release: the same names ending ``.nii.gz``.
+- NIfTI release: the same names ending ``.nii.gz``;
+- the public 224 x 224 PNG copy (``train/`` and ``val/`` folders of ``patientNNNN`` with
+  ``patientNNNN_{2CH,4CH}_{ED,ES}[_gt].png``): resized images without pixel spacing.
 
 When an ``_ED``/``_ES`` image is absent but the view's ``_sequence`` (or ``_half_sequence``)
 file and its ``Info_*.cfg`` are present, the frame named by ``ED:``/``ES:`` (1-based) is
@@ -15,7 +17,10 @@ taken from the sequence. Labels: 0 background, 1 LV endocardium (cavity), 2 LV m
 
 Protocol (paper, after Zhang et al. 2024): resample to 1.0 mm in-plane, centre-crop (or pad)
 to 128x128, min-max normalise each image to ``[0, 1]``; split patients 300/100/100 at seed 42;
-one ED->ES pair per view (2CH and 4CH) and patient; no augmentation.
+one ED->ES pair per view (2CH and 4CH) and patient; no augmentation. Files without physical
+spacing (the PNG copy) cannot be resampled to 1 mm: ``protocol="resize"`` (chosen automatically
+for them) resizes each whole image to 128x128 instead (bilinear images, nearest labels), which
+gives a comparable scale on that copy.
 """
 
 from __future__ import annotations
@@ -27,14 +32,14 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Tuple, Union
 
 import numpy as np
-from monai.transforms import Compose, ResizeWithPadOrCropd
+from monai.transforms import Compose, ResizeWithPadOrCropd, Resized
 
 from monai_npc.transforms import MinMaxNormalized, ResampleToSpacingd
 
 from .io import find_image, load_image, read_array, read_vector_image, select_frame, to_array_order
 from .layout import find_patient_dirs, read_cfg
 from .pairs import frame_item_to_numpy, frames_to_pairs, make_dataset, pair_transforms
-from .splits import SPLITS, Count, patient_split
+from .splits import SPLITS, Count, patient_split, split_patients
 
 __all__ = [
     "CAMUS_LABELS",
@@ -45,6 +50,7 @@ __all__ = [
     "camus_frame_item",
     "camus_preprocess",
     "camus_patient_split",
+    "CAMUS_PROTOCOLS",
     "build_camus_pairs",
     "build_camus_dataset",
 ]
@@ -55,7 +61,9 @@ CAMUS_LABELS: Dict[int, str] = {1: "LV endocardium", 2: "LV myocardium", 3: "lef
 CAMUS_VIEWS: Tuple[str, ...] = ("2CH", "4CH")
 PathLike = Union[str, Path]
 _PATIENT_DIR = re.compile(r"patient\d+")
-_SUFFIXES = (".nii.gz", ".nii", ".mhd", ".mha")
+_SUFFIXES = (".nii.gz", ".nii", ".mhd", ".mha", ".png")
+#: ``protocol`` values of :func:`build_camus_pairs`
+CAMUS_PROTOCOLS: Tuple[str, ...] = ("auto", "resample", "resize")
 
 
 @dataclass(frozen=True)
@@ -93,12 +101,12 @@ def _camus_patient(folder: Path, views: Sequence[str]) -> CAMUSPatient:
         for phase in ("ED", "ES"):
             if f"{phase}_gt" not in entry:
                 raise FileNotFoundError(
-                    f"patient {name} {view}: {phase} label {folder / f'{name}_{view}_{phase}_gt'}.mhd/.nii.gz is missing"
+                    f"patient {name} {view}: {phase} label {folder / f'{name}_{view}_{phase}_gt'}.mhd/.nii.gz/.png is missing"
                 )
             if phase not in entry:
                 if "sequence" not in entry or phase not in infos[view]:
                     raise FileNotFoundError(
-                        f"patient {name} {view}: {phase} image {folder / f'{name}_{view}_{phase}'}.mhd/.nii.gz is missing "
+                        f"patient {name} {view}: {phase} image {folder / f'{name}_{view}_{phase}'}.mhd/.nii.gz/.png is missing "
                         f"(and no _sequence file with an Info_{view}.cfg '{phase}:' frame to take it from)"
                     )
         files[view] = entry
@@ -120,7 +128,7 @@ def find_camus_patients(root: PathLike, views: Sequence[str] = CAMUS_VIEWS) -> L
     dirs = find_patient_dirs(root, _PATIENT_DIR)
     if not dirs:
         raise FileNotFoundError(
-            f"no CAMUS patient folders (patientNNNN/patientNNNN_2CH_ED.mhd or .nii.gz) found under {root}"
+            f"no CAMUS patient folders (patientNNNN/patientNNNN_2CH_ED.mhd, .nii.gz or .png) found under {root}"
         )
     return [_camus_patient(d, views) for d in dirs]
 
@@ -191,12 +199,28 @@ def camus_frame_item(view_data: Mapping[str, object]) -> Dict[str, object]:
     return item
 
 
-def camus_preprocess(pixdim: float = 1.0, roi_size: Union[int, Sequence[int]] = 128) -> Compose:
-    """Resample to ``pixdim`` mm, centre crop/pad to ``roi_size`` (zeros), min-max to ``[0, 1]``."""
+def camus_preprocess(pixdim: float = 1.0, roi_size: Union[int, Sequence[int]] = 128, protocol: str = "resample") -> Compose:
+    """The protocol as dict transforms on a view's frame item (:func:`camus_frame_item`).
+
+    ``protocol="resample"``: resample to ``pixdim`` mm, centre crop/pad to ``roi_size`` (zeros),
+    min-max to ``[0, 1]``. ``protocol="resize"`` (images without spacing, e.g. the PNG copy):
+    resize the whole image to ``roi_size`` (bilinear images, nearest labels; displacement fields
+    are rescaled per axis), then min-max.
+    """
     images = ["ed", "es"]
     labels = ["ed_label", "es_label"]
     ddfs = ["ddf_ed_es", "ddf_es_ed"]
     roi = (roi_size, roi_size) if isinstance(roi_size, int) else tuple(roi_size)
+    if protocol == "resize":
+        return Compose(
+            [
+                Resized(images, spatial_size=roi, mode="bilinear", align_corners=False, anti_aliasing=True),
+                Resized(labels, spatial_size=roi, mode="nearest"),
+                MinMaxNormalized(images),
+            ]
+        )
+    if protocol != "resample":
+        raise ValueError(f"protocol must be 'resample' or 'resize' here, got {protocol!r}.")
     return Compose(
         [
             ResampleToSpacingd(images, pixdim=pixdim, label_keys=labels, ddf_keys=ddfs, allow_missing_keys=True),
@@ -233,23 +257,41 @@ def build_camus_pairs(
     directions: Sequence[str] = ("ED->ES",),
     pixdim: float = 1.0,
     roi_size: Union[int, Sequence[int]] = 128,
+    protocol: str = "auto",
+    split_file: Union[PathLike, None] = None,
 ) -> List[Dict]:
     """Preprocessed CAMUS pair items of one split (``"train"``, ``"val"``, ``"test"``, ``"all"``).
 
     One pair per patient, view and direction: ``moving``/``fixed`` ``(1, R, R)`` float32 in
     ``[0, 1]``, ``moving_label``/``fixed_label`` ``(1, R, R)`` uint8, ``patient``, ``view``,
-    ``slice`` (0), ``direction``, ``spacing`` (``(pixdim, pixdim)``), ``image_quality`` (from the
-    cfg, ``"unknown"`` without one), and ``ddf`` for phantoms.
+    ``slice`` (0), ``direction``, ``spacing`` (``(pixdim, pixdim)``; the PNG copy: ``(1, 1)``
+    pixels of the resized image), ``image_quality`` (from the cfg, ``"unknown"`` without one),
+    and ``ddf`` for phantoms.
+
+    Args:
+        views: ``("2CH", "4CH")`` or one of them.
+        directions: ``("ED->ES",)`` (the paper's task) and/or ``"ES->ED"``.
+        protocol: ``"resample"`` (1 mm, centre crop), ``"resize"`` (whole image to ``roi_size``)
+            or ``"auto"``: ``"resize"`` for PNG files (no spacing), else ``"resample"``.
+        split_file: optional JSON ``{"train": [ids], "val": [ids], "test": [ids]}``; it replaces
+            ``n_train``/``n_val``/``n_test``/``seed``.
     """
+    if protocol not in CAMUS_PROTOCOLS:
+        raise ValueError(f"protocol must be one of {CAMUS_PROTOCOLS}, got {protocol!r}.")
+    bad = [d for d in directions if d not in ("ED->ES", "ES->ED")]
+    if bad or not directions:
+        raise ValueError(f"directions must be a non-empty subset of ('ED->ES', 'ES->ED'), got {tuple(directions)}.")
     patients = find_camus_patients(root, views)
     if split != "all":
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS + ('all',)}, got {split!r}.")
-        chosen = set(patient_split([p.name for p in patients], n_train, n_val, n_test, seed)[split])
+        chosen = set(split_patients([p.name for p in patients], split, n_train, n_val, n_test, seed, split_file))
         patients = [p for p in patients if p.name in chosen]
     if not patients:
         raise ValueError(f"the CAMUS '{split}' split of {root} has no patients (counts {n_train}/{n_val}/{n_test}).")
-    preprocess = camus_preprocess(pixdim, roi_size)
+    if protocol == "auto":
+        protocol = "resize" if patients[0].views[views[0]]["ED"].suffix.lower() == ".png" else "resample"
+    preprocess = camus_preprocess(pixdim, roi_size, protocol)
     pairs = []
     for patient in patients:
         for view in views:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from fractions import Fraction
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-__all__ = ["SPLITS", "resolve_split_counts", "patient_split"]
+__all__ = ["SPLITS", "resolve_split_counts", "patient_split", "read_split_file", "split_patients"]
 
 SPLITS: Tuple[str, ...] = ("train", "val", "test")
 Count = Optional[Union[int, float]]
@@ -95,3 +97,51 @@ def patient_split(
         out[name] = sorted(shuffled[start : start + count])
         start += count
     return out
+
+
+def read_split_file(path: Union[str, Path]) -> Dict[str, List[str]]:
+    """Read a patient split ``{"train": [ids], "val": [ids], "test": [ids]}`` from a JSON file.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: the file is not such a mapping, or a patient id is listed in two splits.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"split_file {str(path)!r} does not exist.")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"split_file {str(path)!r} is not valid JSON: {err}") from err
+    if not isinstance(data, dict) or not set(SPLITS) <= set(data):
+        raise ValueError(f"split_file {str(path)!r} must map each of {list(SPLITS)} to a list of patient ids.")
+    out = {name: [str(x) for x in data[name]] for name in SPLITS}
+    seen: Dict[str, str] = {}
+    for name, ids in out.items():
+        for pid in ids:
+            if pid in seen:
+                raise ValueError(f"split_file {str(path)!r}: patient {pid} is in both '{seen[pid]}' and '{name}'.")
+            seen[pid] = name
+    return out
+
+
+def split_patients(
+    patients: Sequence[str],
+    split: str,
+    n_train: Count,
+    n_val: Count,
+    n_test: Count,
+    seed: int,
+    split_file: Optional[Union[str, Path]] = None,
+) -> List[str]:
+    """The ids of ``split`` among ``patients``: from ``split_file`` when given, else :func:`patient_split`.
+
+    Raises ``ValueError`` when the split file lists a patient of ``split`` that is not in ``patients``.
+    """
+    if split_file is None:
+        return patient_split(patients, n_train, n_val, n_test, seed)[split]
+    listed = read_split_file(split_file)[split]
+    missing = sorted(set(listed) - set(patients))
+    if missing:
+        raise ValueError(f"split_file {str(split_file)!r} lists {len(missing)} '{split}' patient(s) not found: {missing[:5]}")
+    return sorted(listed)
