@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-try:  # optional extra: pip install monai_npc[label]
+try:  # only in a MONAI Label environment (see README.md: a separate venv)
     from monailabel.interfaces.tasks.infer_v2 import InferTask, InferType
 
     SEGMENTATION = InferType.SEGMENTATION
