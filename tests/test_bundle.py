@@ -215,7 +215,7 @@ def test_acdc_train_resume(tmp_path, phantom_dir):
     assert trainer2.state.epoch == 2 and trainer2.state.iteration == 4
     assert not (out / "checkpoints" / "checkpoint_epoch=1.pt").exists()  # n_saved=1 keeps the last
     ckpt = _ckpt_epoch(out / "checkpoints" / "checkpoint_epoch=2.pt")
-    assert set(ckpt) == {"model", "optimizer", "lr_scheduler", "trainer", "best"}
+    assert set(ckpt) == {"model", "optimizer", "lr_scheduler", "trainer", "best", "random"}
     assert ckpt["trainer"]["iteration"] == 4
     # Adam made 4 steps in total and the exponential decay ran for 2 epochs
     assert all(int(s["step"]) == 4 for s in ckpt["optimizer"]["state"].values())

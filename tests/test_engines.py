@@ -1,6 +1,7 @@
 """The plain training loop learns, checkpoints and resumes exactly."""
 
 import numpy as np
+import pytest
 import torch
 
 from monai_npc.data.phantoms import cardiac_pair
@@ -50,3 +51,26 @@ def test_evaluate_pairs_reports_dice_and_endpoint_error():
     # an untrained net barely moves: Dice and EPE stay at their initial values
     assert abs(res["mean"]["dice_mean"] - res["mean"]["dice_mean_initial"]) < 0.02
     assert res["mean"]["epe_initial"] > 0.5
+
+
+def test_checkpoint_write_is_crash_safe_and_bad_file_is_named(tmp_path, monkeypatch):
+    pairs = small_pairs(2)
+    ck = tmp_path / "ck.pt"
+    net = NPCNet(**TINY)
+    train_pairs(net, pairs, RegistrationLoss("acdc"), 2, batch_size=2, progress=False, checkpoint=ck)
+    before = ck.read_bytes()
+    real_save = torch.save
+
+    def torn(obj, f, *args, **kwargs):  # a kill half-way through the write
+        f.write(b"torn")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", torn)
+    with pytest.raises(KeyboardInterrupt):
+        train_pairs(net, pairs, RegistrationLoss("acdc"), 4, batch_size=2, progress=False, checkpoint=ck)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert ck.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["ck.pt"]
+    assert torch.load(ck, weights_only=False)["iteration"] == 2
+    ck.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"cannot resume from checkpoint .*ck\.pt \(0 bytes\)"):
+        train_pairs(net, pairs, RegistrationLoss("acdc"), 4, batch_size=2, progress=False, checkpoint=ck)

@@ -61,8 +61,11 @@ def test_label_propagation_task(tmp_path):
     task = module.NPCRegistration(model="phase-correlation", datastore=_Datastore(tmp_path), output_root=str(tmp_path))
     assert task.is_valid() and task.info()["type"] == "segmentation" and task.info()["dimension"] == 2
     assert not module.NPCRegistration(model="acdc-does-not-exist").is_valid()
-    # MONAI Label resolves "image" to a path; "moving" is a datastore id, its label the "final" one
-    label_file, result = task({"image": fixed, "moving": "ed", "fixed_label": fixed_label})
+    # MONAI Label resolves "image" to a path; "moving" is a datastore id, its label the "final" one.
+    # The server sets "model" to the task's name and may pass its own "device": neither is the NPC model.
+    assert task.config() == {"npc_model": "phase-correlation", "moving": "", "moving_label": "", "fixed_label": ""}
+    request = {"model": "npc_registration", "device": "cuda", "image": fixed, "moving": "ed", "fixed_label": fixed_label}
+    label_file, result = task(request)
     warped = sitk.ReadImage(label_file)
     assert warped.GetSize() == (64, 64) and np.allclose(warped.GetSpacing(), (1.4, 1.4))
     assert set(np.unique(sitk.GetArrayFromImage(warped))) <= {0, 1, 2, 3}
@@ -80,3 +83,22 @@ def test_label_propagation_task(tmp_path):
          "output_dir": str(tmp_path / "direct")}
     )
     assert Path(label_file) == tmp_path / "direct" / "warped_label.nii.gz" and result["dice_mean"] is None
+
+
+def test_task_model_comes_from_npc_model_not_from_monailabel_model(tmp_path):
+    """A request as the server sends it: ``model`` = task name; ``npc_model`` (the task's config) picks the network."""
+    module = _load_task_module()
+    pair = cardiac_pair(size=64, seed=5)
+    fixed = _write(pair["fixed"], tmp_path / "es.nii.gz")
+    moving = _write(pair["moving"], tmp_path / "ed.nii.gz")
+    moving_label = _write(pair["moving_label"], tmp_path / "ed_gt.nii.gz", sitk.sitkUInt8)
+    fixed_label = _write(pair["fixed_label"], tmp_path / "es_gt.nii.gz", sitk.sitkUInt8)
+    task = module.NPCRegistration(model="acdc", output_root=str(tmp_path))
+    assert task.is_valid() and task.labels == {"rv": 1, "myocardium": 2, "lv": 3}
+    base = {"model": "npc_registration", "image": fixed, "moving": moving, "moving_label": moving_label, "fixed_label": fixed_label}
+    _, result = task(dict(task.config(), **base))  # the Slicer client sends the task config with the request
+    assert result["model"] == "acdc" and result["dice_mean"] > result["dice_mean_initial"] + 0.05
+    _, result = task(dict(base, npc_model="phase-correlation"))
+    assert result["model"] == "phase-correlation"
+    camus = module.NPCRegistration(model="camus")
+    assert camus.is_valid() and camus.labels == {"lv": 1, "myocardium": 2, "la": 3}

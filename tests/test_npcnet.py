@@ -168,6 +168,24 @@ def test_bad_input_raises_clear_errors():
         NPCNet(num_pe=250)
     with pytest.raises(ValueError, match="head"):
         NPCNet(head="mlp")
+    with pytest.raises(ValueError, match="empty batch"):
+        net(torch.rand(0, 2, 32, 32))
+    with pytest.raises(ValueError, match="real-valued"):
+        net(torch.rand(1, 2, 32, 32) > 0.5)
+
+
+def test_float64_and_integer_images_are_cast():
+    net = NPCNet(**SMALL).eval()
+    x = torch.rand(1, 2, 32, 32)
+    with torch.no_grad():
+        ref = net(x)
+        assert net(x.double()).dtype == torch.float32
+        torch.testing.assert_close(net(x.double()), ref)
+        pixels = (x * 255).round().to(torch.uint8)
+        torch.testing.assert_close(net(pixels), net(pixels.float()))
+        _, ddf, _ = net.register(x[:, :1].double(), x[:, 1:].double())
+        torch.testing.assert_close(ddf, ref)
+        assert net.double()(x).dtype == torch.float64  # a float64 network takes float32 input too
 
 
 def test_unmasked_model_uses_every_pair():
@@ -198,8 +216,16 @@ def test_save_and_load_pretrained_round_trip(tmp_path):
     x = torch.rand(1, 2, 32, 32)
     assert torch.allclose(loaded(x), net(x)) and loaded.meta == {"note": "test"}
     assert load_pretrained(path, num_steps=5).ode.num_steps == 3  # per-stage steps win over num_steps
-    with pytest.raises(FileNotFoundError, match="no shipped weights"):
+    with pytest.raises(FileNotFoundError, match="no shipped weights named 'no_such_model'; a model may be a shipped name"):
         load_pretrained("no_such_model")
+    for empty in ("", "  "):
+        with pytest.raises(ValueError, match="the model argument is empty; a model may be"):
+            load_pretrained(empty)
+    with pytest.raises(FileNotFoundError, match="is a folder but not a MONAI bundle.*a model may be"):
+        load_pretrained(tmp_path)
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(ValueError, match="empty.pt is empty"):
+        load_pretrained(tmp_path / "empty.pt")
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="cannot read"):
         load_pretrained(tmp_path / "bad.pt")
@@ -289,3 +315,58 @@ def test_shipped_acdc_model_registers_a_cardiac_phantom():
     before = dice_per_structure(ml, fl).nanmean()
     after = dice_per_structure(warp_image(ml, ddf, "nearest"), fl).nanmean()
     assert after > before + 0.15, (before, after)
+
+
+def test_model_resolution_bundle_folder_and_state_dict(tmp_path):
+    """A bundle folder, its models/model.pt and the exported named file give the same network."""
+    import json
+    import shutil
+
+    from monai_npc.networks.nets import bundle_network_config, export_bundle_weights, load_pretrained
+
+    bundle = tmp_path / "my bundle"  # a space in the path on purpose
+    (bundle / "configs").mkdir(parents=True)
+    (bundle / "models").mkdir()
+    cfg = {"num_steps": 3, "network_def": {"_target_": "monai_npc.networks.nets.NPCNet", "num_steps": "@num_steps",
+                                           **{k: v for k, v in SMALL.items() if k != "num_steps"}}}
+    (bundle / "configs" / "inference.json").write_text(json.dumps(cfg))
+    (bundle / "configs" / "metadata.json").write_text(json.dumps({
+        "version": "9.9.9", "name": "tiny", "changelog": {"9.9.9": "trained on nothing"},
+        "network_data_format": {"inputs": {"image": {"spatial_shape": [32, 32]}}},
+    }))
+    net = NPCNet(**dict(SMALL, num_steps=3)).eval()
+    torch.save(net.state_dict(), bundle / "models" / "model.pt")
+    assert bundle_network_config(bundle) == dict(SMALL, num_steps=3)
+    x = torch.rand(1, 2, 32, 32)
+    with torch.no_grad():
+        ref = net(x)
+        for spec in (bundle, str(bundle / "models" / "model.pt")):
+            loaded = load_pretrained(spec)
+            torch.testing.assert_close(loaded(x), ref)
+            assert loaded.meta["version"] == "9.9.9" and loaded.meta["input_size"] == 32
+        out = export_bundle_weights(bundle, tmp_path / "named.pt", {"trained_on": "phantoms"})
+        named = load_pretrained(out)
+        torch.testing.assert_close(named(x), ref)
+    assert named.meta["trained_on"] == "phantoms" and named.meta["changelog"] == "trained on nothing"
+    assert named.meta["bundle"] == "my bundle" and named.config["num_steps"] == 3
+    # a bare state dict outside a bundle has no configuration: say so
+    shutil.copy(bundle / "models" / "model.pt", tmp_path / "loose.pt")
+    with pytest.raises(ValueError, match="bare state dict without its network configuration"):
+        load_pretrained(tmp_path / "loose.pt")
+
+
+def test_camus_is_a_named_model_equal_to_the_bundle():
+    from monai_npc.networks.nets import available_models, load_pretrained
+    from monai_npc.networks.nets.pretrained import BUNDLES_DIR
+
+    assert {"acdc", "camus"} <= set(available_models())
+    camus = load_pretrained("camus")
+    assert camus.meta["version"] == "0.2.0" and "phantom" in camus.meta["trained_on"]
+    assert len(camus.ode.stages) == 2 and camus.meta["input_size"] == 128
+    bundle = BUNDLES_DIR / "npc_camus"
+    if not bundle.is_dir():
+        pytest.skip("bundles/ is only in a clone")
+    from_bundle = load_pretrained(bundle)
+    for (name, a), b in zip(camus.state_dict().items(), from_bundle.state_dict().values()):
+        assert torch.equal(a, b), name  # camus.pt is an export of the shipped bundle weights
+    assert from_bundle.config == camus.config

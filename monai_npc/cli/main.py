@@ -14,7 +14,7 @@ import sys
 from typing import List, Optional
 
 #: subcommand modules, in the order ``--help`` lists them
-SUBCOMMANDS: List[str] = ["demo", "phantom", "qho", "register", "sar", "brain"]
+SUBCOMMANDS: List[str] = ["quickstart", "demo", "phantom", "qho", "register", "sar", "brain"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ from torch import nn
 from monai_npc.functional.warp import warp_image
 from monai_npc.losses.registration import RegistrationLoss, bidirectional_loss
 from monai_npc.metrics.registration import registration_metrics
+from monai_npc.utils import atomic_torch_save
 
 __all__ = ["stack_pairs", "train_pairs", "evaluate_pairs"]
 
@@ -64,7 +65,13 @@ def train_pairs(
     start = 1
     ckpt = Path(checkpoint) if checkpoint else None
     if ckpt is not None and ckpt.is_file():
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        try:
+            state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        except Exception as err:  # truncated or foreign: say so instead of a bare EOFError
+            raise ValueError(
+                f"train_pairs: cannot resume from checkpoint {ckpt} ({ckpt.stat().st_size} bytes): {type(err).__name__}: {err}. "
+                "Delete it to train from scratch."
+            ) from err
         network.load_state_dict(state["network"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -75,11 +82,9 @@ def train_pairs(
     def save(it: int) -> None:
         if ckpt is None:
             return
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
         state = dict(network=network.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
                      history=history, rng=rng.bit_generator.state, iteration=it)
-        torch.save(state, ckpt.with_suffix(".tmp"))
-        ckpt.with_suffix(".tmp").replace(ckpt)  # never leave a half-written checkpoint
+        atomic_torch_save(state, ckpt)  # a kill during the write keeps the previous checkpoint
 
     network.train()
     bar = tqdm(range(start, iterations + 1), desc="train", disable=not progress, initial=start - 1, total=iterations)

@@ -6,20 +6,26 @@
 - :class:`RegistrationWriter`: per-pair NIfTI files (warped image, ddf, warped labels, reliability)
   and PNG panels of an inference run.
 - :class:`TrainCheckpoint`, :class:`BestMetricState`, :func:`latest_checkpoint`: per-epoch training
-  state with resume (network, optimizer, scheduler, epoch and the best validation metric).
+  state with exact resume (network, optimizer, scheduler, epoch, best validation metric and the
+  random state, :class:`TrainerRandomState`), written crash-safe like the best model
+  (:class:`AtomicCheckpointSaver`).
 """
 
-from .checkpoint import BestMetricState, TrainCheckpoint, latest_checkpoint
+from .checkpoint import AtomicCheckpointSaver, BestMetricState, TrainCheckpoint, latest_checkpoint, list_checkpoints
+from .random_state import TrainerRandomState
 from .metrics import PairMeanMetric, summarize_pair_metrics
 from .writers import RegistrationMetricsWriter, RegistrationWriter, pair_name
 
 __all__ = [
+    "AtomicCheckpointSaver",
     "BestMetricState",
     "PairMeanMetric",
     "RegistrationMetricsWriter",
     "RegistrationWriter",
     "TrainCheckpoint",
+    "TrainerRandomState",
     "latest_checkpoint",
+    "list_checkpoints",
     "pair_name",
     "summarize_pair_metrics",
 ]

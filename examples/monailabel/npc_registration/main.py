@@ -1,11 +1,14 @@
 """MONAI Label app: NPC registration for label propagation.
 
-Run (needs ``pip install monai_npc[label]``)::
+Run in a separate environment with ``monailabel`` (see README.md beside this file: it must not
+replace the ``torch`` and ``numpy`` of your ``monai_npc`` environment)::
 
     monailabel start_server --app examples/monailabel/npc_registration --studies /path/to/images \
         --conf npc_model acdc
 
-``npc_model``: ``acdc``, ``camus``, ``sar``, a ``save_pretrained`` file or ``phase-correlation``.
+``npc_model``: ``acdc``, ``camus``, ``sar``, a ``save_pretrained`` file, a MONAI bundle folder or
+``phase-correlation``; ``npc_device``: the torch device (default ``cpu``). The task reads its model
+from ``npc_model``, never from MONAI Label's own request key ``model`` (the task name).
 """
 
 from __future__ import annotations

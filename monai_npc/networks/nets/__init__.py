@@ -2,7 +2,15 @@
 
 from .baselines import DemonsNet, PhaseCorrelationNet, VoxelMorphNet
 from .npc import ACDC_CONFIG, CAMUS_CONFIG, NPCNet
-from .pretrained import WEIGHTS_DIR, available_models, load_pretrained, save_pretrained
+from .pretrained import (
+    WEIGHTS_DIR,
+    available_models,
+    bundle_network_config,
+    export_bundle_weights,
+    load_pretrained,
+    model_argument_help,
+    save_pretrained,
+)
 
 __all__ = [
     "ACDC_CONFIG",
@@ -13,6 +21,9 @@ __all__ = [
     "VoxelMorphNet",
     "WEIGHTS_DIR",
     "available_models",
+    "bundle_network_config",
+    "export_bundle_weights",
     "load_pretrained",
+    "model_argument_help",
     "save_pretrained",
 ]

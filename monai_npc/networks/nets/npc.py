@@ -127,6 +127,14 @@ class NPCNet(nn.Module):
         self.refine_iterations = int(refine_iterations)
         self.refiner = InstanceRefinement(int(refine_iterations), **(dict(refine_options) if refine_options else {}))
         self.min_size: int = max(max(int(m.filters.stride), (int(m.filters.kernel_size) - int(m.filters.stride)) // 2 + 1) for m in modules)
+        # follows .to(dtype) / .double() of the network: inputs are cast to it
+        self.register_buffer("dtype_reference", torch.zeros(0), persistent=False)
+
+    def _as_input(self, image: torch.Tensor) -> torch.Tensor:
+        """``image`` in the network's floating dtype: float64 and integer images (e.g. uint8) are cast."""
+        if image.is_complex() or image.dtype == torch.bool:
+            raise ValueError("NPCNet expects real-valued images (float or integer), got dtype " + str(image.dtype) + ".")
+        return image.to(self.dtype_reference.dtype)
 
     def _check(self, image: torch.Tensor) -> None:
         if image.dim() != self.spatial_dims + 2:
@@ -134,6 +142,8 @@ class NPCNet(nn.Module):
                 "NPCNet expects image of shape (B, 2, " + ", ".join(["S"] * self.spatial_dims) + ") with "
                 + str(self.spatial_dims) + " spatial dims, got shape " + str(list(image.shape)) + "."
             )
+        if image.shape[0] == 0:
+            raise ValueError("NPCNet got an empty batch (batch size 0, shape " + str(list(image.shape)) + "); pass at least one pair.")
         if image.shape[1] != 2:
             raise ValueError(
                 "NPCNet expects 2 channels (moving, fixed), got " + str(image.shape[1]) + " in shape " + str(list(image.shape)) + "."
@@ -146,7 +156,11 @@ class NPCNet(nn.Module):
             raise ValueError("NPCNet input contains NaN or Inf values.")
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
-        """``(B, 2, *S)`` moving + fixed -> displacement ``(B, D, *S)`` in voxels."""
+        """``(B, 2, *S)`` moving + fixed -> displacement ``(B, D, *S)`` in voxels.
+
+        Integer and float64 images are cast to the network's dtype (float32 unless converted).
+        """
+        image = self._as_input(image)
         self._check(image)
         ddf = self.ode(image[:, 0:1], image[:, 1:2])
         if not torch.jit.is_scripting():  # the refinement optimises with autograd: eager mode only
@@ -163,6 +177,7 @@ class NPCNet(nn.Module):
         Returns ``(warped, ddf, diagnostics)``: the warped moving image, the displacement in voxels
         and, when ``return_diagnostics``, one dict per ODE step (``residual``, ``mask``, ``ddf``, ``stage``).
         """
+        moving, fixed = self._as_input(moving), self._as_input(fixed)
         self._check(torch.cat([moving, fixed], 1))
         ddf, diagnostics = self.ode.integrate(moving, fixed, return_diagnostics)
         if self.refine_iterations > 0:

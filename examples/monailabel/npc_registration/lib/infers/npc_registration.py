@@ -6,13 +6,17 @@ warped label as the task's label file. Its JSON carries the transform files (ITK
 ``.nii.gz``, the one-slice 3-D Slicer transform for 2-D images) and quality figures (folding %,
 residual reliability, Dice when a fixed label is given, seconds).
 
-Request keys (MONAI Label merges the client's ``params`` into the request):
+Request keys (MONAI Label merges the client's ``params``, i.e. the task's ``config``, into the request):
 
 - ``image``: fixed image path (MONAI Label resolves the datastore id);
 - ``moving``: moving image path or datastore id;
 - ``moving_label``: its label map path or datastore id (default: the datastore's ``final`` label
   of ``moving``);
-- ``fixed_label`` (optional), ``model`` (optional, overrides the task's), ``output_dir`` (optional).
+- ``fixed_label`` (optional), ``output_dir`` (optional);
+- ``npc_model`` (optional, overrides the task's model) and ``npc_device`` (optional).
+
+The keys ``model`` and ``device`` belong to MONAI Label (the server sets ``model`` to the task's
+name, e.g. ``"npc_registration"``), so the task never reads its NPC model or device from them.
 
 The task runs with or without ``monailabel`` installed (without it, a minimal stand-in base
 class is used), so it can be called directly, e.g. from tests or scripts.
@@ -25,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-try:  # optional extra: pip install monai_npc[label]
+try:  # only in a MONAI Label environment (see README.md: a separate venv)
     from monailabel.interfaces.tasks.infer_v2 import InferTask, InferType
 
     SEGMENTATION = InferType.SEGMENTATION
@@ -54,12 +58,22 @@ except ImportError:  # pragma: no cover - exercised when monailabel is absent
     SEGMENTATION = "segmentation"
 
 
+#: label names of the shipped models' training data (the default ``labels`` for those models)
+MODEL_LABELS = {
+    "acdc": {"rv": 1, "myocardium": 2, "lv": 3},
+    "camus": {"lv": 1, "myocardium": 2, "la": 3},
+}
+
+
 class NPCRegistration(InferTask):
     """Propagate a moving image's label map onto the open (fixed) image with ``monai_npc.interop.register_files``.
 
     Args:
-        model: ``"acdc"``, ``"camus"``, ``"sar"``, a ``save_pretrained`` file or ``"phase-correlation"``.
-        labels: label names, e.g. ``{"rv": 1, "myocardium": 2, "lv": 3}`` (ACDC).
+        model: a model argument of ``monai_npc.networks.nets.load_pretrained`` (``"acdc"``, ``"camus"``,
+            ``"sar"``, a ``save_pretrained`` file, a MONAI bundle folder or its ``models/model.pt``)
+            or ``"phase-correlation"``.
+        labels: label names, e.g. ``{"rv": 1, "myocardium": 2, "lv": 3}`` (default: those of the
+            model's data, :data:`MODEL_LABELS`, else ACDC's).
         datastore: optional MONAI Label datastore to resolve ``moving`` / ``moving_label`` ids.
         output_root: folder for per-request outputs (default: a temporary folder).
         device: torch device.
@@ -76,10 +90,10 @@ class NPCRegistration(InferTask):
     ) -> None:
         super().__init__(
             type=SEGMENTATION,
-            labels=labels or {"rv": 1, "myocardium": 2, "lv": 3},
+            labels=labels or MODEL_LABELS.get(str(model), MODEL_LABELS["acdc"]),
             dimension=2,
             description=description,
-            config={"model": model, "moving": "", "moving_label": "", "fixed_label": ""},
+            config={"npc_model": model, "moving": "", "moving_label": "", "fixed_label": ""},
         )
         self.model = model
         self.datastore = datastore
@@ -88,12 +102,11 @@ class NPCRegistration(InferTask):
 
     def is_valid(self) -> bool:
         from monai_npc.interop.register import PHASE_CORRELATION
-
-        if self.model == PHASE_CORRELATION or Path(str(self.model)).is_file():
-            return True
         from monai_npc.networks.nets import available_models
 
-        return self.model in available_models()
+        path = Path(str(self.model))
+        bundle = (path / "configs" / "inference.json").is_file() and (path / "models" / "model.pt").is_file()
+        return self.model == PHASE_CORRELATION or path.is_file() or bundle or self.model in available_models()
 
     def _image(self, value: str) -> str:
         if value and (os.path.exists(value) or self.datastore is None):
@@ -121,7 +134,8 @@ class NPCRegistration(InferTask):
         out = request.get("output_dir") or tempfile.mkdtemp(prefix="npc_", dir=self.output_root)
         summary = register_files(
             moving, fixed, out, moving_label=moving_label, fixed_label=request.get("fixed_label") or None,
-            model=request.get("model") or self.model, device=request.get("device", self.device),
+            # not request["model"]: MONAI Label sets it to this task's name
+            model=request.get("npc_model") or self.model, device=request.get("npc_device") or self.device,
         )
         files = {key: str(Path(out) / name) for key, name in summary["outputs"].items()}
         result = {

@@ -1,0 +1,40 @@
+"""Small helpers shared by the training loops, the checkpoint handlers and the weight files."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+
+__all__ = ["atomic_torch_save"]
+
+
+def atomic_torch_save(obj: Any, path: Union[str, Path]) -> Path:
+    """``torch.save(obj, path)`` that never leaves a partial ``path`` behind.
+
+    The object is written to a temporary file in the same folder, flushed to disk, and renamed
+    over ``path`` with :func:`os.replace` (atomic on POSIX and Windows). A crash or kill during
+    the write leaves the previous ``path`` (if any) untouched and at most a ``.{name}.*.tmp`` file,
+    which is removed when the write fails inside Python. The file gets the usual permissions
+    (``0o666`` minus the umask), not the ``0o600`` of :func:`tempfile.mkstemp`.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
