@@ -154,7 +154,7 @@ def test_resume_is_bit_exact(tmp_path, phantom_dir, epoch_length):
     ``epoch_length=3`` is shorter than the loader (4 batches), so an epoch ends part-way through a
     shuffled pass: the resumed run must rebuild that pass at the right place.
     """
-    extra = dict(max_iterations_per_epoch=epoch_length, flip_prob=0.5, batch_size=1)
+    extra = dict(max_iterations_per_epoch=epoch_length, flip_prob=0.5, batch_size=1, train_directions=["ED->ES", "ES->ED"])
     straight = _weights(_train(tmp_path / "straight", phantom_dir, epochs=3, **extra))
     _train(tmp_path / "killed", phantom_dir, epochs=2, **extra)
     torch.manual_seed(1234)  # a new process has another random state

@@ -1,6 +1,7 @@
 """CAMUS: MHD and NIfTI releases, sequence frames, 1 mm resampling + centre crop, errors."""
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,3 +137,67 @@ def test_errors(releases, tmp_path):
         build_camus_pairs(root, split="all", views=("4CH",))
     with pytest.raises(ValueError, match="views"):
         find_camus_patients(root, views=("3CH",))
+
+
+def _png_copy(src_root, dst_root):
+    """The phantom patients re-written as the public 224 x 224 PNG copy (train/ and val/ folders, uint8)."""
+    from PIL import Image
+
+    from monai_npc.data.camus import find_camus_patients, load_camus_view
+
+    patients = find_camus_patients(src_root)
+    for i, patient in enumerate(patients):
+        folder = dst_root / ("val" if i == len(patients) - 1 else "train") / patient.name
+        folder.mkdir(parents=True)
+        for view in ("2CH", "4CH"):
+            data = load_camus_view(patient, view)
+            for phase in ("ED", "ES"):
+                img = np.asarray(data[phase.lower()], np.float64)
+                img = (img - img.min()) / max(img.max() - img.min(), 1e-9)
+                img = np.asarray(Image.fromarray(np.round(255 * img).astype(np.uint8)).resize((224, 224), Image.BILINEAR))
+                lab = np.asarray(Image.fromarray(data[f"{phase.lower()}_label"]).resize((224, 224), Image.NEAREST))
+                Image.fromarray(img).save(folder / f"{patient.name}_{view}_{phase}.png")
+                Image.fromarray(lab).save(folder / f"{patient.name}_{view}_{phase}_gt.png")
+    return [p.name for p in patients]
+
+
+def test_png_copy_layout_resize_protocol_and_split_file(releases, tmp_path):
+    import json
+
+    names = _png_copy(releases["mhd"], tmp_path / "camus_224")
+    pairs = build_camus_pairs(tmp_path / "camus_224", "all", views=("4CH",))
+    assert len(pairs) == len(names)
+    p = pairs[0]
+    assert p["moving"].shape == (1, 128, 128) and p["moving"].dtype == np.float32
+    assert p["moving"].min() == 0.0 and p["moving"].max() == pytest.approx(1.0)
+    assert set(np.unique(p["moving_label"])) <= {0, 1, 2, 3} and p["moving_label"].dtype == np.uint8
+    # the resize protocol keeps the anatomy: myocardium fraction of the image is that of the 224 x 224 label
+    from PIL import Image
+
+    lab224 = np.asarray(Image.open(tmp_path / "camus_224" / "train" / p["patient"] / f"{p['patient']}_4CH_ED_gt.png"))
+    assert (p["moving_label"] == 2).mean() == pytest.approx((lab224 == 2).mean(), rel=0.05)
+    both = build_camus_pairs(tmp_path / "camus_224", "all", directions=("ED->ES", "ES->ED"))
+    assert len(both) == 4 * len(names)
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"train": names[:-1], "val": [], "test": names[-1:]}))
+    test = build_camus_pairs(tmp_path / "camus_224", "test", split_file=split)
+    assert {q["patient"] for q in test} == {names[-1]}
+    with pytest.raises(ValueError, match="protocol must be one of"):
+        build_camus_pairs(tmp_path / "camus_224", "all", protocol="crop")
+    with pytest.raises(ValueError, match="directions"):
+        build_camus_pairs(tmp_path / "camus_224", "all", directions=("ED->ED",))
+    (tmp_path / "camus_224" / "train" / names[0] / f"{names[0]}_2CH_ES_gt.png").unlink()
+    with pytest.raises(FileNotFoundError, match=f"{names[0]} 2CH: ES label"):
+        build_camus_pairs(tmp_path / "camus_224", "all")
+
+
+SHARED_CAMUS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "camus_224"
+
+
+@pytest.mark.skipif(not SHARED_CAMUS.is_dir(), reason="shared CAMUS 224 copy not present")
+def test_real_camus_224_split_and_unregistered_dice():
+    split_file = Path(__file__).resolve().parents[1] / "bundles/npc_camus/configs/camus224_split.json"
+    pairs = build_camus_pairs(SHARED_CAMUS, "test", split_file=split_file)
+    assert len(pairs) == 100  # 50 validation patients x 2 views, ED -> ES
+    dice = np.mean([_dice(p["moving_label"], p["fixed_label"], 2) for p in pairs])
+    assert 0.60 < dice < 0.72  # README: about 0.65 unregistered LV-myocardium Dice

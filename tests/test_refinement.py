@@ -76,3 +76,12 @@ def test_npcnet_refine_option_keeps_weights_and_scripting():
     assert refined.config["refine_iterations"] == 5
     scripted = torch.jit.script(net)
     assert torch.allclose(scripted(x), plain, atol=1e-6)
+
+
+def test_local_ncc_matches_monai_on_flat_regions():
+    """Zero background and a nearly flat plateau: the running sums must not turn cancellation into NCC."""
+    x = torch.zeros(1, 1, 96, 96)
+    x[..., 30:70, 20:80] = 0.5 + 0.01 * torch.rand(40, 60)
+    y = x.roll(2, -1)
+    ref = LocalNormalizedCrossCorrelationLoss(spatial_dims=2, kernel_size=17)(x, y)
+    assert torch.allclose(-local_ncc(x, y, 17).mean(), ref, rtol=1e-3, atol=1e-4)

@@ -11,13 +11,16 @@ __all__ = ["box_sum", "local_ncc"]
 def box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
     """Sum of ``x`` ``(B, C, *S)`` over a ``window``-wide box around every voxel (zero padding), same shape.
 
-    Separable running sums (a cumulative sum per spatial axis and one subtraction): the cost per
-    voxel does not grow with ``window``, forward and backward, unlike a convolution with a ones
-    kernel or an average pooling.
+    Separable running sums (a cumulative sum per spatial axis and one subtraction, in float64 so
+    that the subtraction keeps the precision local variances need): the cost per voxel does not
+    grow with ``window``, forward and backward, unlike a convolution with a ones kernel or an
+    average pooling.
     """
     if window < 1 or window % 2 == 0:
         raise ValueError(f"window must be a positive odd integer, got {window}.")
     half = window // 2
+    dtype = x.dtype
+    x = x.double()  # running sums of float32 lose the small differences that local variances are made of
     for axis in range(2, x.dim()):
         pad = [0, 0] * (x.dim() - 2)
         pad[2 * (x.dim() - 1 - axis)] = half + 1  # F.pad lists the last axis first
@@ -25,10 +28,10 @@ def box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
         c = F.pad(x, pad).cumsum(axis)
         n = x.shape[axis]
         x = c.narrow(axis, window, n) - c.narrow(axis, 0, n)
-    return x
+    return x.to(dtype)
 
 
-def local_ncc(pred: torch.Tensor, target: torch.Tensor, window: int = 17, smooth_nr: float = 1e-5, smooth_dr: float = 1e-5) -> torch.Tensor:
+def local_ncc(pred: torch.Tensor, target: torch.Tensor, window: int = 17, smooth_nr: float = 0.0, smooth_dr: float = 1e-5) -> torch.Tensor:
     """Squared local normalised cross-correlation map ``(B, C, *S)`` of images ``(B, C, *S)``, in ``[0, 1]``.
 
     The same quantity as MONAI's ``LocalNormalizedCrossCorrelationLoss`` with a rectangular
