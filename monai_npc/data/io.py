@@ -37,7 +37,7 @@ __all__ = [
     "read_sitk_image",
     "read_dicom_folder",
     "parse_select",
-    "check_nifti_complete",
+    "check_nifti",
     "select_slice",
     "select_frame",
     "to_array_order",
@@ -371,36 +371,40 @@ def parse_select(spec: Union[None, str, Mapping[str, Any]]) -> Dict[str, Any]:
     return out
 
 
-def _nifti_expected_bytes(header: bytes) -> Optional[int]:
-    """Bytes a NIfTI-1/2 file needs (header + voxels) from its first 540 bytes, or ``None`` when not NIfTI."""
+def _nifti_layout(header: bytes) -> Optional[Tuple[int, np.dtype, Tuple[int, ...]]]:
+    """``(data offset, voxel dtype or None, shape)`` from a NIfTI-1/2 header, or ``None`` when not NIfTI."""
     import struct
 
+    codes = {2: "u1", 4: "i2", 8: "i4", 16: "f4", 64: "f8", 256: "i1", 512: "u2", 768: "u4", 1024: "i8", 1280: "u8"}
     for endian in "<>":
         size = struct.unpack(endian + "i", header[:4])[0] if len(header) >= 4 else 0
         if size == 348 and len(header) >= 112:  # NIfTI-1
             dim = struct.unpack(endian + "8h", header[40:56])
-            bitpix = struct.unpack(endian + "h", header[72:74])[0]
+            code, bitpix = struct.unpack(endian + "2h", header[70:74])
             offset = int(struct.unpack(endian + "f", header[108:112])[0])
         elif size == 540 and len(header) >= 176:  # NIfTI-2
             dim = struct.unpack(endian + "8q", header[16:80])
-            bitpix = struct.unpack(endian + "h", header[14:16])[0]
+            code, bitpix = struct.unpack(endian + "2h", header[12:16])
             offset = int(struct.unpack(endian + "q", header[168:176])[0])
         else:
             continue
         rank = int(dim[0])
-        if not 1 <= rank <= 7:
+        if not 1 <= rank <= 7 or bitpix <= 0:
             return None
-        voxels = int(np.prod([max(int(d), 1) for d in dim[1 : rank + 1]], dtype=np.int64))
-        return max(offset, size) + voxels * max(int(bitpix), 8) // 8
+        shape = tuple(max(int(d), 1) for d in dim[1 : rank + 1])
+        dtype = np.dtype(endian + codes[code]) if code in codes else None
+        if dtype is not None and dtype.itemsize * 8 != bitpix:
+            dtype = None
+        return max(offset, size), (dtype if dtype is not None else np.dtype(f"V{max(bitpix, 8) // 8}")), shape
     return None
 
 
-def check_nifti_complete(path: PathLike) -> None:
-    """``ValueError`` naming ``path`` when a ``.nii``/``.nii.gz`` file holds fewer bytes than its header needs.
+def check_nifti(path: PathLike, what: str = "image") -> None:
+    """``ValueError`` naming ``path`` when a ``.nii``/``.nii.gz`` file is truncated or holds NaN/Inf voxels.
 
-    ITK (and so SimpleITK, ANTs) reads a truncated NIfTI file without complaint, filling the missing
-    voxels with zeros; this check makes such a file an error. ``.nii.gz`` files are decompressed
-    once (streaming) to count their bytes and to check the gzip stream is complete.
+    ITK (and so SimpleITK, ANTs) reads a truncated NIfTI file without complaint, filling the
+    missing voxels with zeros, and silently replaces NaN/Inf voxels by 0 (NIfTI-lib's rule); this
+    check makes both an error. The file is read (and decompressed) once more to check it.
     """
     import gzip
     import zlib
@@ -411,37 +415,33 @@ def check_nifti_complete(path: PathLike) -> None:
         return
     try:
         if suffix == ".nii":
-            with path.open("rb") as f:
-                header = f.read(540)
-            actual, complete = path.stat().st_size, True
+            data, complete = path.read_bytes(), True
         else:
-            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            header, actual = b"", 0
+            inflate, parts = zlib.decompressobj(16 + zlib.MAX_WBITS), []
             with path.open("rb") as f:
-                while True:
-                    chunk = f.read(1 << 20)
-                    if not chunk:
-                        break
-                    data = inflate.decompress(chunk)
-                    if len(header) < 540:
-                        header += data[: 540 - len(header)]
-                    actual += len(data)
+                for chunk in iter(lambda: f.read(1 << 22), b""):
+                    parts.append(inflate.decompress(chunk))
                     while inflate.eof and inflate.unused_data:  # concatenated gzip members
-                        rest = inflate.unused_data
-                        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                        data = inflate.decompress(rest)
-                        actual += len(data)
-            complete = inflate.eof
+                        rest, inflate = inflate.unused_data, zlib.decompressobj(16 + zlib.MAX_WBITS)
+                        parts.append(inflate.decompress(rest))
+            data, complete = b"".join(parts), inflate.eof
     except (OSError, zlib.error, EOFError, gzip.BadGzipFile) as err:
-        raise ValueError(f"cannot read image {path}: the file is corrupt ({type(err).__name__}: {err}).") from err
-    expected = _nifti_expected_bytes(header)
-    if expected is None:
+        raise ValueError(f"cannot read {what} {path}: the file is corrupt ({type(err).__name__}: {err}).") from None
+    layout = _nifti_layout(data[:540])
+    if layout is None:
         return  # not a NIfTI header: let the reader report it
-    if not complete or actual < expected:
+    offset, dtype, shape = layout
+    expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if not complete or len(data) < expected:
         raise ValueError(
-            f"cannot read image {path}: the file is truncated ({actual} of the {expected} bytes its header needs"
+            f"cannot read {what} {path}: the file is truncated ({len(data)} of the {expected} bytes its header needs"
             + ("" if complete else "; the gzip stream ends early") + ")."
         )
+    if dtype.kind == "f":
+        voxels = np.frombuffer(data, dtype, count=int(np.prod(shape, dtype=np.int64)), offset=offset)
+        bad = int(voxels.size - np.count_nonzero(np.isfinite(voxels)))
+        if bad:
+            raise ValueError(f"{what} {path} contains {bad} non-finite (NaN/Inf) value(s) out of {voxels.size}.")
 
 
 def _one_line(err: Exception) -> str:
@@ -457,7 +457,7 @@ def _sitk_read(path: Path, what: str = "image"):
     """``sitk.ReadImage`` with a one-line ``ValueError`` for unreadable or truncated files."""
     import SimpleITK as sitk
 
-    check_nifti_complete(path)
+    check_nifti(path, what)
     reader = sitk.ImageFileReader()
     reader.SetFileName(str(path))
     try:

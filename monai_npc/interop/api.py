@@ -35,6 +35,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 import warnings
@@ -83,6 +84,9 @@ OUTPUTS: Dict[str, str] = {
     "overview": "overview.png",
     "summary": "summary.json",
 }
+
+#: ITK's HDF5 library is not thread-safe: transform files are written one at a time per process
+_HDF5_LOCK = threading.Lock()
 
 #: a slice whose intensity range is below this fraction of its largest magnitude counts as constant
 CONSTANT_RTOL = 1e-3
@@ -397,10 +401,11 @@ class Registration:
             label = sitk.GetImageFromArray(arr.astype(_label_dtype(arr)))
             label.CopyInformation(self.warped_label)
             sitk.WriteImage(label, str(put("warped_label")), True)
-        sitk.WriteTransform(self.transform, str(put("transform")))
+        with _HDF5_LOCK:
+            sitk.WriteTransform(self.transform, str(put("transform")))
+            if self.fixed.GetDimension() == 2:
+                write_slicer_transform(ddf, self.fixed, put("transform_slicer"))
         write_ants_warp(ddf, self.fixed, put("displacement"))
-        if self.fixed.GetDimension() == 2:
-            write_slicer_transform(ddf, self.fixed, put("transform_slicer"))
         sitk.WriteImage(self.jacobian, str(put("jacobian")), True)
         if self.reliability is not None:
             sitk.WriteImage(self.reliability, str(put("reliability")), True)

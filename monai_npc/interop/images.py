@@ -226,5 +226,7 @@ def check_same_dims(moving: sitk.Image, fixed: sitk.Image, moving_path: PathLike
     if moving.GetDimension() != fixed.GetDimension():
         raise ValueError(
             f"moving image {moving_path} is {moving.GetDimension()}-D (size {moving.GetSize()}) but fixed image "
-            f"{fixed_path} is {fixed.GetDimension()}-D (size {fixed.GetSize()}); both must be 2-D, or both 3-D."
+            f"{fixed_path} is {fixed.GetDimension()}-D (size {fixed.GetSize()}); both must be 2-D, or both 3-D "
+            "(a single DICOM frame is a one-slice 3-D image at its scanner position; to register two 2-D pictures "
+            "pixel by pixel, e.g. a JPEG against a DICOM frame, use --pixel-space / pixel_space=True)."
         )
