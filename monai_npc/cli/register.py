@@ -60,6 +60,20 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
+def _logged(fn, *args, **kwargs):
+    """Call ``fn`` and log the Python warnings it raised as ``monai-npc: WARNING: ...`` (``--quiet`` hides them)."""
+    import logging
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for w in caught:
+                logging.getLogger("monai_npc.register").warning(str(w.message))
+
+
 def run(args: argparse.Namespace) -> int:
     from monai_npc.interop.register import register_batch, register_files
 
@@ -74,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         if args.moving or args.fixed:
             raise ValueError("use either --batch or --moving/--fixed, not both")
         progress = not (args.no_progress or getattr(args, "quiet", False))
-        results = register_batch(args.batch, model=args.model, out=args.out, progress=progress, **options)
+        results = _logged(register_batch, args.batch, model=args.model, out=args.out, progress=progress, **options)
         failed = [r for r in results if "error" in r]
         for r in failed:
             print(f"failed: {r['moving']} -> {r['fixed']}: {r['error']}")
@@ -83,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
     missing = [name for name in ("moving", "fixed", "out") if not getattr(args, name)]
     if missing:
         raise ValueError("missing " + ", ".join("--" + m for m in missing) + " (or use --batch PAIRS_CSV)")
-    s = register_files(
-        args.moving, args.fixed, args.out, args.moving_label, args.fixed_label, model=args.model, **options
+    s = _logged(
+        register_files, args.moving, args.fixed, args.out, args.moving_label, args.fixed_label, model=args.model, **options
     )
     dice = f", Dice {s['dice_mean_initial']:.3f} -> {s['dice_mean']:.3f}" if s.get("dice_mean") is not None else ""
     if not getattr(args, "quiet", False):

@@ -468,8 +468,8 @@ def _sitk_read(path: Path, what: str = "image"):
         return reader.Execute()
     except RuntimeError:
         raise ValueError(
-            f"cannot read {what} {path}: its header is readable but its pixel data is not "
-            f"(size {reader.GetSize()}, {reader.GetPixelIDTypeAsString()}): the file is truncated or corrupt."
+            f"cannot read {what} {path}: the file is truncated or corrupt: its header is readable but its pixel data is not "
+            f"(size {reader.GetSize()}, {sitk.GetPixelIDValueAsString(reader.GetPixelID())})."
         ) from None
 
 
