@@ -145,7 +145,10 @@ def load_image(path: PathLike, reader=None, dtype=np.float32):
             warnings.simplefilter("ignore")
             img = LoadImage(reader=_reader_for(path, reader), image_only=True, dtype=dtype)(str(path))
     except Exception as err:  # MONAI wraps reader failures in RuntimeError / OptionalImportError
-        raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
+        if path.is_file() and image_suffix(path) not in _PIL_SUFFIXES:
+            _sitk_read(path)  # a one-line reason (truncated, corrupt) instead of MONAI's "install the reader libraries"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ValueError(f"cannot read image {path}: {type(err).__name__}: {first}") from None
     if (
         img.ndim == 3
         and img.shape[-1] == 1
