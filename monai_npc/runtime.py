@@ -39,6 +39,11 @@ NOISY_LOGGERS = (
     "monai.data.nvimgcodec_pydicom_plugin",  # "nvImageCodec is not available ..." once per image read
 )
 
+#: Python warnings of other libraries that are noise for our users: (message regex, category)
+NOISY_WARNINGS = (
+    (r"monai\.\S+.* has been deprecated since version", FutureWarning),  # MONAI's deprecated-argument notices
+)
+
 
 def available_cores() -> int:
     """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where unknown)."""
@@ -107,9 +112,11 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def silence_third_party() -> None:
-    """Raise the level of :data:`NOISY_LOGGERS` to ERROR."""
+    """Raise the level of :data:`NOISY_LOGGERS` to ERROR and ignore :data:`NOISY_WARNINGS`."""
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+    for message, category in NOISY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
 
 
 def configure_logging(level: str = "WARNING", quiet: bool = False) -> int:

@@ -192,3 +192,17 @@ def test_threads(monkeypatch):
     assert torch.get_num_threads() == before
     reg = monai_npc.register(np.zeros((8, 32)) + np.arange(32), np.zeros((8, 32)) + np.arange(32), "phase-correlation", threads=1)
     assert reg.summary["identity_slices"] == [] and torch.get_num_threads() == before
+
+
+def test_third_party_noise_is_silenced():
+    import logging
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runtime.silence_third_party()
+        warnings.warn("monai.metrics.utils get_mask_edges:always_return_as_numpy: Argument `always_return_as_numpy` "
+                      "has been deprecated since version 1.5.0.", FutureWarning)
+        warnings.warn("a warning of our own", RuntimeWarning)
+    assert [str(w.message) for w in caught] == ["a warning of our own"]
+    assert logging.getLogger("monai.data.nvimgcodec_pydicom_plugin").getEffectiveLevel() == logging.ERROR

@@ -38,7 +38,7 @@ def add_runtime_options(parser: argparse.ArgumentParser, default=None) -> None:
         help="CPU threads for torch and SimpleITK (default: min(4, free cores), 1 on a busy machine; "
         "OMP_NUM_THREADS if set)",
     )
-    parser.add_argument("--quiet", action="store_true", default=default, help="print errors only (no warnings, no progress bars)")
+    parser.add_argument("--quiet", action="store_true", default=default, help="print errors only (no warnings; register --batch: no progress bar)")
     parser.add_argument(
         "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper, default=default,
         help="messages to print (default: WARNING)",
