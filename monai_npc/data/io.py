@@ -37,6 +37,8 @@ __all__ = [
     "read_sitk_image",
     "read_dicom_folder",
     "parse_select",
+    "to_grayscale",
+    "read_sitk_file",
     "check_nifti",
     "select_slice",
     "select_frame",
@@ -146,7 +148,7 @@ def load_image(path: PathLike, reader=None, dtype=np.float32):
             img = LoadImage(reader=_reader_for(path, reader), image_only=True, dtype=dtype)(str(path))
     except Exception as err:  # MONAI wraps reader failures in RuntimeError / OptionalImportError
         if path.is_file() and image_suffix(path) not in _PIL_SUFFIXES:
-            _sitk_read(path)  # a one-line reason (truncated, corrupt) instead of MONAI's "install the reader libraries"
+            read_sitk_file(path)  # a one-line reason (truncated, corrupt) instead of MONAI's "install the reader libraries"
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ValueError(f"cannot read image {path}: {type(err).__name__}: {first}") from None
     if (
@@ -271,7 +273,7 @@ def read_vector_image(path: PathLike) -> Tuple[np.ndarray, Tuple[float, ...]]:
         raise FileNotFoundError(f"image not found: {path}")
     if path.suffix.lower() == ".mhd":
         _check_mhd_data_file(path)
-    image = _sitk_read(path)
+    image = read_sitk_file(path)
     arr = sitk.GetArrayFromImage(image)
     if image.GetNumberOfComponentsPerPixel() == 1:
         arr = arr[..., None]
@@ -456,8 +458,9 @@ def _one_line(err: Exception) -> str:
     return lines[-1] if lines else type(err).__name__
 
 
-def _sitk_read(path: Path, what: str = "image"):
-    """``sitk.ReadImage`` with a one-line ``ValueError`` for unreadable or truncated files."""
+def read_sitk_file(path: Path, what: str = "image"):
+    """``sitk.ReadImage(path)`` with one-line ``ValueError``s naming ``what`` and the file for unreadable,
+    truncated or (NIfTI) NaN-holding files (:func:`check_nifti`)."""
     import SimpleITK as sitk
 
     check_nifti(path, what)
@@ -476,7 +479,7 @@ def _sitk_read(path: Path, what: str = "image"):
         ) from None
 
 
-def _grayscale(image):
+def to_grayscale(image):
     """A colour (RGB/RGBA) 2-D image -> luminance ``0.299 R + 0.587 G + 0.114 B`` (as PIL's ``"L"``), float32."""
     import SimpleITK as sitk
 
@@ -536,7 +539,7 @@ def read_sitk_image(path: PathLike, select: Union[None, str, Mapping[str, Any]] 
         raise ValueError(f"{what} {path}: selection {folder_keys} applies to DICOM folders; a file takes frame=K only.")
     if path.suffix.lower() == ".mhd":
         _check_mhd_data_file(path)
-    image = _grayscale(_sitk_read(path, what))
+    image = to_grayscale(read_sitk_file(path, what))
     if image.GetDimension() == 4:
         if "frame" not in select:
             raise ValueError(
@@ -631,7 +634,7 @@ def read_dicom_folder(folder: PathLike, select: Union[None, str, Mapping[str, An
                 f"{where}: {len(match)} files have InstanceNumber {select['instance']} "
                 f"(it holds instance numbers {numbers[0]}..{numbers[-1]})."
             )
-        return _grayscale(_sitk_read(match[0], what))
+        return to_grayscale(read_sitk_file(match[0], what))
     # group by slice position; within a position, files are phases in trigger-time order
     positions: Dict[float, List[Tuple[Path, Any]]] = {}
     for f, ds in files:
@@ -674,7 +677,7 @@ def read_dicom_folder(folder: PathLike, select: Union[None, str, Mapping[str, An
             raise ValueError(f"{where}: slice={k} is out of range; it has {len(chosen)} slice position(s) (0..{len(chosen) - 1}).")
         chosen = [chosen[k]]
     if len(chosen) == 1:
-        return _grayscale(_sitk_read(chosen[0][0], what))
+        return to_grayscale(read_sitk_file(chosen[0][0], what))
     gaps = np.diff(sorted(positions))
     if np.ptp(gaps) > 1e-2 * max(abs(float(gaps.mean())), 1e-6):
         raise ValueError(

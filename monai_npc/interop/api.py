@@ -137,9 +137,9 @@ def as_image(image: ImageLike, what: str = "image", spacing: Optional[Sequence[f
         select: for paths, a phase/slice/instance/frame (:func:`~monai_npc.data.io.parse_select`).
     """
     if isinstance(image, sitk.Image):
-        from monai_npc.data.io import _grayscale
+        from monai_npc.data.io import to_grayscale
 
-        return check_image(_grayscale(image) if image.GetNumberOfComponentsPerPixel() in (3, 4) else image, what)
+        return check_image(to_grayscale(image) if image.GetNumberOfComponentsPerPixel() in (3, 4) else image, what)
     if isinstance(image, (str, os.PathLike)):
         return read_image(image, what, select)
     if isinstance(image, torch.Tensor) and "direction" in (getattr(image, "meta", None) or {}):

@@ -184,9 +184,9 @@ def read_displacement_field(path: PathLike) -> Tuple[np.ndarray, sitk.Image]:
                 raise ValueError(f"{path} holds a {tx.GetName()}, not a DisplacementFieldTransform.")
             field = tx.GetDisplacementField()
         else:
-            from monai_npc.data.io import _sitk_read
+            from monai_npc.data.io import read_sitk_file
 
-            field = _sitk_read(path, "displacement field")
+            field = read_sitk_file(path, "displacement field")
     except RuntimeError as err:
         raise ValueError(f"cannot read displacement field {path}: {err}") from err
     dims = field.GetDimension()
