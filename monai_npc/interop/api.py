@@ -336,7 +336,10 @@ class OutputFolder:
                     os.rename(self.out, old)
                 except FileNotFoundError:  # another run moved it first
                     continue
-                shutil.rmtree(old, ignore_errors=True)
+                if old.is_symlink():  # ``out`` was a link to a folder: drop the link, keep what it points to
+                    old.unlink()
+                else:
+                    shutil.rmtree(old, ignore_errors=True)
         self.discard()
         raise ValueError(f"could not move the results into {self.out} (another process keeps replacing it).")
 
