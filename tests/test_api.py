@@ -3,7 +3,6 @@ ITK-identical warping (border included), readable displacement files, clean outp
 
 import json
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from monai_npc.cli.main import main
 from monai_npc.data.phantoms import cardiac_pair
 from monai_npc.functional import warp_image
 from monai_npc.interop import ddf_to_physical, grid_mismatch, register_batch, register_files
-from monai_npc.networks.nets import NPCNet, save_pretrained
+from monai_npc.networks.nets import NPCNet
 
 
 def _image(arr, spacing=(0.9, 1.6), origin=(12.0, -30.0), angle=0.4, pixel=sitk.sitkFloat32):
