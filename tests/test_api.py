@@ -2,7 +2,9 @@
 ITK-identical warping (border included), readable displacement files, clean output folders."""
 
 import json
+import os
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -234,3 +236,26 @@ def test_large_image_end_to_end_and_deterministic_summary(tmp_path):
         summaries.append({key: v for key, v in s.items() if not key.startswith("seconds")})
     assert summaries[0] == summaries[1]
     assert abs(summaries[0]["displacement_mm_mean"] - np.hypot(24.0, 16.0)) < 1.0
+
+
+def test_register_path_imports_no_heavy_module(tmp_path):
+    """The cold start of ``monai-npc register`` is ``import torch`` plus our work: a whole shell call
+    (shipped acdc weights, all outputs) must not import MONAI, ITK Python, matplotlib or scipy."""
+    import subprocess
+    import sys
+
+    p = cardiac_pair(size=64, seed=8)
+    for key in ("moving", "fixed"):
+        sitk.WriteImage(_image(p[key]), str(tmp_path / f"{key}.nii.gz"))
+    code = (
+        "import sys\nfrom monai_npc.cli.main import main\n"
+        f"rc = main(['register', '--moving', {str(tmp_path / 'moving.nii.gz')!r}, '--fixed', {str(tmp_path / 'fixed.nii.gz')!r}, "
+        f"'--out', {str(tmp_path / 'out')!r}])\n"
+        "heavy = sorted(m for m in ('monai', 'itk', 'matplotlib', 'scipy', 'ignite') if m in sys.modules)\n"
+        "print(rc, heavy)\n"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(tmp_path), check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 []", out.stdout + out.stderr
+    assert (tmp_path / "out" / "overview.png").is_file()
