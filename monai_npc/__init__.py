@@ -11,6 +11,27 @@ Layout (imports point downwards only)::
 Displacement fields ("ddf") follow MONAI's ``Warp`` convention everywhere inside the package:
 voxel units, channel ``k`` is the displacement along spatial axis ``k`` and
 ``out(x) = img(x + ddf(x))``.
+
+Quick start (in memory, like ``ants.registration``)::
+
+    import monai_npc
+    reg = monai_npc.register("ED.nii.gz", "ES.nii.gz", model="acdc")  # or SimpleITK images / arrays
+    reg.warped, reg.transform, reg.ddf, reg.summary; reg.save("result")
+
+``import monai_npc`` stays light: :func:`register` and :class:`Registration` are imported on first use.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
+
+__all__ = ["register", "Registration", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy top-level API: ``monai_npc.register`` / ``monai_npc.Registration`` (torch and SimpleITK load on first use)."""
+    if name in ("register", "Registration"):
+        from monai_npc.interop import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'monai_npc' has no attribute {name!r}")

@@ -174,3 +174,32 @@ def test_read_h5_missing_dataset(tmp_path):
     assert read_h5(tmp_path / "a.h5", ("image",))["image"].shape == (2, 2)
     with pytest.raises(ValueError, match="lacks dataset"):
         read_h5(tmp_path / "a.h5")
+
+
+@pytest.mark.parametrize("suffix", [".nii.gz", ".nii", ".mha", ".nrrd"])
+def test_truncated_files_one_line(tmp_path, suffix):
+    """MONAI's loader and the SimpleITK path both say "truncated", in one line, naming the file."""
+    from monai_npc.data.io import read_sitk_image
+
+    data = write_image(np.random.default_rng(0).random((3, 20, 30)).astype(np.float32), tmp_path / f"v{suffix}").read_bytes()
+    (tmp_path / f"cut{suffix}").write_bytes(data[: len(data) // 2])
+    for read in (load_image, read_sitk_image):
+        with pytest.raises(ValueError) as info:
+            read(tmp_path / f"cut{suffix}")
+        msg = str(info.value)
+        assert "truncated" in msg and f"cut{suffix}" in msg and "\n" not in msg and "install" not in msg, msg
+
+
+def test_sitk_reader_matches_monai_geometry(tmp_path):
+    """read_sitk_image (no MONAI) gives the geometry load_image -> to_sitk gives, for each volume format."""
+    from monai_npc.data.io import read_sitk_image
+    from monai_npc.interop import grid_mismatch, to_sitk
+
+    direction = (0.0, -1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0)
+    for suffix in (".nii.gz", ".mha", ".nrrd"):
+        path = write_image(ZYX, tmp_path / f"g{suffix}", spacing=(2.0, 0.7, 0.5), origin=(30.0, 20.0, 10.0), direction=direction)
+        ours, theirs = read_sitk_image(path), to_sitk(load_image(path))
+        assert grid_mismatch(ours, theirs) is None, suffix
+        import SimpleITK as sitk
+
+        np.testing.assert_array_equal(sitk.GetArrayFromImage(ours), sitk.GetArrayFromImage(theirs))

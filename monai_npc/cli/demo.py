@@ -10,6 +10,8 @@ import argparse
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
+    from monai_npc.cli.main import add_runtime_options
+
     p = sub.add_parser(
         "demo",
         help="train on generated cardiac phantoms and register held-out pairs (no data needed)",
@@ -23,6 +25,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=4, help="pairs per batch (both directions are trained)")
     p.add_argument("--steps", type=int, default=4, help="ODE steps n_t (the paper's plateau starts at 4)")
     p.add_argument("--seed", type=int, default=0)
+    add_runtime_options(p, argparse.SUPPRESS)  # --threads (applied by monai_npc.cli.main), --quiet, --log-level
     p.set_defaults(func=run)
     return p
 

@@ -2,9 +2,12 @@
 
 Writes into --out, in the fixed image's physical space (full resolution): warped.nii.gz,
 warped_label.nii.gz (with --moving-label), transform.h5 (ITK displacement field transform, LPS mm,
-fixed -> moving points), displacement.nii.gz (the same field as an ANTs *Warp.nii.gz),
-transform_slicer.h5 (2-D inputs: one-slice 3-D transform for 3D Slicer), jacobian.nii.gz,
-reliability.nii.gz, overview.png and summary.json. See docs/interop.md.
+fixed -> moving points; resampling the moving image with it gives warped.nii.gz exactly),
+displacement.nii.gz (the same field as an ANTs *Warp.nii.gz), transform_slicer.h5 (2-D inputs:
+one-slice 3-D transform for 3D Slicer), jacobian.nii.gz, reliability.nii.gz, overview.png and
+summary.json. --out is checked before any work and written all at once (a previous run's folder
+is replaced). Cine DICOM folders: pick a phase with --moving-select phase=K (or trigger_time=MS,
+slice=K, instance=N). See docs/interop.md.
 """
 
 from __future__ import annotations
@@ -13,16 +16,29 @@ import argparse
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
+    from monai_npc.cli.main import add_runtime_options
+
     p = sub.add_parser(
         "register",
         help="register image files (NIfTI, MHD, NRRD, DICOM, PNG/TIFF); write ITK/ANTs/Slicer transforms",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--moving", help="moving image file or DICOM series folder")
-    p.add_argument("--fixed", help="fixed image file or DICOM series folder (defines the output space)")
+    p.add_argument("--moving", help="moving image file or DICOM folder")
+    p.add_argument("--fixed", help="fixed image file or DICOM folder (defines the output space)")
     p.add_argument("--moving-label", help="label map of the moving image (warped with nearest neighbour)")
     p.add_argument("--fixed-label", help="label map of the fixed image (for Dice in summary.json)")
+    for which in ("moving", "fixed"):
+        p.add_argument(
+            f"--{which}-select", metavar="KEY=VALUE[,KEY=VALUE]",
+            help=f"part of the {which} input to use: phase=K (0-based, trigger-time order) or trigger_time=MS of a "
+            "cine DICOM folder, slice=K, instance=N (DICOM InstanceNumber), frame=K (multi-frame file), series=UID",
+        )
+    p.add_argument(
+        "--pixel-space", action="store_true",
+        help="ignore the moving image's geometry: its pixel (i, j) lies on the fixed image's pixel (i, j) "
+        "(e.g. a JPEG against a DICOM frame)",
+    )
     p.add_argument(
         "--model", default="acdc",
         help="acdc, sar, brain2d (shipped weights), a file saved by save_pretrained, or phase-correlation (default: acdc)",
@@ -39,8 +55,23 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--no-overview", action="store_true", help="do not write overview.png")
     p.add_argument("--no-progress", action="store_true", help="hide the batch progress bar")
+    add_runtime_options(p, argparse.SUPPRESS)
     p.set_defaults(func=run)
     return p
+
+
+def _logged(fn, *args, **kwargs):
+    """Call ``fn`` and log the Python warnings it raised as ``monai-npc: WARNING: ...`` (``--quiet`` hides them)."""
+    import logging
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for w in caught:
+                logging.getLogger("monai_npc.register").warning(str(w.message))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,11 +79,16 @@ def run(args: argparse.Namespace) -> int:
 
     if args.size is not None and args.size < 16:
         raise ValueError(f"--size must be at least 16, got {args.size}")
-    options = dict(size=args.size, keep_aspect=not args.stretch, device=args.device, overview=not args.no_overview)
+    options = dict(
+        size=args.size, keep_aspect=not args.stretch, device=args.device, overview=not args.no_overview,
+        threads=getattr(args, "threads", None), pixel_space=args.pixel_space,
+        moving_select=args.moving_select, fixed_select=args.fixed_select,
+    )
     if args.batch:
         if args.moving or args.fixed:
             raise ValueError("use either --batch or --moving/--fixed, not both")
-        results = register_batch(args.batch, model=args.model, out=args.out, progress=not args.no_progress, **options)
+        progress = not (args.no_progress or getattr(args, "quiet", False))
+        results = _logged(register_batch, args.batch, model=args.model, out=args.out, progress=progress, **options)
         failed = [r for r in results if "error" in r]
         for r in failed:
             print(f"failed: {r['moving']} -> {r['fixed']}: {r['error']}")
@@ -61,12 +97,13 @@ def run(args: argparse.Namespace) -> int:
     missing = [name for name in ("moving", "fixed", "out") if not getattr(args, name)]
     if missing:
         raise ValueError("missing " + ", ".join("--" + m for m in missing) + " (or use --batch PAIRS_CSV)")
-    s = register_files(
-        args.moving, args.fixed, args.out, args.moving_label, args.fixed_label, model=args.model, **options
+    s = _logged(
+        register_files, args.moving, args.fixed, args.out, args.moving_label, args.fixed_label, model=args.model, **options
     )
     dice = f", Dice {s['dice_mean_initial']:.3f} -> {s['dice_mean']:.3f}" if s.get("dice_mean") is not None else ""
-    print(
-        f"registered {args.moving} -> {args.fixed} with {s['model']} in {s['seconds']:.2f} s: "
-        f"folding {s['folding_percent']:.2f} %{dice}; wrote {len(s['outputs'])} files to {args.out}"
-    )
+    if not getattr(args, "quiet", False):
+        print(
+            f"registered {args.moving} -> {args.fixed} with {s['model']} in {s['seconds']:.2f} s: "
+            f"folding {s['folding_percent']:.2f} %{dice}; wrote {len(s['outputs'])} files to {args.out}"
+        )
     return 0

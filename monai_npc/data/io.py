@@ -9,6 +9,10 @@ own (ITK, LPS) world convention:
 - ``origin``: world position of voxel 0, mm (LPS, as ITK/DICOM report it);
 - ``direction``: ``(d, d)`` direction cosines, column ``k`` = axis ``k`` (LPS).
 
+:func:`read_sitk_image` reads the same files straight into a ``SimpleITK.Image`` (LPS geometry)
+without importing MONAI or ITK Python (the fast path of ``monai-npc register``); it also picks
+one phase, slice or frame out of a cine DICOM folder (:func:`read_dicom_folder`).
+
 The dataset loaders of this package work on plain numpy arrays in *array order*: the order
 SimpleITK's ``GetArrayFromImage`` and the SSL4MIS HDF5 files use, ``(Z, H, W)`` / ``(H, W)``
 (rows = image ``y``, columns = image ``x``). :func:`to_array_order` converts, and
@@ -20,7 +24,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -30,6 +34,12 @@ __all__ = [
     "image_suffix",
     "find_image",
     "load_image",
+    "read_sitk_image",
+    "read_dicom_folder",
+    "parse_select",
+    "to_grayscale",
+    "read_sitk_file",
+    "check_nifti",
     "select_slice",
     "select_frame",
     "to_array_order",
@@ -137,7 +147,10 @@ def load_image(path: PathLike, reader=None, dtype=np.float32):
             warnings.simplefilter("ignore")
             img = LoadImage(reader=_reader_for(path, reader), image_only=True, dtype=dtype)(str(path))
     except Exception as err:  # MONAI wraps reader failures in RuntimeError / OptionalImportError
-        raise ValueError(f"cannot read image {path}: {type(err).__name__}: {err}") from err
+        if path.is_file() and image_suffix(path) not in _PIL_SUFFIXES:
+            read_sitk_file(path)  # a one-line reason (truncated, corrupt) instead of MONAI's "install the reader libraries"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ValueError(f"cannot read image {path}: {type(err).__name__}: {first}") from None
     if (
         img.ndim == 3
         and img.shape[-1] == 1
@@ -260,10 +273,7 @@ def read_vector_image(path: PathLike) -> Tuple[np.ndarray, Tuple[float, ...]]:
         raise FileNotFoundError(f"image not found: {path}")
     if path.suffix.lower() == ".mhd":
         _check_mhd_data_file(path)
-    try:
-        image = sitk.ReadImage(str(path))
-    except Exception as err:
-        raise ValueError(f"cannot read image {path}: {err}") from err
+    image = read_sitk_file(path)
     arr = sitk.GetArrayFromImage(image)
     if image.GetNumberOfComponentsPerPixel() == 1:
         arr = arr[..., None]
@@ -325,3 +335,358 @@ def write_image(
     use_compression = image_suffix(path) in (".nii.gz",)
     sitk.WriteImage(image, str(path), use_compression)
     return path
+
+
+# --------------------------------------------------------------------------------------------
+# SimpleITK reading (no MONAI, no ITK Python): the fast path of ``monai-npc register``
+
+#: keys of a ``select`` mapping (:func:`parse_select`) and what they pick
+SELECT_KEYS: Dict[str, str] = {
+    "instance": "the DICOM file with this InstanceNumber (one frame)",
+    "phase": "the K-th cardiac phase of a cine folder (0-based, in trigger-time order)",
+    "trigger_time": "the phase whose TriggerTime (ms) is closest to this value",
+    "slice": "the K-th slice position (0-based, along the slice normal) of a DICOM folder",
+    "frame": "the K-th frame (0-based) of a multi-frame file or the K-th slice of a volume",
+    "series": "the SeriesInstanceUID to read when a folder holds several series",
+}
+
+
+def parse_select(spec: Union[None, str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """``"phase=3,slice=5"`` (or a mapping) -> ``{"phase": 3, "slice": 5}``; keys in :data:`SELECT_KEYS`.
+
+    ``trigger_time`` is a float (ms), ``series`` a string, the others integers.
+    """
+    if not spec:
+        return {}
+    items = dict(spec) if isinstance(spec, Mapping) else {}
+    if isinstance(spec, str):
+        for part in spec.split(","):
+            key, sep, value = part.partition("=")
+            if not sep or not key.strip() or not value.strip():
+                raise ValueError(f"cannot parse selection {spec!r}: expected KEY=VALUE[,KEY=VALUE] with KEY in {sorted(SELECT_KEYS)}.")
+            items[key.strip().replace("-", "_")] = value.strip()
+    out: Dict[str, Any] = {}
+    for key, value in items.items():
+        if key not in SELECT_KEYS:
+            raise ValueError(f"unknown selection key {key!r} in {spec!r}; use one of {sorted(SELECT_KEYS)}.")
+        try:
+            out[key] = float(value) if key == "trigger_time" else str(value) if key == "series" else int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"selection {key}={value!r}: expected {'a number' if key == 'trigger_time' else 'an integer'}.") from None
+    return out
+
+
+def _nifti_layout(header: bytes) -> Optional[Tuple[int, np.dtype, Tuple[int, ...]]]:
+    """``(data offset, voxel dtype or None, shape)`` from a NIfTI-1/2 header, or ``None`` when not NIfTI."""
+    import struct
+
+    codes = {2: "u1", 4: "i2", 8: "i4", 16: "f4", 64: "f8", 256: "i1", 512: "u2", 768: "u4", 1024: "i8", 1280: "u8"}
+    for endian in "<>":
+        size = struct.unpack(endian + "i", header[:4])[0] if len(header) >= 4 else 0
+        if size == 348 and len(header) >= 112:  # NIfTI-1
+            dim = struct.unpack(endian + "8h", header[40:56])
+            code, bitpix = struct.unpack(endian + "2h", header[70:74])
+            offset = int(struct.unpack(endian + "f", header[108:112])[0])
+        elif size == 540 and len(header) >= 176:  # NIfTI-2
+            dim = struct.unpack(endian + "8q", header[16:80])
+            code, bitpix = struct.unpack(endian + "2h", header[12:16])
+            offset = int(struct.unpack(endian + "q", header[168:176])[0])
+        else:
+            continue
+        rank = int(dim[0])
+        if not 1 <= rank <= 7 or bitpix <= 0:
+            return None
+        shape = tuple(max(int(d), 1) for d in dim[1 : rank + 1])
+        dtype = np.dtype(endian + codes[code]) if code in codes else None
+        if dtype is not None and dtype.itemsize * 8 != bitpix:
+            dtype = None
+        return max(offset, size), (dtype if dtype is not None else np.dtype(f"V{max(bitpix, 8) // 8}")), shape
+    return None
+
+
+def check_nifti(path: PathLike, what: str = "image") -> None:
+    """``ValueError`` naming ``path`` when a ``.nii``/``.nii.gz`` file is truncated or holds NaN/Inf voxels.
+
+    ITK (and so SimpleITK, ANTs) reads a truncated NIfTI file without complaint, filling the
+    missing voxels with zeros, and silently replaces NaN/Inf voxels by 0 (NIfTI-lib's rule); this
+    check makes both an error. The file is read (and decompressed) once more to check it.
+    """
+    import gzip
+    import zlib
+
+    path = Path(path)
+    suffix = image_suffix(path)
+    if suffix not in (".nii", ".nii.gz"):
+        return
+    try:
+        if suffix == ".nii":
+            data, complete = path.read_bytes(), True
+        else:
+            inflate, parts = zlib.decompressobj(16 + zlib.MAX_WBITS), []
+            with path.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 22), b""):
+                    parts.append(inflate.decompress(chunk))
+                    while inflate.eof and inflate.unused_data:  # concatenated gzip members
+                        rest, inflate = inflate.unused_data, zlib.decompressobj(16 + zlib.MAX_WBITS)
+                        parts.append(inflate.decompress(rest))
+            data, complete = b"".join(parts), inflate.eof
+    except (OSError, zlib.error, EOFError, gzip.BadGzipFile) as err:
+        raise ValueError(f"cannot read {what} {path}: the file is corrupt ({type(err).__name__}: {err}).") from None
+    layout = _nifti_layout(data[:540])
+    if layout is None:
+        return  # not a NIfTI header: let the reader report it
+    offset, dtype, shape = layout
+    expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if not complete or len(data) < expected:
+        raise ValueError(
+            f"cannot read {what} {path}: the file is truncated ({len(data)} of the {expected} bytes its header needs"
+            + ("" if complete else "; the gzip stream ends early") + ")."
+        )
+    if dtype.kind == "f":
+        voxels = np.frombuffer(data, dtype, count=int(np.prod(shape, dtype=np.int64)), offset=offset)
+        bad = int(voxels.size - np.count_nonzero(np.isfinite(voxels)))
+        if bad:
+            raise ValueError(f"{what} {path} contains {bad} non-finite (NaN/Inf) value(s) out of {voxels.size}.")
+
+
+def _one_line(err: Exception) -> str:
+    """The informative line of an ITK exception (its ``ITK ERROR:`` reason), without C++ file names."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    for ln in lines:
+        if "ITK ERROR" in ln:
+            return ln.split(":", 2)[-1].strip() if ln.count(":") >= 2 else ln
+    return lines[-1] if lines else type(err).__name__
+
+
+def read_sitk_file(path: Path, what: str = "image"):
+    """``sitk.ReadImage(path)`` with one-line ``ValueError``s naming ``what`` and the file for unreadable,
+    truncated or (NIfTI) NaN-holding files (:func:`check_nifti`)."""
+    import SimpleITK as sitk
+
+    check_nifti(path, what)
+    reader = sitk.ImageFileReader()
+    reader.SetFileName(str(path))
+    try:
+        reader.ReadImageInformation()
+    except RuntimeError as err:
+        raise ValueError(f"cannot read {what} {path}: not a readable image file ({_one_line(err)}).") from None
+    try:
+        return reader.Execute()
+    except RuntimeError:
+        raise ValueError(
+            f"cannot read {what} {path}: the file is truncated or corrupt: its header is readable but its pixel data is not "
+            f"(size {reader.GetSize()}, {sitk.GetPixelIDValueAsString(reader.GetPixelID())})."
+        ) from None
+
+
+def to_grayscale(image):
+    """A colour (RGB/RGBA) 2-D image -> luminance ``0.299 R + 0.587 G + 0.114 B`` (as PIL's ``"L"``), float32."""
+    import SimpleITK as sitk
+
+    comps = image.GetNumberOfComponentsPerPixel()
+    if comps == 1:
+        return image
+    if comps not in (3, 4):
+        raise ValueError(f"expected a scalar, RGB or RGBA image, got {comps} components per pixel.")
+    rgb = sitk.GetArrayFromImage(image).astype(np.float32)
+    gray = sitk.GetImageFromArray(rgb[..., 0] * 0.299 + rgb[..., 1] * 0.587 + rgb[..., 2] * 0.114)
+    gray.CopyInformation(image)
+    return gray
+
+
+def _extract_slice(image, index: int, what: str):
+    """Slice ``index`` (index axis 2) of a 3-D image as a one-slice 3-D image with its own position."""
+    import SimpleITK as sitk
+
+    if image.GetDimension() != 3:
+        raise ValueError(f"frame={index} needs a 3-D image or a multi-frame file; {what} is {image.GetDimension()}-D.")
+    n = image.GetSize()[2]
+    if not 0 <= index < n:
+        raise ValueError(f"frame={index} is out of range: {what} has {n} frame(s) (0..{n - 1}).")
+    size = list(image.GetSize())
+    size[2] = 1
+    return sitk.RegionOfInterest(image, size, [0, 0, int(index)])
+
+
+def read_sitk_image(path: PathLike, select: Union[None, str, Mapping[str, Any]] = None, what: str = "image"):
+    """Read an image file or DICOM folder into a ``SimpleITK.Image`` with its LPS geometry.
+
+    Same formats as :func:`load_image` (NIfTI, MHD/MHA, NRRD, DICOM file or folder, PNG/JPEG,
+    TIFF) and the same geometry (ITK's), without MONAI. Colour PNG/JPEG/TIFF become grayscale
+    (PIL's ``"L"`` weights). A single-frame DICOM file is a one-slice 3-D image (it keeps its
+    position in the scanner).
+
+    Args:
+        path: file or DICOM folder.
+        select: pick part of the input (:func:`parse_select`, :data:`SELECT_KEYS`): a phase,
+            slice or instance of a DICOM folder (:func:`read_dicom_folder`) or ``frame=K`` of a
+            multi-frame file / volume.
+        what: how errors name the input (``"moving image"``...).
+
+    Raises:
+        FileNotFoundError: ``path`` (or a MetaImage's data file) does not exist.
+        ValueError: unreadable, truncated or corrupt files, 4-D images, bad selections; one line
+            naming the file.
+    """
+    path = Path(path)
+    select = parse_select(select)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    if path.is_dir():
+        return read_dicom_folder(path, select, what)
+    folder_keys = sorted(set(select) - {"frame"})
+    if folder_keys:
+        raise ValueError(f"{what} {path}: selection {folder_keys} applies to DICOM folders; a file takes frame=K only.")
+    if path.suffix.lower() == ".mhd":
+        _check_mhd_data_file(path)
+    image = to_grayscale(read_sitk_file(path, what))
+    if image.GetDimension() == 4:
+        if "frame" not in select:
+            raise ValueError(
+                f"{what} {path} is 4-D (size {image.GetSize()}): a time series? pick a frame with frame=K "
+                f"(e.g. --moving-select frame=0)."
+            )
+        import SimpleITK as sitk
+
+        n = image.GetSize()[3]
+        if not 0 <= select["frame"] < n:
+            raise ValueError(f"frame={select['frame']} is out of range: {what} {path} has {n} frames (0..{n - 1}).")
+        size = list(image.GetSize())
+        size[3] = 0
+        return sitk.Extract(image, size, [0, 0, 0, select["frame"]])
+    if "frame" in select:
+        return _extract_slice(image, select["frame"], f"{what} {path}")
+    return image
+
+
+def _dicom_headers(folder: Path) -> List[Tuple[Path, Any]]:
+    """``(file, pydicom dataset without pixels)`` for every DICOM file directly in ``folder``."""
+    import pydicom
+    from pydicom.errors import InvalidDicomError
+
+    out = []
+    for f in sorted(p for p in folder.iterdir() if p.is_file()):
+        try:
+            ds = pydicom.dcmread(str(f), stop_before_pixels=True)
+        except (InvalidDicomError, OSError, EOFError, ValueError):
+            continue
+        if "PixelData" in ds or getattr(ds, "Rows", None):
+            out.append((f, ds))
+    return out
+
+
+def _position_along_normal(ds) -> Optional[float]:
+    iop, ipp = getattr(ds, "ImageOrientationPatient", None), getattr(ds, "ImagePositionPatient", None)
+    if iop is None or ipp is None:
+        return None
+    normal = np.cross(np.asarray(iop[:3], float), np.asarray(iop[3:], float))
+    return float(np.dot(normal, np.asarray(ipp, float)))
+
+
+def _phase_key(ds) -> Tuple[float, int]:
+    trigger = getattr(ds, "TriggerTime", None)
+    return (float(trigger) if trigger not in (None, "") else float("nan"), int(getattr(ds, "InstanceNumber", 0) or 0))
+
+
+def read_dicom_folder(folder: PathLike, select: Union[None, str, Mapping[str, Any]] = None, what: str = "image"):
+    """Read a DICOM folder with SimpleITK, picking one series, phase, slice or instance.
+
+    A plain series (one file per slice position) is read as a volume ``(x, y, slice)``, slices
+    sorted along the slice normal. A cine series (several files per position: cardiac phases,
+    as scanners store short-axis cines in one series) must be narrowed with ``select``:
+    ``phase=K`` (0-based, trigger-time order) or ``trigger_time=MS`` -> the volume of that phase;
+    add ``slice=K`` for one slice; ``instance=N`` -> the one file with that InstanceNumber. A
+    single file or slice is a one-slice 3-D image at its position.
+
+    Raises:
+        FileNotFoundError: an empty folder or one without DICOM files.
+        ValueError: several series without ``series=UID``, a cine without a phase, positions
+            that are not equally spaced, a selection that matches nothing; each names the folder
+            and lists what it holds.
+    """
+    import SimpleITK as sitk
+
+    folder = Path(folder)
+    select = parse_select(select)
+    where = f"{what} {folder}"
+    files = _dicom_headers(folder)
+    if not files:
+        raise FileNotFoundError(f"{where}: the folder holds no DICOM image files.")
+    series: Dict[str, List[Tuple[Path, Any]]] = {}
+    for f, ds in files:
+        series.setdefault(str(getattr(ds, "SeriesInstanceUID", "")), []).append((f, ds))
+    if "series" in select:
+        if select["series"] not in series:
+            raise ValueError(f"{where} has no series {select['series']}; it holds {sorted(series)}.")
+        files = series[select["series"]]
+    elif len(series) > 1:
+        listing = "; ".join(
+            f"{uid} ({len(v)} files, {getattr(v[0][1], 'SeriesDescription', '') or 'no description'})" for uid, v in series.items()
+        )
+        raise ValueError(f"{where} holds {len(series)} series: {listing}. Pick one with series=UID.")
+    if "frame" in select:
+        raise ValueError(f"{where}: frame=K applies to a file; in a folder use phase=K, slice=K or instance=N.")
+    if "instance" in select:
+        match = [f for f, ds in files if int(getattr(ds, "InstanceNumber", -1) or -1) == select["instance"]]
+        if len(match) != 1:
+            numbers = sorted(int(getattr(ds, "InstanceNumber", 0) or 0) for _, ds in files)
+            raise ValueError(
+                f"{where}: {len(match)} files have InstanceNumber {select['instance']} "
+                f"(it holds instance numbers {numbers[0]}..{numbers[-1]})."
+            )
+        return to_grayscale(read_sitk_file(match[0], what))
+    # group by slice position; within a position, files are phases in trigger-time order
+    positions: Dict[float, List[Tuple[Path, Any]]] = {}
+    for f, ds in files:
+        z = _position_along_normal(ds)
+        if z is None:
+            raise ValueError(f"{where}: {f.name} lacks ImagePositionPatient/ImageOrientationPatient; pick a file with instance=N.")
+        positions.setdefault(round(z, 3), []).append((f, ds))
+    zs = sorted(positions)
+    for z in zs:
+        positions[z].sort(key=lambda item: _phase_key(item[1]))
+    phases = {len(v) for v in positions.values()}
+    n_phases = max(phases)
+    if n_phases > 1:
+        if len(phases) > 1:
+            raise ValueError(f"{where}: slice positions hold different numbers of files ({sorted(phases)}); pick one with instance=N.")
+        times = [_phase_key(ds)[0] for _, ds in positions[zs[0]]]
+        if "phase" in select:
+            k = select["phase"]
+            if not 0 <= k < n_phases:
+                raise ValueError(f"{where}: phase={k} is out of range; the cine has {n_phases} phases (0..{n_phases - 1}).")
+        elif "trigger_time" in select:
+            if np.isnan(times).all():
+                raise ValueError(f"{where}: its files carry no TriggerTime; use phase=K or instance=N.")
+            k = int(np.nanargmin(np.abs(np.asarray(times) - select["trigger_time"])))
+        else:
+            span = f"trigger times {np.nanmin(times):g}..{np.nanmax(times):g} ms" if not np.isnan(times).all() else "no trigger times"
+            raise ValueError(
+                f"{where} holds a cine series: {n_phases} phases x {len(zs)} slice position(s) in one series ({span}). "
+                f"Pick one phase with phase=K (0..{n_phases - 1}) or trigger_time=MS, optionally slice=K "
+                f"(0..{len(zs) - 1}), or one file with instance=N (command line: --moving-select / --fixed-select)."
+            )
+        chosen = [positions[z][k] for z in zs]
+    else:
+        if "phase" in select and select["phase"] != 0 or "trigger_time" in select:
+            raise ValueError(f"{where} is not a cine series (one file per slice position); drop phase/trigger_time.")
+        chosen = [positions[z][0] for z in zs]
+    if "slice" in select:
+        k = select["slice"]
+        if not 0 <= k < len(chosen):
+            raise ValueError(f"{where}: slice={k} is out of range; it has {len(chosen)} slice position(s) (0..{len(chosen) - 1}).")
+        chosen = [chosen[k]]
+    if len(chosen) == 1:
+        return to_grayscale(read_sitk_file(chosen[0][0], what))
+    gaps = np.diff(sorted(positions))
+    if np.ptp(gaps) > 1e-2 * max(abs(float(gaps.mean())), 1e-6):
+        raise ValueError(
+            f"{where}: slice positions are not equally spaced (gaps {', '.join(f'{g:.2f}' for g in gaps)} mm): "
+            f"missing slices? Pick one slice with slice=K."
+        )
+    reader = sitk.ImageSeriesReader()
+    reader.SetFileNames([str(f) for f, _ in chosen])
+    try:
+        return reader.Execute()
+    except RuntimeError as err:
+        raise ValueError(f"cannot read {where}: {_one_line(err)}") from None

@@ -5,11 +5,13 @@ displacement is a voxel ddf (MONAI ``Warp`` convention). See ``docs/interop.md``
 
 - :mod:`.transforms`: ddf <-> ITK ``DisplacementFieldTransform`` (``.h5``), ANTs warp
   (``*Warp.nii.gz``), one-slice 3-D transforms for 3D Slicer;
-- :mod:`.images`: ``MetaTensor`` -> SimpleITK, model grids, resampling;
+- :mod:`.images`: reading images as SimpleITK images, model grids, resampling;
+- :mod:`.api`: the in-memory :func:`~.api.register` (``monai_npc.register``) -> :class:`Registration`;
 - :mod:`.register`: :func:`register_files` / :func:`register_batch` (``monai-npc register``).
 """
 
-from .images import check_same_dims, grid_mismatch, model_grid, read_image, read_label, resample, resample_model_field, to_sitk
+from .api import OutputFolder, Registration, as_image
+from .images import check_image, check_label, check_same_dims, grid_mismatch, model_grid, read_image, read_label, resample, resample_model_field, to_sitk
 from .register import OUTPUTS, PHASE_CORRELATION, read_pairs_csv, register_batch, register_files, resolve_model
 from .transforms import (
     ddf_to_physical,
@@ -25,6 +27,11 @@ from .transforms import (
 
 __all__ = [
     "OUTPUTS",
+    "OutputFolder",
+    "Registration",
+    "as_image",
+    "check_image",
+    "check_label",
     "PHASE_CORRELATION",
     "check_same_dims",
     "ddf_to_physical",

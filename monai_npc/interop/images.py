@@ -4,7 +4,7 @@ Geometry follows ITK: index order ``(x, y[, z])`` (``x`` = the last array axis),
 mm per index axis, ``origin`` the LPS position of index 0 and ``direction`` the ``(d, d)``
 cosine matrix whose column ``k`` is index axis ``k``; a point is ``origin + direction @ (spacing * index)``.
 Arrays handed to the network are in *array order* ``([Z,] H, W)`` as ``sitk.GetArrayFromImage``
-returns them. Images are read with :func:`monai_npc.data.io.load_image`.
+returns them. Files are read with :func:`monai_npc.data.io.read_sitk_image` (SimpleITK, no MONAI import).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import torch.nn.functional as F
 __all__ = [
     "to_sitk",
     "read_image",
+    "check_image",
     "read_label",
+    "check_label",
     "grid_mismatch",
     "check_same_dims",
     "model_grid",
@@ -74,26 +76,32 @@ def to_sitk(img) -> sitk.Image:
     return image
 
 
-def read_image(path: PathLike, what: str = "image") -> sitk.Image:
-    """Read ``path`` (any format of :func:`~monai_npc.data.io.load_image`) as a float32 ``sitk.Image``.
+def read_image(path: PathLike, what: str = "image", select=None) -> sitk.Image:
+    """Read ``path`` (a file or DICOM folder, :func:`~monai_npc.data.io.read_sitk_image`) as a float32 ``sitk.Image``.
 
-    Raises ``FileNotFoundError`` (missing) or ``ValueError`` (unreadable, not 2-D/3-D, NaN/Inf
-    values), each naming ``what`` and the file.
+    ``select`` picks a phase, slice, instance or frame (``"phase=3"``, :func:`~monai_npc.data.io.parse_select`).
+    Raises ``FileNotFoundError`` (missing) or ``ValueError`` (unreadable, truncated, not 2-D/3-D,
+    NaN/Inf values), each naming ``what`` and the file. SimpleITK only: no MONAI or ITK import.
     """
-    from monai_npc.data.io import load_image
+    from monai_npc.data.io import read_sitk_image
 
-    try:
-        img = load_image(path)
-    except FileNotFoundError as err:
-        raise FileNotFoundError(f"{what}: {err}") from err
-    except ValueError as err:
-        raise ValueError(f"{what}: {err}") from err
-    image = to_sitk(img)
-    array = sitk.GetArrayViewFromImage(image)
-    bad = int(np.size(array) - np.isfinite(array).sum())
+    return check_image(read_sitk_image(path, select, what), f"{what} {path}")
+
+
+def check_image(image: sitk.Image, what: str = "image") -> sitk.Image:
+    """``image`` as float32 after checking it is a 2-D/3-D scalar image with finite values (``ValueError`` naming ``what``)."""
+    if image.GetDimension() not in (2, 3):
+        raise ValueError(f"{what}: expected a 2-D or 3-D image, got {image.GetDimension()}-D (size {image.GetSize()}).")
+    if image.GetNumberOfComponentsPerPixel() != 1:
+        raise ValueError(f"{what}: expected a scalar image, got {image.GetNumberOfComponentsPerPixel()} components per pixel.")
+    if image.GetPixelID() in (sitk.sitkComplexFloat32, sitk.sitkComplexFloat64):
+        raise ValueError(f"{what}: complex pixels; pass the magnitude (e.g. sitk.ComplexToModulus).")
+    image = sitk.Cast(image, sitk.sitkFloat32)
+    array = sitk.GetArrayFromImage(image)  # a copy: never a view of a temporary image
+    bad = int(array.size - np.isfinite(array).sum())
     if bad:
-        raise ValueError(f"{what} {path} contains {bad} non-finite (NaN/Inf) value(s) out of {array.size}.")
-    return sitk.Cast(image, sitk.sitkFloat32)
+        raise ValueError(f"{what} contains {bad} non-finite (NaN/Inf) value(s) out of {array.size}.")
+    return image
 
 
 def grid_mismatch(a: sitk.Image, b: sitk.Image, rtol: float = 1e-4, atol_mm: float = 1e-3) -> Optional[str]:
@@ -111,22 +119,22 @@ def grid_mismatch(a: sitk.Image, b: sitk.Image, rtol: float = 1e-4, atol_mm: flo
     return None
 
 
-def read_label(path: PathLike, image: sitk.Image, image_path: PathLike, what: str = "label") -> sitk.Image:
-    """Read a label map and check it lies on ``image``'s grid; returns an int32 ``sitk.Image``.
+def read_label(path: PathLike, image: sitk.Image, image_path: PathLike, what: str = "label", select=None) -> sitk.Image:
+    """Read a label map and check it lies on ``image``'s grid (:func:`check_label`); returns an int32 ``sitk.Image``."""
+    return check_label(read_image(path, what, select), image, f"{what} {path}", f"its image {image_path}")
 
-    Raises ``ValueError`` naming both files when the grids differ or when the values are not
-    integers, and the errors of :func:`read_image` otherwise.
-    """
-    label = read_image(path, what)
+
+def check_label(label: sitk.Image, image: sitk.Image, what: str = "label", image_what: str = "its image") -> sitk.Image:
+    """``label`` as int32 after checking it has ``image``'s grid and integer values (``ValueError`` naming both)."""
     problem = grid_mismatch(label, image)
     if problem is not None:
         raise ValueError(
-            f"{what} {path} does not match the grid of its image {image_path}: {problem}. "
+            f"{what} does not match the grid of {image_what}: {problem}. "
             "A label map must have the size, spacing, origin and direction of its image."
         )
-    array = sitk.GetArrayViewFromImage(label)
-    if np.abs(array - np.round(array)).max(initial=0.0) > 1e-3:
-        raise ValueError(f"{what} {path} has non-integer values; expected a label map (0 = background, 1, 2, ...).")
+    array = sitk.GetArrayFromImage(label).astype(np.float64)
+    if not np.isfinite(array).all() or np.abs(array - np.round(array)).max(initial=0.0) > 1e-3:
+        raise ValueError(f"{what} has non-integer values; expected a label map (0 = background, 1, 2, ...).")
     out = sitk.GetImageFromArray(np.round(array).astype(np.int32))
     out.CopyInformation(image)
     return out
@@ -218,5 +226,7 @@ def check_same_dims(moving: sitk.Image, fixed: sitk.Image, moving_path: PathLike
     if moving.GetDimension() != fixed.GetDimension():
         raise ValueError(
             f"moving image {moving_path} is {moving.GetDimension()}-D (size {moving.GetSize()}) but fixed image "
-            f"{fixed_path} is {fixed.GetDimension()}-D (size {fixed.GetSize()}); both must be 2-D, or both 3-D."
+            f"{fixed_path} is {fixed.GetDimension()}-D (size {fixed.GetSize()}); both must be 2-D, or both 3-D "
+            "(a single DICOM frame is a one-slice 3-D image at its scanner position; to register two 2-D pictures "
+            "pixel by pixel, e.g. a JPEG against a DICOM frame, use --pixel-space / pixel_space=True)."
         )

@@ -135,10 +135,20 @@ def write_ants_warp(ddf, reference: sitk.Image, path: PathLike) -> Path:
 
     ITK's NIfTI writer (which ANTs uses) stores the vectors unchanged, in LPS, while the header
     geometry is converted to RAS; ``antsApplyTransforms -t`` and ``ants.apply_transforms`` read it.
+    A one-slice 3-D reference (a single DICOM frame) is written with its slice repeated one slice
+    spacing further: NIfTI readers drop a unit third axis, which would turn the 3-D field into a
+    2-D image with 3 components that is no displacement field. Evaluated on the reference's slice
+    the two-slice field is the same.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    sitk.WriteImage(displacement_field_image(ddf, reference, sitk.sitkVectorFloat32), str(path), True)
+    field = displacement_field_image(ddf, reference, sitk.sitkVectorFloat32)
+    if field.GetDimension() == 3 and field.GetSize()[2] == 1:
+        field = sitk.JoinSeries([field[:, :, 0], field[:, :, 0]], field.GetOrigin()[2], field.GetSpacing()[2])
+        origin, direction = reference.GetOrigin(), reference.GetDirection()
+        field.SetOrigin(origin)
+        field.SetDirection(direction)
+    sitk.WriteImage(field, str(path), True)
     return path
 
 
@@ -174,7 +184,9 @@ def read_displacement_field(path: PathLike) -> Tuple[np.ndarray, sitk.Image]:
                 raise ValueError(f"{path} holds a {tx.GetName()}, not a DisplacementFieldTransform.")
             field = tx.GetDisplacementField()
         else:
-            field = sitk.ReadImage(str(path))
+            from monai_npc.data.io import read_sitk_file
+
+            field = read_sitk_file(path, "displacement field")
     except RuntimeError as err:
         raise ValueError(f"cannot read displacement field {path}: {err}") from err
     dims = field.GetDimension()

@@ -6,10 +6,12 @@ from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-from monai.networks.layers import Conv
 from torch import nn
 
 from monai_npc.functional.encoding import positional_encoding
+
+#: convolution class per spatial dimension (what MONAI's ``Conv[Conv.CONV, d]`` returns, without importing MONAI)
+_CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 
 __all__ = ["MiniUNetHead", "PositionalEncodingDecoder"]
 
@@ -36,7 +38,7 @@ class MiniUNetHead(nn.Module):
 
     def __init__(self, spatial_dims: int, in_channels: int, out_channels: int, hidden: int = 16, negative_slope: float = 0.2) -> None:
         super().__init__()
-        conv = Conv[Conv.CONV, spatial_dims]
+        conv = _CONV[spatial_dims]
         self.enc = conv(in_channels, hidden, 3, padding=1)
         self.down = conv(hidden, hidden, 3, stride=2, padding=1)
         self.dec = conv(2 * hidden, hidden, 3, padding=1)
@@ -88,7 +90,7 @@ class PositionalEncodingDecoder(nn.Module):
         super().__init__()
         if num_pe % (2 * spatial_dims) != 0:
             raise ValueError(f"num_pe ({num_pe}) must be a multiple of 2 * spatial_dims ({2 * spatial_dims}).")
-        conv = Conv[Conv.CONV, spatial_dims]
+        conv = _CONV[spatial_dims]
         self.mlp_z = nn.Sequential(
             conv(3 * num_pairs, hidden_dim, 1), nn.LeakyReLU(negative_slope), conv(hidden_dim, gate_dim, 1)
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-from monai.networks.nets import VoxelMorph, VoxelMorphUNet
 from torch import nn
 
 from monai_npc.functional.phase_correlation import phase_correlation
@@ -30,6 +29,8 @@ class VoxelMorphNet(nn.Module):
         final_conv_channels: Sequence[int] = (16, 16),
         integration_steps: int = 7,
     ) -> None:
+        from monai.networks.nets import VoxelMorph, VoxelMorphUNet  # imported here: MONAI's import costs seconds
+
         super().__init__()
         backbone = VoxelMorphUNet(
             spatial_dims=spatial_dims,

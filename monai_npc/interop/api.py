@@ -1,0 +1,648 @@
+"""The in-memory registration API: ``monai_npc.register(moving, fixed)`` -> :class:`Registration`.
+
+Like ``ants.registration(fixed=f, moving=m)``: images in (SimpleITK images, file paths or numpy
+arrays), images and a transform out, nothing written until :meth:`Registration.save`::
+
+    import monai_npc
+    reg = monai_npc.register("ED.nii.gz", "ES.nii.gz", model="acdc", moving_label="ED_gt.nii.gz")
+    reg.warped, reg.warped_label        # SimpleITK images on the fixed grid
+    reg.transform                       # sitk.DisplacementFieldTransform, fixed -> moving, LPS mm
+    reg.ddf                             # torch (D, *S), fixed voxels, MONAI Warp convention
+    reg.save("result")                  # the files of ``monai-npc register``
+
+The steps, with the unit of each quantity:
+
+1. both images (and label maps) as float32 SimpleITK images (mm, LPS);
+2. the fixed image's field of view resampled onto the model grid (``size x size`` in-plane,
+   isotropic by default, slices kept) and the moving image onto the same physical grid
+   (SimpleITK, linear); each slice scaled to ``[0, 1]`` (or the model's own preprocessing);
+3. every slice registered: ddf in model voxels (MONAI ``Warp`` convention);
+4. the ddf resampled onto the fixed image's full-resolution grid (fixed voxels) and turned into an
+   ITK displacement field transform (LPS mm, fixed point -> moving point);
+5. ``warped`` / ``warped_label`` = ``sitk.Resample(moving, fixed, transform)`` (linear / nearest,
+   0 outside the moving image): exactly what ITK, ANTs and Slicer compute from ``transform.h5``,
+   border voxels included.
+
+3-D inputs are registered slice by slice in the planes of their first two index axes (the
+through-plane displacement is zero), as the models are 2-D. Slices where either image is
+constant (or nearly: intensity range below :data:`CONSTANT_RTOL` of its magnitude) get the
+identity, a reliability of 0 and a warning, for every model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import SimpleITK as sitk
+import torch
+from torch import nn
+
+from monai_npc.functional import jacobian_determinant, reliability_map, warp_image
+from monai_npc.runtime import use_threads
+
+from .images import check_image, check_label, check_same_dims, model_grid, read_image, resample, resample_model_field
+from .transforms import ddf_to_physical, displacement_field_transform, write_ants_warp, write_slicer_transform
+
+__all__ = [
+    "PHASE_CORRELATION",
+    "OUTPUTS",
+    "CONSTANT_RTOL",
+    "Registration",
+    "OutputFolder",
+    "register",
+    "resolve_model",
+    "as_image",
+]
+
+PathLike = Union[str, os.PathLike]
+#: what :func:`register` accepts as an image
+ImageLike = Union[sitk.Image, str, os.PathLike, np.ndarray, torch.Tensor]
+
+#: ``model`` value of the classical global phase-correlation baseline (no weights)
+PHASE_CORRELATION = "phase-correlation"
+
+#: the files :meth:`Registration.save` writes (some only when a label is given, or for 2-D inputs)
+OUTPUTS: Dict[str, str] = {
+    "warped": "warped.nii.gz",
+    "warped_label": "warped_label.nii.gz",
+    "transform": "transform.h5",
+    "displacement": "displacement.nii.gz",
+    "transform_slicer": "transform_slicer.h5",
+    "jacobian": "jacobian.nii.gz",
+    "reliability": "reliability.nii.gz",
+    "overview": "overview.png",
+    "summary": "summary.json",
+}
+
+#: ITK's HDF5 library is not thread-safe: transform files are written one at a time per process
+_HDF5_LOCK = threading.Lock()
+
+#: a slice whose intensity range is below this fraction of its largest magnitude counts as constant
+CONSTANT_RTOL = 1e-3
+
+
+def resolve_model(model: Union[str, PathLike, nn.Module], device: Union[str, torch.device] = "cpu") -> Tuple[nn.Module, str]:
+    """``(network, name)`` for a shipped model name (``"acdc"``...), a ``save_pretrained`` file,
+    ``"phase-correlation"`` or an ``nn.Module`` (used as is). The network is in eval mode.
+    """
+    from monai_npc.networks.nets.pretrained import load_pretrained
+
+    if isinstance(model, nn.Module):
+        return model.eval().to(device), type(model).__name__
+    spec = str(model)
+    if spec.lower() in (PHASE_CORRELATION, "phase_correlation"):
+        from monai_npc.networks.nets.baselines import PhaseCorrelationNet
+
+        return PhaseCorrelationNet().eval(), PHASE_CORRELATION
+    try:
+        net = load_pretrained(spec, map_location=device)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(
+            f"{err} Pass --model PATH to a file written by monai_npc.networks.nets.save_pretrained, "
+            f"or --model {PHASE_CORRELATION} for the classical baseline."
+        ) from err
+    if getattr(net, "spatial_dims", 2) != 2:
+        raise ValueError(f"model {spec} is {net.spatial_dims}-D; register needs a 2-D model.")
+    return net.to(device), spec
+
+
+def model_input_size(net: nn.Module, default: int = 128) -> int:
+    """In-plane grid size a network was trained at: ``net.meta["input_size"]`` when present, else ``default``."""
+    return int(getattr(net, "meta", {}).get("input_size", default))
+
+
+# ------------------------------------------------------------------------------------------ inputs
+
+
+def as_image(image: ImageLike, what: str = "image", spacing: Optional[Sequence[float]] = None, select=None) -> sitk.Image:
+    """A float32 ``sitk.Image`` from a SimpleITK image, a file/DICOM folder path or an array.
+
+    Args:
+        image: ``sitk.Image`` (geometry kept), path (:func:`~monai_npc.interop.images.read_image`),
+            numpy array or torch tensor in array order ``([Z,] H, W)`` (origin 0, identity direction),
+            or a ``MetaTensor`` from :func:`monai_npc.data.io.load_image` (its geometry).
+        what: how errors name it.
+        spacing: mm per array axis (array order, like the array) for arrays; default 1 mm.
+        select: for paths, a phase/slice/instance/frame (:func:`~monai_npc.data.io.parse_select`).
+    """
+    if isinstance(image, sitk.Image):
+        from monai_npc.data.io import to_grayscale
+
+        return check_image(to_grayscale(image) if image.GetNumberOfComponentsPerPixel() in (3, 4) else image, what)
+    if isinstance(image, (str, os.PathLike)):
+        return read_image(image, what, select)
+    if isinstance(image, torch.Tensor) and "direction" in (getattr(image, "meta", None) or {}):
+        from .images import to_sitk
+
+        return check_image(to_sitk(image), what)
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu().numpy()
+    if isinstance(image, np.ndarray):
+        array = np.asarray(image)
+        if array.dtype.kind not in "biuf":
+            raise ValueError(f"{what}: arrays of dtype {array.dtype} are not images; pass real numbers (float, int or bool).")
+        if array.ndim not in (2, 3):
+            raise ValueError(f"{what}: expected a 2-D (H, W) or 3-D (Z, H, W) array, got shape {array.shape}.")
+        out = sitk.GetImageFromArray(np.ascontiguousarray(array, dtype=np.float32))
+        if spacing is not None:
+            sp = [float(s) for s in np.atleast_1d(spacing)]
+            if len(sp) != array.ndim or min(sp) <= 0:
+                raise ValueError(f"{what}: spacing {tuple(sp)} must give {array.ndim} positive values (mm, array order).")
+            out.SetSpacing(sp[::-1])
+        return check_image(out, what)
+    raise TypeError(f"{what}: expected a SimpleITK image, a path or an array, got {type(image).__name__}.")
+
+
+def _in_pixel_space(image: sitk.Image, reference: sitk.Image, what: str) -> sitk.Image:
+    """``image``'s pixels placed on ``reference``'s geometry (pixel ``i`` of one = pixel ``i`` of the other)."""
+    arr = sitk.GetArrayFromImage(image)
+    if image.GetDimension() == 3 and arr.shape[0] == 1 and reference.GetDimension() == 2:
+        arr = arr[0]
+    elif image.GetDimension() == 2 and reference.GetDimension() == 3 and reference.GetSize()[2] == 1:
+        arr = arr[None]
+    if arr.ndim != reference.GetDimension() or (arr.ndim == 3 and arr.shape[0] != reference.GetSize()[2]):
+        raise ValueError(
+            f"pixel space needs images with the same number of slices: {what} has size {image.GetSize()}, "
+            f"the fixed image {reference.GetSize()}."
+        )
+    out = sitk.GetImageFromArray(arr)
+    out.SetSpacing(reference.GetSpacing())
+    out.SetOrigin(reference.GetOrigin())
+    out.SetDirection(reference.GetDirection())
+    return out
+
+
+def _normalise(array: np.ndarray) -> np.ndarray:
+    """Min-max each slice of ``(Z, H, W)`` to ``[0, 1]``; NaN (outside the image) becomes 0."""
+    out = np.zeros(array.shape, np.float32)
+    for z, sl in enumerate(array):
+        finite = np.isfinite(sl)
+        if not finite.any():
+            continue
+        lo, hi = float(sl[finite].min()), float(sl[finite].max())
+        out[z] = np.where(finite, (sl - lo) / (hi - lo) if hi > lo else 0.0, 0.0)
+    return out
+
+
+def _model_inputs(net: nn.Module, array: np.ndarray) -> np.ndarray:
+    """``(Z, H, W)`` -> model inputs: the SAR preprocessing (log-amplitude, speckle smoothing, robust
+    scaling) for models whose ``meta`` says ``preprocessing: "sar"``, else :func:`_normalise`."""
+    meta = getattr(net, "meta", None) or {}
+    if meta.get("preprocessing") == "sar":
+        from monai_npc.extras.sar.preprocess import preprocess_slices
+
+        return preprocess_slices(array, meta.get("sigma"))
+    return _normalise(array)
+
+
+def constant_slices(array: np.ndarray, rtol: float = CONSTANT_RTOL) -> np.ndarray:
+    """``(Z,)`` bool: slices of ``(Z, H, W)`` whose finite values span less than ``rtol`` of their magnitude (or none are finite)."""
+    out = np.zeros(array.shape[0], bool)
+    for z, sl in enumerate(array):
+        finite = sl[np.isfinite(sl)]
+        if finite.size == 0:
+            out[z] = True
+            continue
+        lo, hi = float(finite.min()), float(finite.max())
+        out[z] = hi - lo <= rtol * max(abs(lo), abs(hi)) or hi == lo
+    return out
+
+
+def _slices(array: np.ndarray, dims: int) -> np.ndarray:
+    """Array-order image -> ``(Z, H, W)``."""
+    return array[None] if dims == 2 else array
+
+
+@torch.inference_mode()
+def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: int = 16):
+    """``(Z, 1, h, w)`` pairs -> ``ddf (Z, 2, h, w)`` (model voxels), ``warped``, ``reliability (Z, 1, h, w)`` or ``None``."""
+    ddfs, warps, rels = [], [], []
+    for start in range(0, moving.shape[0], chunk):
+        m, f = moving[start : start + chunk], fixed[start : start + chunk]
+        if hasattr(net, "register"):
+            warped, ddf, diagnostics = net.register(m, f, return_diagnostics=True)
+            if diagnostics:
+                last = diagnostics[-1]
+                rels.append(reliability_map(last["residual"], last["mask"], size=list(m.shape[2:])))
+        else:
+            ddf = net(torch.cat([m, f], 1))
+            warped = warp_image(m, ddf, "bilinear", "border")
+        ddfs.append(ddf.float())
+        warps.append(warped.float())
+    rel = torch.cat(rels).float() if rels and len(rels) == len(ddfs) else None
+    return torch.cat(ddfs), torch.cat(warps), rel
+
+
+def _net_dtype(net: nn.Module) -> torch.dtype:
+    for p in net.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
+
+
+def _label_dtype(array: np.ndarray):
+    lo, hi = int(array.min(initial=0)), int(array.max(initial=0))
+    if lo >= 0 and hi < 256:
+        return np.uint8
+    return np.int16 if -32768 <= lo and hi < 32768 else np.int32
+
+
+def _dice(a: np.ndarray, b: np.ndarray, labels: Sequence[int]) -> Dict[str, Optional[float]]:
+    """Dice of each label value (``None`` when absent from both maps)."""
+    out: Dict[str, Optional[float]] = {}
+    for v in labels:
+        pa, pb = a == v, b == v
+        total = int(pa.sum() + pb.sum())
+        out[str(int(v))] = float(2.0 * np.logical_and(pa, pb).sum() / total) if total else None
+    return out
+
+
+def _mean(values: Mapping[str, Optional[float]]) -> Optional[float]:
+    finite = [v for v in values.values() if v is not None]
+    return float(np.mean(finite)) if finite else None
+
+
+def _describe(x: Any) -> Optional[str]:
+    if x is None:
+        return None
+    if isinstance(x, (str, os.PathLike)):
+        return str(x)
+    return f"<in-memory {type(x).__name__}>"
+
+
+# ----------------------------------------------------------------------------------------- outputs
+
+
+class OutputFolder:
+    """An output folder written all at once: files go to a temporary sibling folder, then replace ``out``.
+
+    Created *before* any work, so that a bad ``out`` (an existing file, a folder holding other
+    files, a parent that is not writable) fails at once with a ``ValueError`` naming it. An
+    existing ``out`` may only hold files of a previous run (:data:`OUTPUTS`); it is replaced as a
+    whole by :meth:`commit`, so no stale file survives and two runs into one ``out`` never mix
+    (the last to finish wins). :meth:`discard` removes the temporary folder after a failure.
+    """
+
+    def __init__(self, out: PathLike) -> None:
+        self.out = Path(out)
+        if self.out.exists() and not self.out.is_dir():
+            raise ValueError(f"output folder {self.out} is an existing file; give a folder path for --out.")
+        if self.out.is_dir():
+            foreign = sorted(p.name for p in self.out.iterdir() if p.name not in OUTPUTS.values())
+            if foreign:
+                shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+                raise ValueError(
+                    f"output folder {self.out} holds files that are not outputs of a previous run ({shown}); "
+                    "it would be replaced as a whole: give a new or empty folder."
+                )
+        parent = self.out.absolute().parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=parent))
+        except OSError as err:
+            raise ValueError(f"cannot write output folder {self.out}: {err.strerror or err} ({parent}).") from None
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.tmp, 0o777 & ~umask)
+
+    def path(self, name: str) -> Path:
+        return self.tmp / name
+
+    def commit(self) -> Path:
+        """Move the temporary folder to ``out`` (replacing a previous run's folder); returns ``out``."""
+        for _ in range(20):
+            try:
+                os.rename(self.tmp, self.out)
+                return self.out
+            except OSError:
+                if not self.out.is_dir():
+                    if self.out.exists():
+                        self.discard()
+                        raise ValueError(f"output folder {self.out} became a file while registering.") from None
+                    continue
+                old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:8]}"
+                try:
+                    os.rename(self.out, old)
+                except FileNotFoundError:  # another run moved it first
+                    continue
+                if old.is_symlink():  # ``out`` was a link to a folder: drop the link, keep what it points to
+                    old.unlink()
+                else:
+                    shutil.rmtree(old, ignore_errors=True)
+        self.discard()
+        raise ValueError(f"could not move the results into {self.out} (another process keeps replacing it).")
+
+    def discard(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@dataclass
+class Registration:
+    """The result of :func:`register`, all on the fixed image's grid (full resolution, LPS mm).
+
+    Attributes:
+        warped: the moving image resampled through ``transform`` (float32 ``sitk.Image``).
+        warped_label: the moving label map resampled with nearest neighbour (int32), or ``None``.
+        transform: ``sitk.DisplacementFieldTransform``: fixed point (LPS mm) -> moving point;
+            ``sitk.Resample(moving, fixed, transform, sitk.sitkLinear, 0.0)`` reproduces ``warped``.
+        ddf: ``(D, *S)`` float32 tensor, fixed voxels, array order, MONAI ``Warp`` convention
+            (``warped(i) = moving_on_fixed_grid(i + ddf(i))``); 3-D inputs have a zero channel 0.
+        jacobian: ``det(I + grad u)`` (float32 ``sitk.Image``; <= 0 means folding).
+        reliability: residual reliability map of NPC models (float32 ``sitk.Image``; 0 on slices
+            registered as identity because an image is constant), ``None`` for other models.
+        summary: model, times, overlap, folding, Jacobian, displacement in mm, Dice (with both
+            labels), grids, warnings: what ``summary.json`` holds.
+    """
+
+    warped: sitk.Image
+    warped_label: Optional[sitk.Image]
+    transform: sitk.DisplacementFieldTransform
+    ddf: torch.Tensor
+    jacobian: sitk.Image
+    reliability: Optional[sitk.Image]
+    summary: Dict[str, Any]
+    fixed: sitk.Image = field(repr=False)
+    _figure: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def save(self, out: Union[PathLike, OutputFolder], overview: bool = True) -> Dict[str, Any]:
+        """Write :data:`OUTPUTS` into ``out`` (replacing a previous run's folder as a whole, see
+        :class:`OutputFolder`) and return the summary written to ``summary.json``."""
+        t0 = time.perf_counter()
+        folder = out if isinstance(out, OutputFolder) else OutputFolder(out)
+        try:
+            files = self._write_files(folder, overview)
+            summary = dict(self.summary)
+            summary["seconds"] = summary.get("seconds", 0.0) + time.perf_counter() - t0
+            summary["outputs"] = files
+            folder.path(OUTPUTS["summary"]).write_text(json.dumps(summary, indent=2))
+            folder.commit()
+        except BaseException:
+            folder.discard()
+            raise
+        return summary
+
+    def _write_files(self, folder: OutputFolder, overview: bool) -> Dict[str, str]:
+        files: Dict[str, str] = {}
+
+        def put(key: str) -> Path:
+            files[key] = OUTPUTS[key]
+            return folder.path(OUTPUTS[key])
+
+        ddf = self.ddf.double().numpy()
+        sitk.WriteImage(self.warped, str(put("warped")), True)
+        if self.warped_label is not None:
+            arr = sitk.GetArrayFromImage(self.warped_label)
+            label = sitk.GetImageFromArray(arr.astype(_label_dtype(arr)))
+            label.CopyInformation(self.warped_label)
+            sitk.WriteImage(label, str(put("warped_label")), True)
+        with _HDF5_LOCK:
+            sitk.WriteTransform(self.transform, str(put("transform")))
+            if self.fixed.GetDimension() == 2:
+                write_slicer_transform(ddf, self.fixed, put("transform_slicer"))
+        write_ants_warp(ddf, self.fixed, put("displacement"))
+        sitk.WriteImage(self.jacobian, str(put("jacobian")), True)
+        if self.reliability is not None:
+            sitk.WriteImage(self.reliability, str(put("reliability")), True)
+        if overview and self._figure:
+            self._overview(put("overview"))
+        files["summary"] = OUTPUTS["summary"]
+        return files
+
+    def _overview(self, path: Path) -> None:
+        from monai_npc.viz.quicklook import registration_overview
+
+        f = self._figure
+        s = self.summary
+        dice = f"Dice {s['dice_mean']:.3f}" if s.get("dice_mean") is not None else ""
+        registration_overview(
+            f["moving"], f["fixed"], f["warped"], f["ddf"], path, title=f["title"], labels=f.get("labels"),
+            captions=["", "", dice, "", f"folding {s['folding_percent']:.2f} %"],
+        )
+
+
+# -------------------------------------------------------------------------------------------- core
+
+
+def register(
+    moving: ImageLike,
+    fixed: ImageLike,
+    model: Union[str, PathLike, nn.Module] = "acdc",
+    moving_label: Optional[ImageLike] = None,
+    fixed_label: Optional[ImageLike] = None,
+    *,
+    spacing: Optional[Sequence[float]] = None,
+    moving_select=None,
+    fixed_select=None,
+    pixel_space: bool = False,
+    size: Optional[int] = None,
+    keep_aspect: bool = True,
+    device: Union[str, torch.device] = "cpu",
+    threads: Optional[int] = None,
+    model_name: Optional[str] = None,
+) -> Registration:
+    """Register ``moving`` onto ``fixed`` in memory; nothing is written (see :meth:`Registration.save`).
+
+    Args:
+        moving, fixed: SimpleITK images, paths (NIfTI, MHD/MHA, NRRD, DICOM file or folder,
+            PNG/JPEG/TIFF) or arrays in array order ``([Z,] H, W)``; both 2-D or both 3-D
+            (3-D: registered slice by slice).
+        model: ``"acdc"``, ``"camus"``, ``"sar"``, ``"brain2d"`` (shipped weights), a
+            ``save_pretrained`` file, ``"phase-correlation"`` or a network (``(B, 2, h, w) -> (B, 2, h, w)``).
+        moving_label, fixed_label: optional label maps on their image's grid (same kinds of input).
+        spacing: mm per array axis for array inputs (array order); default 1 mm.
+        moving_select, fixed_select: for DICOM folders and multi-frame files: ``"phase=3"``,
+            ``"trigger_time=350"``, ``"slice=5"``, ``"instance=12"``, ``"frame=0"``
+            (:func:`monai_npc.data.io.parse_select`). Labels are read as given (no selection).
+        pixel_space: ignore the moving image's geometry: its pixel ``(i, j)`` is placed on the fixed
+            image's pixel ``(i, j)`` (e.g. a JPEG against a DICOM frame). Images must have the
+            same number of slices.
+        size: the model grid's in-plane size; default: the size the weights were trained at
+            (``input_size`` in their ``meta``), else 128.
+        keep_aspect: isotropic model grid (pad the short side) instead of stretching the field of view.
+        device: torch device of the network.
+        threads: torch and SimpleITK threads for this call (restored after); default
+            :func:`monai_npc.runtime.default_threads` (at most the free cores).
+        model_name: name recorded in the summary (default: from ``model``).
+
+    Raises:
+        FileNotFoundError: a missing image, label or weights file.
+        ValueError: unreadable or truncated files, different dimensionality, NaN/Inf values,
+            label maps off their image's grid, images that do not overlap in physical space,
+            unusable models, arrays that are not real-valued.
+    """
+    with use_threads(threads):
+        return _register(
+            moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
+            size, keep_aspect, device, model_name,
+        )
+
+
+def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
+              size, keep_aspect, device, model_name) -> Registration:
+    t0 = time.perf_counter()
+    net, name = resolve_model(model, device)
+    name = model_name or name
+    fixed_img = as_image(fixed, "fixed image", spacing, fixed_select)
+    moving_img = as_image(moving, "moving image", spacing, moving_select)
+    fixed_lab = moving_lab = None
+    if fixed_label is not None:
+        fixed_lab = check_label(as_image(fixed_label, "fixed label", spacing), fixed_img,
+                                f"fixed label {_describe(fixed_label)}", f"its image {_describe(fixed)}")
+    if moving_label is not None:
+        moving_lab = check_label(as_image(moving_label, "moving label", spacing), moving_img,
+                                 f"moving label {_describe(moving_label)}", f"its image {_describe(moving)}")
+    if pixel_space:
+        moving_img = _in_pixel_space(moving_img, fixed_img, f"moving image {_describe(moving)}")
+        if moving_lab is not None:
+            moving_lab = _in_pixel_space(moving_lab, fixed_img, f"moving label {_describe(moving_label)}")
+    check_same_dims(moving_img, fixed_img, _describe(moving), _describe(fixed))
+    dims = fixed_img.GetDimension()
+    if dims == 3 and fixed_img.GetSize()[2] > 1 and moving_img.GetSize()[2] == 1:
+        raise ValueError(
+            f"fixed image {_describe(fixed)} has {fixed_img.GetSize()[2]} slices but moving image {_describe(moving)} has one."
+        )
+
+    # 1. model grid: physical resampling, then unit-free model inputs
+    grid = model_grid(fixed_img, size or model_input_size(net), keep_aspect)
+    nan = float("nan")
+    fixed_raw = _slices(resample(fixed_img, grid, "linear", nan), dims)
+    moving_raw = _slices(resample(moving_img, grid, "linear", nan), dims)
+    in_fixed = np.isfinite(fixed_raw)
+    overlap = float(100.0 * (np.isfinite(moving_raw) & in_fixed).sum() / max(int(in_fixed.sum()), 1))
+    if overlap == 0.0:
+        raise ValueError(
+            f"moving image {_describe(moving)} does not overlap fixed image {_describe(fixed)} in physical space (moving origin "
+            f"{tuple(round(v, 2) for v in moving_img.GetOrigin())} mm, fixed origin "
+            f"{tuple(round(v, 2) for v in fixed_img.GetOrigin())} mm, LPS); check their origins and directions, "
+            "or register in pixel space (pixel_space=True, --pixel-space)."
+        )
+    fixed_m, moving_m = _model_inputs(net, fixed_raw), _model_inputs(net, moving_raw)
+    still = constant_slices(fixed_raw) | constant_slices(moving_raw)
+    notes: List[str] = []
+    if still.any():
+        which = "the images are" if still.all() else f"slice(s) {np.flatnonzero(still).tolist()} are"
+        notes.append(f"{which} constant (or nearly) in the moving or fixed image: identity transform, reliability 0 there.")
+        warnings.warn(f"{_describe(moving)} -> {_describe(fixed)}: {notes[-1]}", RuntimeWarning, stacklevel=3)
+
+    # 2. network, model voxels
+    t_net = time.perf_counter()
+    dtype = _net_dtype(net)
+    m_t = torch.from_numpy(moving_m)[:, None].to(device=device, dtype=dtype)
+    f_t = torch.from_numpy(fixed_m)[:, None].to(device=device, dtype=dtype)
+    z, h, w = moving_m.shape
+    ddf_m, warped_m = torch.zeros(z, 2, h, w), m_t.detach().float().cpu().clone()
+    rel_m: Optional[torch.Tensor] = None
+    active = np.flatnonzero(~still)
+    if active.size:
+        d, wp, r = _predict(net, m_t[active], f_t[active])
+        ddf_m[active], warped_m[active] = d.cpu(), wp.cpu()
+        if r is not None:
+            rel_m = torch.zeros(z, 1, h, w)
+            rel_m[active] = r.cpu()
+    elif hasattr(net, "register"):
+        rel_m = torch.zeros(z, 1, h, w)
+    seconds_network = time.perf_counter() - t_net
+    ddf_m = ddf_m.double()
+
+    # 3. fixed full-resolution grid: ddf in fixed voxels -> transform -> ITK resampling
+    ddf_f = resample_model_field(ddf_m, grid, fixed_img, displacement=True)  # (Z, 2, H, W)
+    ddf_out = ddf_f.permute(1, 0, 2, 3).numpy()  # (2, Z, H, W)
+    ddf_out = np.concatenate([np.zeros_like(ddf_out[:1]), ddf_out], 0) if dims == 3 else ddf_out[:, 0]
+    ddf_out = np.ascontiguousarray(ddf_out)
+    transform = displacement_field_transform(ddf_out, fixed_img)
+    warped = sitk.Resample(moving_img, fixed_img, transform, sitk.sitkLinear, 0.0, sitk.sitkFloat32)
+    warped_lab = None
+    if moving_lab is not None:
+        warped_lab = sitk.Resample(moving_lab, fixed_img, transform, sitk.sitkNearestNeighbor, 0, sitk.sitkInt32)
+    jac = jacobian_determinant(ddf_f).float().numpy()  # (Z, H, W); in-plane = full det (no through-plane motion)
+    jac_img = _image_like(jac, fixed_img)
+    rel_img = None
+    if rel_m is not None:
+        rel = resample_model_field(rel_m.double(), grid, fixed_img)[:, 0].float().numpy()
+        rel[still] = 0.0
+        rel_img = _image_like(rel, fixed_img)
+
+    # 4. summary
+    norm_mm = np.linalg.norm(ddf_to_physical(ddf_out, fixed_img.GetSpacing(), fixed_img.GetDirection()), axis=-1)
+    summary: Dict[str, Any] = {
+        "model": name,
+        "moving": _describe(moving),
+        "fixed": _describe(fixed),
+        "moving_label": _describe(moving_label),
+        "fixed_label": _describe(fixed_label),
+    }
+    if moving_select or fixed_select:
+        summary["select"] = {"moving": moving_select, "fixed": fixed_select}
+    if pixel_space:
+        summary["pixel_space"] = True
+    labels_m = None
+    if moving_lab is not None:
+        lab_m = torch.from_numpy(_slices(resample(moving_lab, grid, "nearest", 0), dims).astype(np.float32))
+        fixed_lab_m = _slices(resample(fixed_lab, grid, "nearest", 0), dims) if fixed_lab is not None else np.zeros_like(moving_m)
+        labels_m = (lab_m.numpy(), fixed_lab_m, warp_image(lab_m[:, None], ddf_m.float(), "nearest", "zeros")[:, 0].numpy())
+        if fixed_lab is not None:
+            fixed_arr = sitk.GetArrayFromImage(fixed_lab)
+            initial = sitk.GetArrayFromImage(
+                sitk.Resample(moving_lab, fixed_img, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32)
+            )
+            after = sitk.GetArrayFromImage(warped_lab)
+            values = sorted(int(v) for v in set(np.unique(fixed_arr)) | set(np.unique(initial)) if v > 0)
+            summary["dice"] = _dice(after, fixed_arr, values)
+            summary["dice_mean"] = _mean(summary["dice"])
+            summary["dice_initial"] = _dice(initial, fixed_arr, values)
+            summary["dice_mean_initial"] = _mean(summary["dice_initial"])
+    if rel_img is not None:
+        summary["reliability_mean"] = float(sitk.GetArrayFromImage(rel_img).mean())
+    elif still.all():
+        summary["reliability_mean"] = 0.0
+    summary.update(
+        overlap_percent=overlap,
+        folding_percent=float(100.0 * (jac <= 0).mean()),
+        jacobian_min=float(jac.min()),
+        displacement_mm_mean=float(norm_mm.mean()),
+        displacement_mm_max=float(norm_mm.max()),
+        identity_slices=np.flatnonzero(still).tolist(),
+        warnings=notes,
+        seconds_network=seconds_network,
+        model_grid={"size": list(grid.GetSize()), "spacing_mm": list(grid.GetSpacing())},
+        fixed_grid={
+            "size": list(fixed_img.GetSize()),
+            "spacing_mm": list(fixed_img.GetSpacing()),
+            "origin_mm": list(fixed_img.GetOrigin()),
+            "direction": list(fixed_img.GetDirection()),
+        },
+        convention=(
+            "transform.h5 and displacement.nii.gz: displacement u(p) in LPS mm on the fixed grid, "
+            "p + u(p) = corresponding moving point (resample the moving image with it)."
+        ),
+    )
+    mid = fixed_m.shape[0] // 2
+    figure = {
+        "moving": moving_m[mid], "fixed": fixed_m[mid], "warped": warped_m[mid, 0], "ddf": ddf_m[mid].float(),
+        "labels": None if labels_m is None else tuple(lab[mid] for lab in labels_m),
+        "title": f"{Path(_describe(moving) or '').name} -> {Path(_describe(fixed) or '').name} ({name}, model grid)",
+    }
+    summary["seconds"] = time.perf_counter() - t0
+    return Registration(
+        warped=warped, warped_label=warped_lab, transform=transform, ddf=torch.from_numpy(ddf_out).float(),
+        jacobian=jac_img, reliability=rel_img, summary=summary, fixed=fixed_img, _figure=figure,
+    )
+
+
+def _image_like(array: np.ndarray, reference: sitk.Image) -> sitk.Image:
+    """A ``(Z, H, W)`` float array as a float32 ``sitk.Image`` on ``reference``'s grid (2-D drops ``Z``)."""
+    arr = array[0] if reference.GetDimension() == 2 else array
+    image = sitk.GetImageFromArray(np.ascontiguousarray(arr, dtype=np.float32))
+    image.CopyInformation(reference)
+    return image

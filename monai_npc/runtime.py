@@ -1,0 +1,142 @@
+"""Process settings for the command line and the in-memory API: CPU threads and log noise.
+
+Light on purpose (standard library only at import): :mod:`monai_npc.cli.main` imports it before
+torch, so that :func:`prefer_passive_waits` can still reach OpenMP.
+
+Threads. PyTorch uses one OpenMP thread per core by default, and GNU OpenMP (the runtime of the
+Linux CPU wheels) keeps idle threads spinning after each parallel region. On a machine shared
+with another job this costs more than it gains: both processes spin on the same cores (a batch-1
+128 x 128 registration measured 2.5x slower beside a training job). :func:`default_threads`
+picks at most :data:`MAX_DEFAULT_THREADS` threads and no more than the cores the load average
+leaves free; :func:`prefer_passive_waits` sets ``OMP_WAIT_POLICY=PASSIVE`` (sleeping, not
+spinning, waits) unless the user set it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import warnings
+from typing import Iterator, Optional
+
+__all__ = [
+    "MAX_DEFAULT_THREADS",
+    "available_cores",
+    "default_threads",
+    "prefer_passive_waits",
+    "use_threads",
+    "configure_logging",
+    "silence_third_party",
+]
+
+#: upper bound of :func:`default_threads`: batch-1 2-D registration gains little beyond it
+MAX_DEFAULT_THREADS = 4
+
+#: loggers of other libraries whose warnings are noise for our users (level raised to ERROR)
+NOISY_LOGGERS = (
+    "monai.data.nvimgcodec_pydicom_plugin",  # "nvImageCodec is not available ..." once per image read
+)
+
+#: Python warnings of other libraries that are noise for our users: (message regex, category)
+NOISY_WARNINGS = (
+    (r"monai\.\S+.* has been deprecated since version", FutureWarning),  # MONAI's deprecated-argument notices
+)
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where unknown)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def default_threads(max_threads: int = MAX_DEFAULT_THREADS) -> int:
+    """Threads for a new torch job: ``min(max_threads, free cores)``, at least 1.
+
+    Free cores = available cores minus the 1-minute load average (rounded to the nearest
+    integer), so that a machine already running a job on every core gets 1 thread. Honours
+    ``OMP_NUM_THREADS`` when the user set it.
+    """
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    cores = available_cores()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - Windows
+        load = 0.0
+    free = int(round(cores - load))
+    return max(1, min(max_threads, cores, free))
+
+
+def prefer_passive_waits() -> bool:
+    """Set ``OMP_WAIT_POLICY=PASSIVE`` unless set; ``True`` when it can still take effect (torch not imported)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return "torch" not in sys.modules
+
+
+@contextlib.contextmanager
+def use_threads(threads: Optional[int] = None) -> Iterator[int]:
+    """Run a block with ``threads`` torch and SimpleITK threads (``None``: :func:`default_threads`); restores both after."""
+    import SimpleITK as sitk
+    import torch
+
+    n = default_threads() if threads is None else int(threads)
+    if n < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}.")
+    old_torch, old_sitk = torch.get_num_threads(), sitk.ProcessObject.GetGlobalDefaultNumberOfThreads()
+    torch.set_num_threads(n)
+    sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(n)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(old_torch)
+        sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(old_sitk)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to the current ``sys.stderr`` (not the one at creation: test captures, redirections)."""
+
+    _monai_npc = True
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+def silence_third_party() -> None:
+    """Raise the level of :data:`NOISY_LOGGERS` to ERROR and ignore :data:`NOISY_WARNINGS`."""
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    for message, category in NOISY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+
+
+def configure_logging(level: str = "WARNING", quiet: bool = False) -> int:
+    """Log ``monai_npc`` messages and Python warnings to stderr as ``monai-npc: LEVEL: message``.
+
+    ``quiet`` keeps errors only. Returns the numeric level. Known third-party noise is silenced
+    (:func:`silence_third_party`).
+    """
+    numeric = logging.ERROR if quiet else logging.getLevelName(str(level).upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"--log-level must be one of DEBUG, INFO, WARNING, ERROR, got {level!r}.")
+    logging.captureWarnings(True)
+    warnings.formatwarning = lambda message, category, *args, **kwargs: f"{message}"  # no file:line for users
+    for name in ("monai_npc", "py.warnings"):
+        logger = logging.getLogger(name)
+        logger.setLevel(numeric)
+        logger.propagate = False
+        if not any(getattr(h, "_monai_npc", False) for h in logger.handlers):
+            handler = _StderrHandler()
+            handler.setFormatter(logging.Formatter("monai-npc: %(levelname)s: %(message)s"))
+            logger.addHandler(handler)
+    silence_third_party()
+    return numeric
