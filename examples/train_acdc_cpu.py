@@ -47,6 +47,7 @@ def main() -> None:
     p.add_argument("--n-train", type=int, default=56)
     p.add_argument("--n-val", type=int, default=14)
     p.add_argument("--seed", type=int, default=2023)
+    p.add_argument("--split-file", default=None, help="JSON patient split (e.g. bundles/npc_acdc/configs/acdc70_split.json); replaces --n-train/--n-val")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--decay-per-epoch", type=float, default=0.997, help="the paper's exponential decay per epoch")
     p.add_argument("--val-every", type=int, default=100)
@@ -56,7 +57,7 @@ def main() -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    split = dict(n_train=args.n_train, n_val=args.n_val, n_test=0, seed=args.seed)
+    split = dict(n_train=args.n_train, n_val=args.n_val, n_test=0, seed=args.seed, split_file=args.split_file)
     train = build_acdc_pairs(args.data_dir, "train", directions=("ED->ES",), **split)
     val = build_acdc_pairs(args.data_dir, "val", **split)
     iters_per_epoch = max(1, len(train) // args.batch_size)

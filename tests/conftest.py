@@ -13,3 +13,22 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """CLI calls in-process configure logging for a terminal (``monai_npc.runtime.configure_logging``):
+    undo it after each test so that later tests' ``caplog`` sees ``monai_npc`` records again."""
+    import logging
+    import warnings
+
+    formatwarning = warnings.formatwarning
+    yield
+    warnings.formatwarning = formatwarning
+    logging.captureWarnings(False)
+    for name in ("monai_npc", "py.warnings"):
+        logger = logging.getLogger(name)
+        logger.propagate = True
+        logger.setLevel(logging.NOTSET)
+        for handler in [h for h in logger.handlers if getattr(h, "_monai_npc", False)]:
+            logger.removeHandler(handler)

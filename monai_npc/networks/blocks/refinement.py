@@ -7,8 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from monai_npc.functional.similarity import local_ncc
-from monai_npc.functional.warp import warp_image
-from monai_npc.losses.jacobian import JacobianFoldLoss
+from monai_npc.functional.warp import jacobian_determinant, warp_image
 
 __all__ = ["InstanceRefinement"]
 
@@ -97,7 +96,6 @@ class InstanceRefinement(nn.Module):
             base = ddf.detach().clone()
             v = torch.zeros([ddf.shape[0], ddf.shape[1]] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
             opt = torch.optim.Adam([v], lr=self.learning_rate)
-            fold = JacobianFoldLoss()
             for _ in range(self.iterations):
                 field = base + _resize(v, full)  # the regularisers see the full-grid field the caller gets
                 coarse_field = field if self.level == 1 else _resize(field, level_size) * axis_scale
@@ -105,7 +103,7 @@ class InstanceRefinement(nn.Module):
                 if self.lambda_reg:
                     loss = loss + self.lambda_reg * _diffusion(field)
                 if self.lambda_jac:
-                    loss = loss + self.lambda_jac * fold(field)
+                    loss = loss + self.lambda_jac * torch.relu(-jacobian_determinant(field)).mean()  # JacobianFoldLoss
                 opt.zero_grad(set_to_none=True)
                 loss.backward()  # Adam normalises per element: each pair's residual takes its own step size
                 opt.step()
