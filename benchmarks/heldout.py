@@ -177,6 +177,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--max-pairs", type=int, default=None, help="only the first N pairs (smoke runs)")
     args = p.parse_args()
+    from monai_npc.runtime import silence_third_party
+
+    silence_third_party()
     torch.set_num_threads(args.threads)
     spec = DATASETS[args.dataset]
     split_file = args.split_file or str(spec["split_file"])

@@ -92,10 +92,17 @@ _HDF5_LOCK = threading.Lock()
 CONSTANT_RTOL = 1e-3
 
 
-def resolve_model(model: Union[str, PathLike, nn.Module], device: Union[str, torch.device] = "cpu") -> Tuple[nn.Module, str]:
+def resolve_model(
+    model: Union[str, PathLike, nn.Module], device: Union[str, torch.device] = "cpu", refine_iterations: Optional[int] = None
+) -> Tuple[nn.Module, str]:
     """``(network, name)`` for a shipped model name (``"acdc"``...), a ``save_pretrained`` file,
     ``"phase-correlation"`` or an ``nn.Module`` (used as is). The network is in eval mode.
+
+    ``refine_iterations`` (NPC weights only) sets the test-time refinement steps after the network
+    (:class:`~monai_npc.networks.blocks.InstanceRefinement`); ``None`` keeps the weights' setting.
     """
+    if refine_iterations is not None and int(refine_iterations) < 0:
+        raise ValueError(f"refine_iterations (--refine) must be >= 0, got {refine_iterations}.")
     from monai_npc.networks.nets.pretrained import load_pretrained
 
     if isinstance(model, nn.Module):
@@ -106,7 +113,7 @@ def resolve_model(model: Union[str, PathLike, nn.Module], device: Union[str, tor
 
         return PhaseCorrelationNet().eval(), PHASE_CORRELATION
     try:
-        net = load_pretrained(spec, map_location=device)
+        net = load_pretrained(spec, map_location=device, **({} if refine_iterations is None else {"refine_iterations": int(refine_iterations)}))
     except FileNotFoundError as err:
         raise FileNotFoundError(
             f"{err} Pass --model PATH to a file written by monai_npc.networks.nets.save_pretrained, "
@@ -450,6 +457,7 @@ def register(
     device: Union[str, torch.device] = "cpu",
     threads: Optional[int] = None,
     model_name: Optional[str] = None,
+    refine_iterations: Optional[int] = None,
 ) -> Registration:
     """Register ``moving`` onto ``fixed`` in memory; nothing is written (see :meth:`Registration.save`).
 
@@ -474,6 +482,8 @@ def register(
         threads: torch and SimpleITK threads for this call (restored after); default
             :func:`monai_npc.runtime.default_threads` (at most the free cores).
         model_name: name recorded in the summary (default: from ``model``).
+        refine_iterations: test-time refinement steps after an NPC network (``--refine``; about 10 ms
+            each for a 128 x 128 pair on one CPU thread); ``None`` keeps the weights' setting.
 
     Raises:
         FileNotFoundError: a missing image, label or weights file.
@@ -484,14 +494,14 @@ def register(
     with use_threads(threads):
         return _register(
             moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
-            size, keep_aspect, device, model_name,
+            size, keep_aspect, device, model_name, refine_iterations,
         )
 
 
 def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
-              size, keep_aspect, device, model_name) -> Registration:
+              size, keep_aspect, device, model_name, refine_iterations=None) -> Registration:
     t0 = time.perf_counter()
-    net, name = resolve_model(model, device)
+    net, name = resolve_model(model, device, refine_iterations)
     name = model_name or name
     fixed_img = as_image(fixed, "fixed image", spacing, fixed_select)
     moving_img = as_image(moving, "moving image", spacing, moving_select)

@@ -132,7 +132,7 @@ def register_batch(
         if not os.access(report, os.W_OK):
             raise ValueError(f"batch output folder {report} is not writable.")
     rows = read_pairs_csv(pairs_csv)
-    net, name = resolve_model(model, kwargs.get("device", "cpu"))
+    net, name = resolve_model(model, kwargs.get("device", "cpu"), kwargs.pop("refine_iterations", None))
     results: List[Dict[str, Any]] = []
     for row in tqdm(rows, desc="register", unit="pair", disable=not progress):
         try:
