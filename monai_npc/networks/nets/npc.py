@@ -61,6 +61,10 @@ class NPCNet(nn.Module):
             (and ``num_steps``) for one stage, run in order within one integration.
         detach_steps: training option: no gradient through the warped image a step sees
             (:class:`~monai_npc.networks.blocks.WarpODE`); the output is the same.
+        phase_init: Tukey ``alpha`` (e.g. 0.25) of a global phase-correlation initialisation of the
+            field (:class:`~monai_npc.networks.blocks.WarpODE`): the learned steps refine the shift
+            phase correlation finds, which extends the capture range of global shifts. ``None``
+            (default): the integration starts from zero, as in the paper.
     """
 
     def __init__(
@@ -82,6 +86,7 @@ class NPCNet(nn.Module):
         padding_mode: str = "reflect",
         stages: Optional[Sequence[Mapping[str, Any]]] = None,
         detach_steps: bool = False,
+        phase_init: Optional[float] = None,
     ) -> None:
         super().__init__()
         if spatial_dims not in (2, 3):
@@ -107,12 +112,12 @@ class NPCNet(nn.Module):
             kw = dict(base)
             kw.update({k: v for k, v in cfg.items() if k != "num_steps"})
             modules.append(NPCStage(spatial_dims=spatial_dims, **kw))
-        self.ode = WarpODE(modules, steps, detach_steps=detach_steps)
+        self.ode = WarpODE(modules, steps, detach_steps=detach_steps, phase_init=phase_init)
         self.spatial_dims = spatial_dims
         #: constructor arguments, enough to rebuild the network (saved with pretrained weights)
         self.config: Dict[str, Any] = dict(
             base, spatial_dims=spatial_dims, num_steps=num_steps, stages=[dict(c) for c in stages] if stages else None,
-            detach_steps=detach_steps,
+            detach_steps=detach_steps, phase_init=phase_init,
         )
         self.min_size: int = max(max(int(m.filters.stride), (int(m.filters.kernel_size) - int(m.filters.stride)) // 2 + 1) for m in modules)
 
