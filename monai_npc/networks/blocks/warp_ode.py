@@ -10,7 +10,12 @@ from torch import nn
 from monai_npc.functional.phase_correlation import phase_correlation
 from monai_npc.functional.warp import warp_image
 
-__all__ = ["WarpODE", "split_steps"]
+__all__ = ["WarpODE", "split_steps", "PHASE_INIT_WHITENING"]
+
+#: cross-power normalisation exponent of the ``phase_init`` phase correlation (1 = classical). Chosen on
+#: training pixels of the real SAR scenes with 40-70 % of the fixed crop replaced by unrelated content:
+#: shift errors > 3 px in 6 / 40 pairs at 1.0, 2 / 40 at 0.9, 0 / 40 at 0.8, 13 / 40 at 0 (cross-correlation).
+PHASE_INIT_WHITENING = 0.8
 
 
 def split_steps(num_steps: int, num_stages: int) -> List[int]:
@@ -40,7 +45,8 @@ class WarpODE(nn.Module):
             gradient). Saves the costly input gradient of the filter convolution, as RAFT does
             between its refinement iterations; outputs are unchanged.
         phase_init: Tukey ``alpha`` of a global phase-correlation initialisation
-            (:func:`~monai_npc.functional.phase_correlation`, mean removed, windowed, 1/10 voxel):
+            (:func:`~monai_npc.functional.phase_correlation`, mean removed, windowed, 1/10 voxel,
+            whitening :data:`PHASE_INIT_WHITENING`):
             ``ddf(0)`` is the constant shift it finds between ``moving`` and ``fixed`` instead of 0, so
             the learned steps only refine what remains (capture range of global shifts: that of
             phase correlation). ``None`` (default): ``ddf(0) = 0``. No gradient flows through it.
@@ -74,7 +80,8 @@ class WarpODE(nn.Module):
         if self.phase_init is None:
             return torch.zeros(shape, dtype=moving.dtype, device=moving.device)
         with torch.no_grad():
-            shift = phase_correlation(moving.detach(), fixed.detach(), upsample_factor=10, window=self.phase_init)
+            shift = phase_correlation(moving.detach(), fixed.detach(), upsample_factor=10, window=self.phase_init,
+                                      whitening=PHASE_INIT_WHITENING)
         return shift.to(moving.dtype).view(shift.shape + (1,) * (moving.dim() - 2)).expand(shape).contiguous()
 
     def integrate(
