@@ -39,7 +39,10 @@ def skimage_phase_correlation(moving: np.ndarray, fixed: np.ndarray, upsample_fa
     scikit-image returns the shift that moves ``moving`` onto ``fixed`` (``moving(x - s) ~ fixed(x)``),
     so the MONAI-convention displacement is ``-s``.
     """
-    from skimage.registration import phase_cross_correlation
+    try:
+        from skimage.registration import phase_cross_correlation
+    except ImportError as err:
+        raise ImportError("the scikit-image baseline needs scikit-image: pip install 'monai_npc[sar]'.") from err
 
     shift = phase_cross_correlation(np.asarray(fixed, np.float64), np.asarray(moving, np.float64), upsample_factor=upsample_factor)[0]
     return torch.as_tensor(-shift, dtype=torch.float32)[:, None, None].expand(2, *np.shape(moving)).contiguous()
