@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from monai_npc.extras.sar import SARPairConfig, endpoint_error, make_sar_pair, register_sar, write_amplitude
+from monai_npc.extras.sar.real import DEFAULT_ROOT, Source, make_real_pair, read_scenes, resample_date
 from monai_npc.extras.sar.train import TEST_SEED
 from monai_npc.networks.nets import load_pretrained
 
@@ -22,8 +23,10 @@ def net():
 def test_shipped_sar_weights_meta(net):
     assert net.meta["preprocessing"] == "sar" and net.meta["input_size"] == 256
     assert len(net.config["stages"]) == 2  # the coarse + fine cascade
-    assert {"data", "schedule", "metrics"} <= set(net.meta)
+    assert net.config["phase_init"] == 0.25  # the integration starts from windowed phase correlation
+    assert {"data", "schedule", "metrics", "metrics_real"} <= set(net.meta)
     assert net.meta["metrics"]["n_pairs"] == 40
+    assert {"test_6", "test_8", "train_6", "train_8"} <= set(net.meta["metrics_real"])
 
 
 def test_pure_shift_recovered_by_npc_and_phase_correlation(net):
@@ -62,6 +65,7 @@ def test_register_cli_with_the_sar_model(tmp_path):
     assert rc == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["model"] == "sar" and summary["model_grid"]["size"] == [256, 256]
+    assert 0.5 < summary["reliability_mean"] <= 1.0  # the [0, 1] scale of monai_npc.functional.reliability_map
     # the pure shift comes out in the written field: mean displacement ~ |shift| mm (1 mm PNG/TIFF pixels)
     assert summary["displacement_mm_mean"] == pytest.approx(float(np.linalg.norm(p["shift"])), abs=0.4)
     # the hook: SAR models get log-amplitude + robust scaling, other models min-max
@@ -69,3 +73,23 @@ def test_register_cli_with_the_sar_model(tmp_path):
     sar_in = _model_inputs(load_pretrained("sar"), amp)
     plain = _model_inputs(torch.nn.Identity(), amp)
     assert np.median(sar_in) > 0.3 > np.median(plain)
+
+
+@pytest.mark.skipif(not DEFAULT_ROOT.is_dir(), reason="../shared/data/sar_real is absent")
+def test_real_held_out_scene_large_shift_is_captured(net):
+    """Held-out scene (ottawa, never trained on), real date pair, global shifts near the +-8 px range."""
+    scenes = read_scenes(names=["ottawa"])
+    rng = np.random.default_rng(8)
+    epe = {"npc": [], "phase_correlation": []}
+    for i, shift in enumerate(([7.5, -7.0], [-6.5, 7.8])):
+        pair = make_real_pair(scenes["ottawa"], Source("ottawa", i % 2, 1 - i % 2, (47, 17)), rng, 0.0, 2.0)
+        pair["ddf"] = pair["ddf"] + np.asarray(shift, np.float32)[:, None, None]
+        pair["moving"] = resample_date(scenes["ottawa"]["dates"][i % 2], (47, 17), pair["ddf"])
+        true = torch.from_numpy(pair["ddf"])[None]
+        for method in epe:
+            epe[method].append(float(endpoint_error(register_sar(net, pair["moving"], pair["fixed"], method)[None], true, 24)))
+    # measured: NPC 0.59 / 0.57 px, windowed phase correlation 0.42 / 0.61 px; the weights before the
+    # phase-correlation start (no capture of shifts this large): NPC 9.1 / 8.7 px. NPC does not reliably beat
+    # phase correlation on this held-out scene (docs/sar.md), so only the capture is asserted.
+    assert max(epe["npc"]) < 0.8
+    assert max(epe["phase_correlation"]) < 0.8

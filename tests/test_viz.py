@@ -1,20 +1,11 @@
-"""Figures are written and show what they claim; the reliability map averages active-pair residuals."""
+"""Figures are written and show what they claim (the reliability map: tests/test_reliability.py)."""
 
 import numpy as np
 import pytest
 import torch
 
-from monai_npc.functional import reliability_map
 from monai_npc.networks.nets import NPCNet
 from monai_npc.viz import deformed_grid_lines, filter_quads_figure, per_pair_residual_stats, registration_panel, residual_per_pair_figure
-
-
-def test_reliability_map_is_mask_weighted_mean():
-    res = torch.tensor([1.0, 2.0, 3.0, 10.0]).view(1, 4, 1, 1).expand(1, 4, 2, 2)
-    mask = torch.tensor([1.0, 1.0, 1.0, 0.0]).view(1, 4, 1, 1).expand(1, 4, 2, 2)
-    rel = reliability_map(res, mask)
-    assert torch.allclose(rel, torch.full((1, 1, 2, 2), 2.0), atol=1e-6)
-    assert reliability_map(res, mask, size=[8, 8]).shape == (1, 1, 8, 8)
 
 
 def test_deformed_grid_lines_follow_the_field():

@@ -52,6 +52,31 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     t.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     t.set_defaults(func=run_train)
 
+    r = sub.add_parser("train-real", help="fine-tune on real scenes (training pixels of ../shared/data/sar_real) with known warps")
+    r.add_argument("--out", required=True, help="output folder (checkpoint.pt, sar.pt, train_history.json); resumes a checkpoint there")
+    r.add_argument("--data", default=None, help="scene folder (default: ../shared/data/sar_real beside the repository)")
+    r.add_argument("--iterations", type=int, default=5000, help="total Adam iterations (default 5000)")
+    r.add_argument("--batch-size", type=int, default=2, help="256 x 256 pairs per batch (default 2)")
+    r.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3, x 0.9995 per iteration)")
+    r.add_argument("--lr-decay", type=float, default=0.9995, help="learning-rate factor per iteration (default 0.9995)")
+    r.add_argument("--supervision", type=float, default=1.0, help="weight of the endpoint error to the known field (default 1)")
+    r.add_argument("--init", default="sar", help="starting weights (shipped name or file; default sar); 'none' trains from scratch")
+    r.add_argument("--max-shift", type=float, default=8.0, help="global shift range of the training warps, pixels (default 8)")
+    r.add_argument("--synthetic-fraction", type=float, default=0.25, help="share of synthetic pairs in the batches (default 0.25)")
+    r.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    r.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    r.set_defaults(func=run_train_real)
+
+    b = sub.add_parser("bench-real", help="real-scene benchmark: none, skimage phase correlation, NPC (issue 14 protocol)")
+    b.add_argument("--out", default=None, help="write metrics.json and per_pair.csv here (optional)")
+    b.add_argument("--data", default=None, help="scene folder (default: ../shared/data/sar_real beside the repository)")
+    b.add_argument("--model", default="sar", help="shipped name or save_pretrained file (default: sar)")
+    b.add_argument("--split", choices=("test", "train", "both"), default="both", help="pairs to evaluate (default both)")
+    b.add_argument("--max-shift", type=float, nargs="+", default=[6.0, 8.0], help="global shift ranges, pixels (default 6 8)")
+    b.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    b.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    b.set_defaults(func=run_bench_real)
+
     e = sub.add_parser("evaluate", help="NCC / endpoint error of NPC, phase correlation and no registration; panel figure")
     e.add_argument("--out", required=True, help="output folder (metrics.json, per_pair.csv, sar_panel.png, filter quads)")
     e.add_argument("--model", default="sar", help="shipped name or save_pretrained file (default: sar)")
@@ -127,4 +152,36 @@ def run_evaluate(args: argparse.Namespace) -> int:
     metrics = run_sar_evaluation(net, pairs, args.out, figure_rows=args.rows, margin=args.margin, progress=not args.no_progress,
                                  extra={"model": str(args.model), "data": args.data or {"seed": args.seed, "n": args.n}})
     print(_summary(metrics))
+    return 0
+
+
+def run_train_real(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import torch
+
+    from monai_npc.extras.sar.real import DEFAULT_ROOT, read_scenes
+    from monai_npc.extras.sar.train import RealTrainConfig, SARTrainConfig, train_sar_real
+
+    torch.set_num_threads(max(1, args.threads))
+    if args.iterations < 1:
+        raise ValueError(f"--iterations must be >= 1, got {args.iterations}.")
+    scenes = read_scenes(args.data or DEFAULT_ROOT, ["farmland", "wenchuan", "jeddah_s1"])
+    cfg = SARTrainConfig(crop=0, iterations=args.iterations, batch_size=args.batch_size, lr=args.lr, lr_decay=args.lr_decay,
+                         supervision=args.supervision, init=None if args.init == "none" else args.init)
+    real = RealTrainConfig(max_shift=args.max_shift, synthetic_fraction=args.synthetic_fraction)
+    train_sar_real(args.out, scenes, cfg, real, progress=not args.no_progress)
+    print(f"weights: {Path(args.out) / 'sar.pt'}")
+    return 0
+
+
+def run_bench_real(args: argparse.Namespace) -> int:
+    import torch
+
+    from monai_npc.extras.sar.bench_real import format_table, run_real_benchmark
+
+    torch.set_num_threads(max(1, args.threads))
+    splits = ("test", "train") if args.split == "both" else (args.split,)
+    result = run_real_benchmark(args.model, args.data, splits, args.max_shift, out=args.out, progress=not args.no_progress)
+    print(format_table(result))
     return 0

@@ -40,7 +40,8 @@ def _upsampled_idft_axis(spec: torch.Tensor, axis: int, centers: torch.Tensor, o
 
 
 def phase_correlation(
-    moving: torch.Tensor, fixed: torch.Tensor, upsample_factor: int = 20, eps: float = 1e-12, window: Optional[float] = None
+    moving: torch.Tensor, fixed: torch.Tensor, upsample_factor: int = 20, eps: float = 1e-12, window: Optional[float] = None,
+    whitening: float = 1.0,
 ) -> torch.Tensor:
     """Global translation ``s`` (voxels) with ``fixed(x) ~= moving(x + s)``; shape ``(B, D)``.
 
@@ -51,6 +52,10 @@ def phase_correlation(
         window: Tukey ``alpha`` of an apodisation applied after removing each image's mean, or
             ``None`` (no window). Real images need one: their borders do not move, and without a
             window they put a peak at zero shift.
+        whitening: exponent ``p`` of the normalisation ``cross / |cross|^p`` of the cross-power
+            spectrum: 1 (default) is classical phase correlation, 0 plain cross-correlation; values
+            in between (e.g. 0.8) keep some weight on the strong, low-frequency structures, which
+            is more robust when large areas have no counterpart (changes, sea).
     Returns:
         ``s`` with channel ``k`` along spatial axis ``k``: the constant displacement field ``ddf = s``
         warps ``moving`` onto ``fixed`` in the MONAI ``Warp`` convention.
@@ -70,7 +75,9 @@ def phase_correlation(
     fm = torch.fft.fftn(moving, dim=axes)
     ff = torch.fft.fftn(fixed, dim=axes)
     cross = ff * fm.conj()
-    cross = cross / (cross.abs() + eps)
+    if not 0.0 <= whitening <= 1.0:
+        raise ValueError(f"whitening must be in [0, 1], got {whitening}.")
+    cross = cross / (cross.abs() + eps) if whitening == 1.0 else cross / (cross.abs() + eps) ** whitening
     corr = torch.fft.ifftn(cross, dim=axes).real
     flat_idx = corr.flatten(1).argmax(1)
     peak = []

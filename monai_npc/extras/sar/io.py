@@ -1,4 +1,4 @@
-"""Single-band SAR amplitude images: GeoTIFF / TIFF (tifffile, else Pillow) and PNG / JPEG (Pillow). No GDAL.
+"""Single-band SAR amplitude images: GeoTIFF / TIFF (tifffile, else Pillow) and PNG / JPEG / BMP (Pillow). No GDAL.
 
 A complex image (SLC) is read as its modulus. Geo-referencing tags are ignored: the pair is
 registered in pixel coordinates, as phase correlation does.
@@ -14,7 +14,7 @@ import numpy as np
 __all__ = ["AMPLITUDE_SUFFIXES", "read_amplitude", "write_amplitude"]
 
 #: file endings :func:`read_amplitude` reads
-AMPLITUDE_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg")
+AMPLITUDE_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg", ".bmp")
 
 PathLike = Union[str, Path]
 

@@ -1,4 +1,5 @@
-"""Training of the SAR cascade on synthetic 256 x 256 pairs.
+"""Training of the SAR cascade on synthetic 256 x 256 pairs (:func:`train_sar`) or on real scenes
+with known warps (:func:`train_sar_real`, :mod:`.real`), one loop (:func:`fit`).
 
 The loss is the paper's unsupervised one (LNCC + diffusion + Jacobian fold penalty, from
 :class:`monai_npc.losses.RegistrationLoss`) plus, with ``supervision > 0``, the endpoint error
@@ -29,7 +30,10 @@ from .model import SAR_CONFIG
 from .preprocess import DEFAULT_SIGMA, PREPROCESSING
 from .synthetic import SARPairConfig, config_dict, make_sar_pairs
 
-__all__ = ["SARTrainConfig", "TRAIN_SEED", "VAL_SEED", "TEST_SEED", "crop_pairs", "dihedral", "train_sar"]
+__all__ = [
+    "SARTrainConfig", "RealTrainConfig", "TRAIN_SEED", "VAL_SEED", "TEST_SEED", "crop_pairs", "dihedral", "fit", "stack_pairs",
+    "train_sar", "train_sar_real",
+]
 
 #: seed ranges of the synthetic splits (pair ``i`` of a split has seed ``SPLIT_SEED + i``)
 TRAIN_SEED, VAL_SEED, TEST_SEED = 0, 50_000, 100_000
@@ -100,41 +104,39 @@ def dihedral(moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, k: in
     return moving.contiguous(), fixed.contiguous(), ddf.contiguous()
 
 
-def train_sar(
-    out: str | Path,
-    config: SARTrainConfig = SARTrainConfig(),
-    data: SARPairConfig = SARPairConfig(),
-    progress: bool = True,
-    weights: Optional[str | Path] = None,
-    callback: Optional[Callable[[int, Dict[str, float]], None]] = None,
-) -> NPCNet:
-    """Train the SAR cascade; write ``out/checkpoint.pt`` (every 25 iterations, resumable),
-    ``out/train_history.json`` and the weights (``save_pretrained``, default ``out/sar.pt``).
-
-    A run finding ``out/checkpoint.pt`` resumes from it (``config.iterations`` is the total). The
-    weights' ``meta`` holds ``preprocessing: "sar"``, ``sigma``, ``input_size``, the data and the
-    schedule. Returns the trained network (eval mode, ``detach_steps`` off).
-    """
-    from tqdm.auto import tqdm
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    pairs = preprocess_pairs(make_sar_pairs(config.n_pairs, TRAIN_SEED, data, progress=progress), config.sigma)
-    if config.crop:
-        pairs = crop_pairs(pairs, config.crop)
-    moving = torch.stack([torch.from_numpy(p["moving"])[None] for p in pairs])
-    fixed = torch.stack([torch.from_numpy(p["fixed"])[None] for p in pairs])
-    true = torch.stack([torch.from_numpy(p["ddf"]) for p in pairs])
-    torch.manual_seed(config.seed)
+def _build_net(config: SARTrainConfig) -> Tuple[NPCNet, Dict[str, Any], Dict[str, Any]]:
+    """``(network in training mode, its config, the meta of config.init)``; ``config.model``'s
+    ``phase_init`` is applied to a network loaded from ``config.init`` (it has no parameters)."""
     model_config = dict(config.model)
     start_weights, start_meta = None, {}
     if config.init is not None:
         init_net = load_pretrained(config.init)
-        model_config, start_weights, start_meta = dict(init_net.config), init_net.state_dict(), dict(init_net.meta)
+        start_weights, start_meta = init_net.state_dict(), dict(init_net.meta)
+        model_config = {**init_net.config, **{k: config.model[k] for k in ("phase_init",) if k in config.model}}
     net = NPCNet(**{**model_config, "detach_steps": True})
     if start_weights is not None:
         net.load_state_dict(start_weights)
+    return net, model_config, start_meta
+
+
+def fit(
+    net: NPCNet,
+    draw: Callable[[np.random.Generator], Tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    config: SARTrainConfig,
+    out: Path,
+    progress: bool = True,
+    callback: Optional[Callable[[int, Dict[str, float]], None]] = None,
+    checkpoint_every: int = 25,
+) -> Tuple[List[Dict[str, float]], float, RegistrationLoss]:
+    """The training loop: ``draw(rng)`` gives a batch ``(moving, fixed, true ddf)``; Adam on
+    LNCC + diffusion + folds + ``supervision`` x endpoint error. ``out/checkpoint.pt`` (every
+    ``checkpoint_every`` iterations, atomic) is resumed when present, random state included.
+    Returns ``(history, seconds, loss)``.
+    """
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    torch.manual_seed(config.seed)
     loss = RegistrationLoss(preset=None, window=config.window, lambda_reg=config.lambda_reg, lambda_jac=config.lambda_jac)
     opt = torch.optim.Adam(net.parameters(), lr=config.lr)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=config.lr_decay)
@@ -160,8 +162,7 @@ def train_sar(
     net.train()
     bar = tqdm(range(start, config.iterations + 1), desc="train sar", disable=not progress, initial=start - 1, total=config.iterations)
     for it in bar:
-        idx = torch.as_tensor(rng.choice(len(pairs), size=min(config.batch_size, len(pairs)), replace=False))
-        m, f, t = dihedral(moving[idx], fixed[idx], true[idx], int(rng.integers(8)))
+        m, f, t = draw(rng)
         ddf = net(torch.cat([m, f], 1))
         terms = loss.components(warp_image(m, ddf, "bilinear", "border"), f, ddf)
         terms["epe"] = (ddf - t).norm(dim=1).mean()
@@ -176,27 +177,153 @@ def train_sar(
         bar.set_postfix(loss=f"{record['loss']:.3f}", epe=f"{record['epe']:.2f}")
         if callback is not None:
             callback(it, record)
-        if it % 25 == 0:
+        if it % checkpoint_every == 0:
             save(it)
     if start <= config.iterations:
         save(config.iterations)
     seconds = seconds_before + time.perf_counter() - t0
     (out / "train_history.json").write_text(json.dumps(history))
+    return history, seconds, loss
+
+
+def _finish(net: NPCNet, model_config: Dict[str, Any], meta: Dict[str, Any], path: Path) -> NPCNet:
+    """Inference copy (``detach_steps`` off) with ``meta``, saved with ``save_pretrained``."""
     final = NPCNet(**{**model_config, "detach_steps": False})
     final.load_state_dict(net.state_dict())
+    final.meta = meta
+    save_pretrained(final, path, meta)
+    return final.eval()
+
+
+def _schedule_meta(config: SARTrainConfig, loss: RegistrationLoss, history: List[Dict[str, float]], seconds: float,
+                   start_meta: Dict[str, Any]) -> Dict[str, Any]:
     tail = history[-50:]
+    out = {**{k: v for k, v in asdict(config).items() if k != "model"}, "loss": dict(loss.config), "optimizer": "Adam",
+           "threads": torch.get_num_threads(), "seconds": seconds,
+           "final_loss": float(np.mean([h["loss"] for h in tail])), "final_train_epe": float(np.mean([h["epe"] for h in tail]))}
+    if config.init is not None:  # keep the schedule that produced the starting weights
+        out["init_schedule"] = start_meta.get("schedule")
+    return out
+
+
+def train_sar(
+    out: str | Path,
+    config: SARTrainConfig = SARTrainConfig(),
+    data: SARPairConfig = SARPairConfig(),
+    progress: bool = True,
+    weights: Optional[str | Path] = None,
+    callback: Optional[Callable[[int, Dict[str, float]], None]] = None,
+) -> NPCNet:
+    """Train the SAR cascade on synthetic pairs; write ``out/checkpoint.pt`` (every 25 iterations,
+    resumable), ``out/train_history.json`` and the weights (``save_pretrained``, default ``out/sar.pt``).
+
+    A run finding ``out/checkpoint.pt`` resumes from it (``config.iterations`` is the total). The
+    weights' ``meta`` holds ``preprocessing: "sar"``, ``sigma``, ``input_size``, the data and the
+    schedule. Returns the trained network (eval mode, ``detach_steps`` off).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    pairs = preprocess_pairs(make_sar_pairs(config.n_pairs, TRAIN_SEED, data, progress=progress), config.sigma)
+    if config.crop:
+        pairs = crop_pairs(pairs, config.crop)
+    moving, fixed, true = stack_pairs(pairs)
+    seconds_data = time.perf_counter() - t0
+    net, model_config, start_meta = _build_net(config)
+
+    def draw(rng: np.random.Generator):
+        idx = torch.as_tensor(rng.choice(len(pairs), size=min(config.batch_size, len(pairs)), replace=False))
+        return dihedral(moving[idx], fixed[idx], true[idx], int(rng.integers(8)))
+
+    history, seconds, loss = fit(net, draw, config, out, progress, callback)
     meta = {
         "preprocessing": PREPROCESSING,
         "sigma": config.sigma,
         "input_size": data.size,
         "data": {"generator": "monai_npc.extras.sar.synthetic.make_sar_pair", **config_dict(data),
                  "train_seeds": [TRAIN_SEED, TRAIN_SEED + config.n_pairs], "augmentation": "8 flips/transposes"},
-        "schedule": {**{k: v for k, v in asdict(config).items() if k != "model"}, "loss": dict(loss.config),
-                     "optimizer": "Adam", "threads": torch.get_num_threads(), "seconds": seconds,
-                     "final_loss": float(np.mean([h["loss"] for h in tail])), "final_train_epe": float(np.mean([h["epe"] for h in tail]))},
+        "schedule": _schedule_meta(config, loss, history, seconds + seconds_data, start_meta),
     }
-    if config.init is not None:  # keep the schedule that produced the starting weights
-        meta["schedule"]["init_schedule"] = start_meta.get("schedule")
-    final.meta = meta
-    save_pretrained(final, weights or out / "sar.pt", meta)
-    return final.eval()
+    return _finish(net, model_config, meta, Path(weights or out / "sar.pt"))
+
+
+def stack_pairs(pairs: Sequence[Mapping]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(moving (N, 1, H, W), fixed (N, 1, H, W), ddf (N, 2, H, W))`` float32 tensors of preprocessed pairs."""
+    moving = torch.stack([torch.as_tensor(np.asarray(p["moving"], np.float32))[None] for p in pairs])
+    fixed = torch.stack([torch.as_tensor(np.asarray(p["fixed"], np.float32))[None] for p in pairs])
+    true = torch.stack([torch.as_tensor(np.asarray(p["ddf"], np.float32)) for p in pairs])
+    return moving, fixed, true
+
+
+@dataclass
+class RealTrainConfig:
+    """Data of :func:`train_sar_real` (pixels).
+
+    Attributes:
+        max_shift, nonrigid: field of the real training pairs (:class:`~.real.RealPairSampler`).
+        synthetic_fraction: share of batch items drawn from ``n_synthetic`` synthetic pairs (seeds
+            ``TRAIN_SEED + i``, :class:`~.synthetic.SARPairConfig` defaults), which keeps the synthetic benchmark.
+        look_probability: share of real pairs with one date's number of looks changed.
+    """
+
+    max_shift: float = 8.0
+    nonrigid: float = 3.0
+    synthetic_fraction: float = 0.25
+    n_synthetic: int = 100
+    look_probability: float = 0.3
+
+
+def train_sar_real(
+    out: str | Path,
+    scenes: Mapping[str, Mapping],
+    config: SARTrainConfig = SARTrainConfig(crop=0, batch_size=2, lr=1e-3, supervision=1.0, init="sar"),
+    real: RealTrainConfig = RealTrainConfig(),
+    progress: bool = True,
+    weights: Optional[str | Path] = None,
+    callback: Optional[Callable[[int, Dict[str, float]], None]] = None,
+) -> NPCNet:
+    """Train (or fine-tune, ``config.init``) the SAR cascade on the training pixels of the real scenes.
+
+    Every batch item is, with probability ``real.synthetic_fraction``, a synthetic pair, else a fresh
+    real pair of :class:`~.real.RealPairSampler` (a training date pair, any crop origin, a random
+    known field up to ``real.max_shift``); then one of the 8 flips / transposes. Same loop, checkpoints
+    and resume as :func:`train_sar` (:func:`fit`); the weights go to ``weights`` (default ``out/sar.pt``).
+    """
+    from .real import JEDDAH_COLUMNS, RealPairSampler
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    sampler = RealPairSampler(dict(scenes), real.max_shift, real.nonrigid, look_probability=real.look_probability)
+    synth_cfg = SARPairConfig()
+    synthetic = stack_pairs(preprocess_pairs(make_sar_pairs(real.n_synthetic, TRAIN_SEED, synth_cfg, progress=progress), config.sigma)) \
+        if real.synthetic_fraction > 0 else None
+    net, model_config, start_meta = _build_net(config)
+
+    def draw(rng: np.random.Generator):
+        items = []
+        for _ in range(config.batch_size):
+            if synthetic is not None and rng.random() < real.synthetic_fraction:
+                i = int(rng.integers(len(synthetic[0])))
+                items.append(tuple(x[i] for x in synthetic))
+            else:
+                p = preprocess_pairs([sampler(rng)], config.sigma)[0]
+                items.append(tuple(x[0] for x in stack_pairs([p])))
+        m, f, t = (torch.stack(x) for x in zip(*items))
+        return dihedral(m, f, t, int(rng.integers(8)))
+
+    history, seconds, loss = fit(net, draw, config, out, progress, callback)
+    meta = {
+        "preprocessing": PREPROCESSING,
+        "sigma": config.sigma,
+        "input_size": sampler.size,
+        "data": {
+            "generator": "monai_npc.extras.sar.real.RealPairSampler (+ synthetic pairs)",
+            "real": {**asdict(real), "scenes": sorted(sampler.weights), "scene_weights": sampler.weights,
+                     "jeddah_s1_columns": list(JEDDAH_COLUMNS["train"]), "jeddah_s1_dates": [1, 2, 3, 4],
+                     "held_out": "ottawa, yellow_river, jeddah_s1 columns 656-1029 and date 5 (split_sources('test'))"},
+            "synthetic": {**config_dict(synth_cfg), "train_seeds": [TRAIN_SEED, TRAIN_SEED + real.n_synthetic]},
+            "augmentation": "8 flips/transposes; look change of one date (x sqrt Gamma(L, 1/L), L 1-3, or 2 x 2 box)",
+        },
+        "schedule": _schedule_meta(config, loss, history, seconds, start_meta),
+    }
+    return _finish(net, model_config, meta, Path(weights or out / "sar.pt"))

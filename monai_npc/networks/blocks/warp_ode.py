@@ -7,9 +7,15 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
+from monai_npc.functional.phase_correlation import phase_correlation
 from monai_npc.functional.warp import warp_image
 
-__all__ = ["WarpODE", "split_steps"]
+__all__ = ["WarpODE", "split_steps", "PHASE_INIT_WHITENING"]
+
+#: cross-power normalisation exponent of the ``phase_init`` phase correlation (1 = classical). Chosen on
+#: training pixels of the real SAR scenes with 40-70 % of the fixed crop replaced by unrelated content:
+#: shift errors > 3 px in 6 / 40 pairs at 1.0, 2 / 40 at 0.9, 0 / 40 at 0.8, 13 / 40 at 0 (cross-correlation).
+PHASE_INIT_WHITENING = 0.8
 
 
 def split_steps(num_steps: int, num_stages: int) -> List[int]:
@@ -23,7 +29,7 @@ def split_steps(num_steps: int, num_stages: int) -> List[int]:
 class WarpODE(nn.Module):
     """Explicit Euler integration of the paper's Eq. (ode) over ``t in [0, 1]``.
 
-    ``ddf(0) = 0``; at step ``i`` the moving image is warped by the current ``ddf``, the active
+    ``ddf(0) = 0`` (or a global phase-correlation shift, ``phase_init``); at step ``i`` the moving image is warped by the current ``ddf``, the active
     stage's model is evaluated against the fixed image, and ``ddf += dt * velocity`` with
     ``dt = 1 / n_t``. A cascade runs its stages one after the other within the same integration
     (e.g. a coarse stage for the first half of the steps, a fine stage after).
@@ -38,6 +44,12 @@ class WarpODE(nn.Module):
             (the field is still the sum of every step's update, and every update still gets its
             gradient). Saves the costly input gradient of the filter convolution, as RAFT does
             between its refinement iterations; outputs are unchanged.
+        phase_init: Tukey ``alpha`` of a global phase-correlation initialisation
+            (:func:`~monai_npc.functional.phase_correlation`, mean removed, windowed, 1/10 voxel,
+            whitening :data:`PHASE_INIT_WHITENING`):
+            ``ddf(0)`` is the constant shift it finds between ``moving`` and ``fixed`` instead of 0, so
+            the learned steps only refine what remains (capture range of global shifts: that of
+            phase correlation). ``None`` (default): ``ddf(0) = 0``. No gradient flows through it.
 
     ``forward(moving, fixed)`` with ``(B, 1, *S)`` images returns the displacement ``(B, D, *S)``
     (voxels, MONAI ``Warp`` convention). :meth:`integrate` also returns per-step diagnostics.
@@ -49,6 +61,7 @@ class WarpODE(nn.Module):
         num_steps: Union[int, Sequence[int]] = 10,
         padding_mode: str = "border",
         detach_steps: bool = False,
+        phase_init: Optional[float] = None,
     ) -> None:
         super().__init__()
         self.stages = nn.ModuleList(stages)
@@ -59,6 +72,17 @@ class WarpODE(nn.Module):
         self.num_steps: int = sum(steps)
         self.padding_mode = padding_mode
         self.detach_steps = detach_steps
+        self.phase_init = phase_init
+
+    def initial_field(self, moving: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:
+        """``ddf(0)`` ``(B, D, *S)``: zero, or the global phase-correlation shift with ``phase_init``."""
+        shape = (moving.shape[0], moving.dim() - 2) + moving.shape[2:]
+        if self.phase_init is None:
+            return torch.zeros(shape, dtype=moving.dtype, device=moving.device)
+        with torch.no_grad():
+            shift = phase_correlation(moving.detach(), fixed.detach(), upsample_factor=10, window=self.phase_init,
+                                      whitening=PHASE_INIT_WHITENING)
+        return shift.to(moving.dtype).view(shift.shape + (1,) * (moving.dim() - 2)).expand(shape).contiguous()
 
     def integrate(
         self, moving: torch.Tensor, fixed: torch.Tensor, keep_diagnostics: bool = False
@@ -68,7 +92,7 @@ class WarpODE(nn.Module):
         Each dict holds ``residual`` and ``mask`` ``(B, C, *grid)``, ``ddf`` ``(B, D, *S)`` after the
         step, and ``stage`` (0-d integer tensor).
         """
-        ddf = torch.zeros((moving.shape[0], moving.dim() - 2) + moving.shape[2:], dtype=moving.dtype, device=moving.device)
+        ddf = self.initial_field(moving, fixed)
         dt = 1.0 / self.num_steps
         diagnostics: List[Dict[str, torch.Tensor]] = []
         step = 0
@@ -76,7 +100,7 @@ class WarpODE(nn.Module):
             fixed_responses, fixed_norm, gamma, gate = stage.prepare(fixed)
             threshold: Optional[torch.Tensor] = None
             for _ in range(self.steps_per_stage[index]):
-                if step == 0:
+                if step == 0 and self.phase_init is None:
                     warped = moving
                 else:
                     warped = warp_image(moving, ddf.detach() if self.detach_steps else ddf, "bilinear", self.padding_mode)

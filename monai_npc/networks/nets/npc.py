@@ -68,6 +68,10 @@ class NPCNet(nn.Module):
             changes no parameter and adds a few ms per step; a TorchScript export needs 0.
         refine_options: other :class:`~monai_npc.networks.blocks.InstanceRefinement` arguments
             (``learning_rate``, ``grid_stride``, ``window``, ``lambda_reg``, ``lambda_jac``).
+        phase_init: Tukey ``alpha`` (e.g. 0.25) of a global phase-correlation initialisation of the
+            field (:class:`~monai_npc.networks.blocks.WarpODE`): the learned steps refine the shift
+            phase correlation finds, which extends the capture range of global shifts. ``None``
+            (default): the integration starts from zero, as in the paper.
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class NPCNet(nn.Module):
         detach_steps: bool = False,
         refine_iterations: int = 0,
         refine_options: Optional[Mapping[str, Any]] = None,
+        phase_init: Optional[float] = None,
     ) -> None:
         super().__init__()
         if spatial_dims not in (2, 3):
@@ -116,12 +121,12 @@ class NPCNet(nn.Module):
             kw = dict(base)
             kw.update({k: v for k, v in cfg.items() if k != "num_steps"})
             modules.append(NPCStage(spatial_dims=spatial_dims, **kw))
-        self.ode = WarpODE(modules, steps, detach_steps=detach_steps)
+        self.ode = WarpODE(modules, steps, detach_steps=detach_steps, phase_init=phase_init)
         self.spatial_dims = spatial_dims
         #: constructor arguments, enough to rebuild the network (saved with pretrained weights)
         self.config: Dict[str, Any] = dict(
             base, spatial_dims=spatial_dims, num_steps=num_steps, stages=[dict(c) for c in stages] if stages else None,
-            detach_steps=detach_steps, refine_iterations=int(refine_iterations),
+            detach_steps=detach_steps, phase_init=phase_init, refine_iterations=int(refine_iterations),
             refine_options=dict(refine_options) if refine_options else None,
         )
         self.refine_iterations = int(refine_iterations)

@@ -1,0 +1,149 @@
+"""Real-scene SAR pairs (issue 14): known warps, the train / test split, the benchmark's metrics and baselines,
+and NPCNet's phase-correlation initialisation. Tests that read ../shared/data/sar_real skip without it."""
+
+import numpy as np
+import pytest
+import torch
+from scipy import ndimage
+
+from monai_npc.cli.main import main
+from monai_npc.extras.sar.bench_real import pair_errors, skimage_phase_correlation
+from monai_npc.extras.sar.real import (
+    DEFAULT_ROOT, JEDDAH_COLUMNS, SCENES, RealPairSampler, Source, benchmark_pairs, make_real_pair, random_displacement,
+    read_scenes, resample_date, split_sources,
+)
+from monai_npc.functional.phase_correlation import phase_correlation
+from monai_npc.functional.warp import warp_image
+from monai_npc.networks.nets import NPCNet, load_pretrained, save_pretrained
+
+SHAPES = {"ottawa": (350, 290), "farmland": (291, 306), "yellow_river": (289, 257), "wenchuan": (301, 442), "jeddah_s1": (512, 1030)}
+
+
+def _textured(shape, seed=0, sigma=2.0):
+    rng = np.random.default_rng(seed)
+    return np.exp(ndimage.gaussian_filter(rng.standard_normal(shape), sigma) * 3).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def fake_scenes():
+    """Scenes with the real sizes and date counts, smooth random content (no shared data needed)."""
+    out = {}
+    for i, (name, (files, gt, _)) in enumerate(SCENES.items()):
+        dates = [_textured(SHAPES[name], 10 * i + k) for k in range(len(files))]
+        change = None if gt is None else np.zeros(SHAPES[name], bool)
+        out[name] = {"name": name, "dates": dates, "change": change}
+    return out
+
+
+def test_random_displacement_ranges():
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        ddf = random_displacement((256, 256), rng, max_shift=8.0, nonrigid=3.0)
+        assert ddf.shape == (2, 256, 256) and ddf.dtype == np.float32
+        # the global part is the per-axis mean of the noise-free shift, within +-8 px (noise mean is small)
+        assert np.all(np.abs(ddf.reshape(2, -1).mean(1)) < 8.5)
+        nonrigid = ddf - ddf.reshape(2, -1).mean(1)[:, None, None]
+        peak = np.sqrt((nonrigid**2).sum(0)).max()
+        assert 0.3 < peak < 3.0 * 2  # peak of the non-rigid part (around its own mean) ~ 0.75..3 px
+    zero = random_displacement((64, 64), rng, 0.0, 0.0)
+    assert np.abs(zero).max() == 0.0
+
+
+def test_resampled_date_follows_the_warp_convention():
+    image = _textured((300, 300), 3)
+    ddf = random_displacement((256, 256), np.random.default_rng(1), 6.0, 3.0)
+    moving = resample_date(image, (20, 30), ddf)
+    back = warp_image(torch.from_numpy(moving)[None, None].double(), torch.from_numpy(ddf)[None].double(), "bilinear", "border")[0, 0].numpy()
+    crop = image[20:276, 30:286]
+    inner = (slice(24, -24),) * 2
+    assert np.corrcoef(back[inner].ravel(), crop[inner].ravel())[0, 1] > 0.99  # moving(x + ddf(x)) = date(x)
+    assert np.corrcoef(moving[inner].ravel(), crop[inner].ravel())[0, 1] < 0.9  # and the warp is not trivial
+
+
+def test_split_is_disjoint_and_fixed(fake_scenes):
+    test, train = split_sources("test", fake_scenes), split_sources("train", fake_scenes)
+    assert len(test) == 40 and len(train) == 40 and len(set(test)) == 40
+    assert {s.scene for s in test} == {"ottawa", "yellow_river", "jeddah_s1"}
+    assert {s.scene for s in train} == {"farmland", "wenchuan", "jeddah_s1"}
+    reach = 13  # 8 px shift + 3 px non-rigid + the cubic spline's 2 px support
+    for s in test:
+        if s.scene == "jeddah_s1":
+            assert 4 in (s.a, s.b) and s.origin[1] - reach > JEDDAH_COLUMNS["train"][1] - 1 + reach
+    for s in train:
+        if s.scene == "jeddah_s1":
+            assert max(s.a, s.b) <= 3 and s.origin[1] + 256 <= JEDDAH_COLUMNS["train"][1]
+    sampler = RealPairSampler(fake_scenes)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        s = sampler.source(rng)
+        assert s.scene in ("farmland", "wenchuan", "jeddah_s1") and s.a != s.b
+        if s.scene == "jeddah_s1":
+            assert max(s.a, s.b) <= 3 and s.origin[1] + 256 <= JEDDAH_COLUMNS["train"][1]
+    with pytest.raises(ValueError, match="split"):
+        split_sources("val", fake_scenes)
+
+
+def test_benchmark_pairs_are_reproducible(fake_scenes):
+    src = split_sources("test", fake_scenes)[5]
+    a, b = (make_real_pair(fake_scenes[src.scene], src, np.random.default_rng([3, 5])) for _ in range(2))
+    assert np.array_equal(a["moving"], b["moving"]) and np.array_equal(a["ddf"], b["ddf"])
+    p = make_real_pair(fake_scenes["ottawa"], Source("ottawa", 0, 1, (10, 20)), np.random.default_rng(0))
+    assert p["fixed"].shape == p["moving"].shape == p["change"].shape == (256, 256)
+    np.testing.assert_array_equal(p["fixed"], fake_scenes["ottawa"]["dates"][1][10:266, 20:276])
+    with pytest.raises(ValueError, match="does not fit"):
+        make_real_pair(fake_scenes["ottawa"], Source("ottawa", 0, 1, (200, 0)), np.random.default_rng(0))
+
+
+def test_pair_errors_split_by_change_map():
+    true = np.zeros((2, 64, 64), np.float32)
+    ddf = torch.zeros(2, 64, 64)
+    ddf[0, :32] = 1.0  # 1 px error in the top half
+    change = np.zeros((64, 64), bool)
+    change[:32] = True
+    e = pair_errors(ddf, true, change, margin=8)
+    assert e["epe_changed"] == pytest.approx(1.0) and e["epe_unchanged"] == pytest.approx(0.0)
+    assert e["epe"] == pytest.approx(0.5)
+    assert np.isnan(pair_errors(ddf, true, None, margin=8)["epe_changed"])
+
+
+def test_skimage_baseline_sign_and_whitened_phase_correlation():
+    image = np.log(_textured((128, 128), 5, sigma=1.0))
+    fixed = image[10:110, 10:110]
+    moving = image[13:113, 5:105]  # moving(x + (-3, 5)) = fixed(x)
+    np.testing.assert_allclose(skimage_phase_correlation(moving, fixed)[:, 0, 0].numpy(), [-3.0, 5.0], atol=0.1)
+    m, f = torch.from_numpy(moving)[None, None], torch.from_numpy(fixed)[None, None]
+    for p in (1.0, 0.8, 0.0):
+        np.testing.assert_allclose(phase_correlation(m, f, 10, window=0.25, whitening=p)[0].numpy(), [-3.0, 5.0], atol=0.15)
+    with pytest.raises(ValueError, match="whitening"):
+        phase_correlation(m, f, whitening=1.5)
+
+
+def test_npcnet_phase_init_starts_from_the_global_shift(tmp_path):
+    torch.manual_seed(0)
+    small = dict(kernel_size=8, stride=4, num_pairs=4, top_k=2, gate_dim=8, hidden_dim=8, num_pe=8, num_steps=1, head_channels=4)
+    net = NPCNet(**small, phase_init=0.25).eval()
+    image = torch.from_numpy(np.log(_textured((96, 96), 7, sigma=1.0)))
+    fixed, moving = image[8:72, 8:72][None, None].float(), image[14:78, 6:70][None, None].float()
+    init = net.ode.initial_field(moving, fixed)
+    assert init.shape == (1, 2, 64, 64)
+    np.testing.assert_allclose(init[0, :, 0, 0].numpy(), [-6.0, 2.0], atol=0.15)
+    assert torch.count_nonzero(NPCNet(**small).ode.initial_field(moving, fixed)) == 0  # default: start from zero
+    with torch.no_grad():
+        _, ddf, diag = net.register(moving, fixed, return_diagnostics=True)
+    assert len(diag) == 1 and torch.isfinite(ddf).all()
+    save_pretrained(net, tmp_path / "n.pt")
+    assert load_pretrained(tmp_path / "n.pt").config["phase_init"] == 0.25
+
+
+def test_bench_real_cli_names_a_missing_folder(tmp_path, capsys):
+    assert main(["sar", "bench-real", "--data", str(tmp_path / "nowhere")]) == 1
+    assert "nowhere" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not DEFAULT_ROOT.is_dir(), reason="../shared/data/sar_real is absent")
+def test_shared_scenes_read_and_test_pairs_have_change_maps():
+    scenes = read_scenes()
+    assert scenes["ottawa"]["dates"][0].shape == (350, 290) and len(scenes["jeddah_s1"]["dates"]) == 5
+    assert 0.15 < scenes["ottawa"]["change"].mean() < 0.17  # README: 15.8 % changed
+    pairs = benchmark_pairs("test", scenes, 6.0, seed=0)
+    assert len(pairs) == 40 and sum(p["change"] is not None for p in pairs) == 24
