@@ -167,7 +167,7 @@ class RegistrationWriter:
     - ``STEM_warped_label.nii.gz``: the moving label warped with nearest interpolation (uint8),
       when labels are given;
     - ``STEM_reliability.nii.gz``: the residual reliability map of the last ODE step, upsampled
-      to ``(H, W)`` (low = the kept filter pairs explain the local motion), when computed;
+      to ``(H, W)`` (in ``[0, 1]``, 1 = the kept filter pairs agree; :func:`~monai_npc.functional.reliability_map`), when computed;
     - ``STEM_panel.png``: moving, fixed, warped, difference and deformed grid
       (:func:`~monai_npc.viz.registration_panel`), label contours and Dice in the captions.
 
