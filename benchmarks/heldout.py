@@ -86,7 +86,7 @@ def tables(results: Dict[str, dict], pairs: List[dict], dataset: str) -> str:
              f"key metric `{key}`", ""]
     lines += ["| method | " + " | ".join(group_names) + " | **mean** | " + " | ".join(s.upper() if len(s) < 4 else s for s in spec["structures"])
               + " | mean Dice | HD95 (vox) | SDlogJ (x1e-2) | NDV (/10k) | folding % | ms/pair |",
-              "|---|" + "---|" * (len(group_names) + len(spec["structures"]) + 8)]
+              "|---|" + "---|" * (len(group_names) + len(spec["structures"]) + 7)]
     for name, r in results.items():
         pp = {k: np.array(v) for k, v in r["per_pair"].items()}
         d = pp[key]
