@@ -18,20 +18,8 @@ pytest.importorskip("ignite")
 from monai_npc.handlers import AtomicCheckpointSaver, list_checkpoints  # noqa: E402
 from monai_npc.utils import atomic_torch_save  # noqa: E402
 
-from .test_bundle import PHANTOM, TINY, _workflow  # noqa: E402
+from .test_bundle import PHANTOM, TINY, _one_thread, _workflow, phantom_dir  # noqa: E402,F401  (fixtures shared with test_bundle)
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def phantom_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("phantoms_resume")
 
 
 def _train(tmp_path, phantom_dir, epochs, resume=False, **extra):
