@@ -64,9 +64,11 @@ def build_methods(args: argparse.Namespace) -> Dict[str, torch.nn.Module]:
         vxm.load_state_dict(torch.load(args.voxelmorph, map_location="cpu"))
         methods["voxelmorph"] = vxm
     npc = args.npc or args.dataset
-    methods["npc"] = load_pretrained(npc, num_steps=args.steps, refine_iterations=0)
+    if not args.skip_npc:
+        methods["npc"] = load_pretrained(npc, num_steps=args.steps, refine_iterations=0)
     if args.refine_iterations > 0:
-        methods["npc+refine"] = load_pretrained(npc, num_steps=args.steps, refine_iterations=args.refine_iterations)
+        options = json.loads(args.refine_options) if args.refine_options else None
+        methods["npc+refine"] = load_pretrained(npc, num_steps=args.steps, refine_iterations=args.refine_iterations, refine_options=options)
     return methods
 
 
@@ -172,6 +174,9 @@ def main() -> None:
     p.add_argument("--npc", default=None, help="shipped model name, save_pretrained file or bundle folder (default: the dataset's name)")
     p.add_argument("--steps", type=int, default=10, help="NPC ODE steps")
     p.add_argument("--refine-iterations", type=int, default=50, help="test-time refinement steps for 'npc+refine' (0: skip)")
+    p.add_argument("--refine-options", default=None,
+                   help='JSON of other InstanceRefinement arguments, e.g. \'{"window": 9, "lambda_reg": 0.02}\'')
+    p.add_argument("--skip-npc", action="store_true", help="only the refined NPC (with --refine-iterations), not the plain network")
     p.add_argument("--voxelmorph", default=None, help="VoxelMorphNet state dict")
     p.add_argument("--demons-iterations", type=int, default=200, help="0 skips demons")
     p.add_argument("--threads", type=int, default=1)
