@@ -6,7 +6,7 @@ name, version, changelog entry and model grid size, plus ``--trained-on`` and an
 Shipped this way: ``monai_npc/weights/camus.pt`` from ``bundles/npc_camus``::
 
     python examples/export_bundle_weights.py bundles/npc_camus monai_npc/weights/camus.pt \\
-        --trained-on "synthetic echo phantoms only (no real CAMUS data)"
+        --trained-on "real CAMUS echocardiography (public 224 x 224 copy, 225 training patients), fine-tuned from synthetic echo phantoms"
 
 After replacing the bundle's ``models/model.pt`` (and bumping its version), the same command
 refreshes the named model; ``monai-npc register --model camus`` then uses it.
