@@ -129,7 +129,6 @@ class NPCNet(nn.Module):
             detach_steps=detach_steps, phase_init=phase_init, refine_iterations=int(refine_iterations),
             refine_options=dict(refine_options) if refine_options else None,
         )
-        self.refine_iterations = int(refine_iterations)
         self.refiner = InstanceRefinement(int(refine_iterations), **(dict(refine_options) if refine_options else {}))
         self.min_size: int = max(max(int(m.filters.stride), (int(m.filters.kernel_size) - int(m.filters.stride)) // 2 + 1) for m in modules)
         # follows .to(dtype) / .double() of the network: inputs are cast to it
@@ -169,8 +168,7 @@ class NPCNet(nn.Module):
         self._check(image)
         ddf = self.ode(image[:, 0:1], image[:, 1:2])
         if not torch.jit.is_scripting():  # the refinement optimises with autograd: eager mode only
-            if self.refine_iterations > 0:
-                ddf = self.refiner(image[:, 0:1], image[:, 1:2], ddf)
+            ddf = self.refiner(image[:, 0:1], image[:, 1:2], ddf)  # returns ddf as is with 0 iterations
         return ddf
 
     @torch.jit.ignore
@@ -185,6 +183,5 @@ class NPCNet(nn.Module):
         moving, fixed = self._as_input(moving), self._as_input(fixed)
         self._check(torch.cat([moving, fixed], 1))
         ddf, diagnostics = self.ode.integrate(moving, fixed, return_diagnostics)
-        if self.refine_iterations > 0:
-            ddf = self.refiner(moving, fixed, ddf)
+        ddf = self.refiner(moving, fixed, ddf)
         return warp_image(moving, ddf, "bilinear", "border"), ddf, diagnostics
