@@ -135,6 +135,49 @@ def test_npcnet_phase_init_starts_from_the_global_shift(tmp_path):
     assert load_pretrained(tmp_path / "n.pt").config["phase_init"] == 0.25
 
 
+def _port_and_sea(seed, n=128, shift=(5, -3)):
+    """Amplitudes ``(moving, fixed)``: 4 bright 3 x 3 scatterers that move by ``shift``
+    (``moving(x + shift) = fixed(x)``) on a dim textured background that is unrelated between the dates
+    (sea whose wind pattern changed). The texture dominates the log-amplitude spectrum, the scatterers the linear one."""
+    from monai_npc.extras.sar.preprocess import sar_normalize
+
+    rng = np.random.default_rng(seed)
+    big, o = n + 40, 20
+    sea = [np.exp(0.5 * ndimage.gaussian_filter(rng.standard_normal((big, big)), 1.5) / 0.2) for _ in range(2)]
+    sea = [0.3 * t / np.median(t) for t in sea]
+    pts = np.zeros((big, big))
+    idx = rng.integers(0, big, (2, 4))
+    pts[idx[0], idx[1]] = 1.0
+    pts = 40.0 * ndimage.maximum_filter(pts, 3)
+    fixed = sea[0][o:o + n, o:o + n] + pts[o:o + n, o:o + n]
+    moving = sea[1][o:o + n, o:o + n] + pts[o - shift[0]:o - shift[0] + n, o - shift[1]:o - shift[1] + n]
+    return tuple(torch.from_numpy(sar_normalize(a))[None, None] for a in (moving, fixed))
+
+
+def test_start_candidates_pick_the_linear_amplitude_shift_where_log_phase_correlation_fails(tmp_path):
+    from monai_npc.networks.blocks.warp_ode import candidate_shifts, select_shift
+
+    for seed in (1, 4):  # the two of seeds 0-5 where the log-amplitude start fails
+        moving, fixed = _port_and_sea(seed)
+        cands = candidate_shifts(moving, fixed, 0.25, (0.0, 3.0))[0]
+        assert float((cands[0] - torch.tensor([5.0, -3.0])).norm()) > 20  # log-amplitude: a spurious peak
+        np.testing.assert_allclose(cands[1].numpy(), [5.0, -3.0], atol=0.15)  # exp(3 x) ~ linear amplitude
+        np.testing.assert_allclose(select_shift(moving, fixed, cands[None].float(), 3.0)[0].numpy(), [5.0, -3.0], atol=0.15)
+    # the network option: same start inside NPCNet, saved in its config; the single log start fails here
+    small = dict(kernel_size=8, stride=4, num_pairs=4, top_k=2, gate_dim=8, hidden_dim=8, num_pe=8, num_steps=1, head_channels=4)
+    net = NPCNet(**small, phase_init=0.25, phase_init_gains=(0.0, 3.0)).eval()
+    np.testing.assert_allclose(net.ode.initial_field(moving, fixed)[0, :, 0, 0].numpy(), [5.0, -3.0], atol=0.15)
+    assert float(NPCNet(**small, phase_init=0.25).ode.initial_field(moving, fixed)[0, :, 0, 0].norm()) > 20
+    save_pretrained(net, tmp_path / "n.pt")
+    loaded = load_pretrained(tmp_path / "n.pt")
+    assert loaded.config["phase_init_gains"] == [0.0, 3.0] and loaded.ode.phase_init_gains == [0.0, 3.0]
+    # where the log start is right (seed 0) the selection keeps the right shift
+    moving, fixed = _port_and_sea(0)
+    np.testing.assert_allclose(net.ode.initial_field(moving, fixed)[0, :, 0, 0].numpy(), [5.0, -3.0], atol=0.15)
+    with pytest.raises(ValueError, match="phase_init_gains"):
+        NPCNet(**small, phase_init=0.25, phase_init_gains=())
+
+
 def test_bench_real_cli_names_a_missing_folder(tmp_path, capsys):
     assert main(["sar", "bench-real", "--data", str(tmp_path / "nowhere")]) == 1
     assert "nowhere" in capsys.readouterr().err

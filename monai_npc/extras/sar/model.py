@@ -11,7 +11,9 @@ __all__ = ["SAR_CONFIG", "sar_net"]
 #: coarse stage (``k_f = 32, s = 8``) then fine stage (``k_f = 16, s = 4``), 3 ODE steps each, ``C = 32``
 #: pairs per bank (``K = 16``) and a narrower decoder than ACDC's. Half the paper's CAMUS/SAR filter
 #: widths (64 / 32), for CPU training; ``stages=`` overrides it. ``phase_init``: the integration starts from
-#: the global shift of (Tukey-windowed) phase correlation, so global shifts of +-8 px and more are in range.
+#: the global shift of (Tukey-windowed) phase correlation, so global shifts of +-8 px and more are in range;
+#: ``phase_init_gains``: two candidates, on the log-amplitude input and on ``exp(3 x)`` (about the linear
+#: amplitude), the one with the higher NCC of ``exp(3 x)`` after the shift wins (chosen on training pixels, docs/sar.md).
 SAR_CONFIG: Dict[str, Any] = dict(
     num_pairs=32,
     top_k=16,
@@ -21,6 +23,8 @@ SAR_CONFIG: Dict[str, Any] = dict(
     head="unet",
     stages=[{"kernel_size": 32, "stride": 8, "num_steps": 3}, {"kernel_size": 16, "stride": 4, "num_steps": 3}],
     phase_init=0.25,
+    phase_init_gains=[0.0, 3.0],
+    phase_init_score_gain=3.0,
 )
 
 

@@ -106,13 +106,14 @@ def dihedral(moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, k: in
 
 def _build_net(config: SARTrainConfig) -> Tuple[NPCNet, Dict[str, Any], Dict[str, Any]]:
     """``(network in training mode, its config, the meta of config.init)``; ``config.model``'s
-    ``phase_init`` is applied to a network loaded from ``config.init`` (it has no parameters)."""
+    ``phase_init`` options are applied to a network loaded from ``config.init`` (they have no parameters)."""
     model_config = dict(config.model)
     start_weights, start_meta = None, {}
     if config.init is not None:
         init_net = load_pretrained(config.init)
         start_weights, start_meta = init_net.state_dict(), dict(init_net.meta)
-        model_config = {**init_net.config, **{k: config.model[k] for k in ("phase_init",) if k in config.model}}
+        model_config = {**init_net.config, **{k: config.model[k] for k in ("phase_init", "phase_init_gains", "phase_init_score_gain")
+                                           if k in config.model}}
     net = NPCNet(**{**model_config, "detach_steps": True})
     if start_weights is not None:
         net.load_state_dict(start_weights)

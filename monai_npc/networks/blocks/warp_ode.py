@@ -10,12 +10,69 @@ from torch import nn
 from monai_npc.functional.phase_correlation import phase_correlation
 from monai_npc.functional.warp import warp_image
 
-__all__ = ["WarpODE", "split_steps", "PHASE_INIT_WHITENING"]
+__all__ = ["WarpODE", "split_steps", "PHASE_INIT_WHITENING", "candidate_shifts", "select_shift"]
 
 #: cross-power normalisation exponent of the ``phase_init`` phase correlation (1 = classical). Chosen on
 #: training pixels of the real SAR scenes with 40-70 % of the fixed crop replaced by unrelated content:
 #: shift errors > 3 px in 6 / 40 pairs at 1.0, 2 / 40 at 0.9, 0 / 40 at 0.8, 13 / 40 at 0 (cross-correlation).
 PHASE_INIT_WHITENING = 0.8
+
+
+def _shift_field(shift: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Constant field ``(B, D, *S)`` of ``shift`` ``(B, D)`` on the grid of ``like`` ``(B, 1, *S)``."""
+    shape = (like.shape[0], like.dim() - 2) + like.shape[2:]
+    return shift.to(like.dtype).view(shift.shape + (1,) * (like.dim() - 2)).expand(shape).contiguous()
+
+
+def candidate_shifts(
+    moving: torch.Tensor, fixed: torch.Tensor, window: float, gains: Sequence[float] = (0.0,),
+    whitening: float = PHASE_INIT_WHITENING, upsample_factor: int = 10,
+) -> torch.Tensor:
+    """Global phase-correlation shifts ``(B, G, D)`` (voxels, ``moving(x + s) ~ fixed(x)``), one per gain.
+
+    For gain ``g``, :func:`~monai_npc.functional.phase_correlation` (Tukey ``window``, ``whitening``) runs
+    on ``exp(g * image)``; ``g = 0`` means the images as given. For inputs that are a normalised
+    log-amplitude in ``[0, 1]`` (SAR ``sar_normalize``), ``exp(g * x)`` with ``g`` about the image's
+    log-amplitude span (1st-99th percentile: 1.7-3 on the real training scenes) is the linear amplitude
+    up to a factor (bright stable scatterers dominate its spectrum; distributed texture, e.g. sea,
+    dominates the log's).
+
+    Args:
+        moving, fixed: ``(B, 1, *S)`` images.
+    """
+    if len(gains) == 0:
+        raise ValueError("candidate_shifts needs at least one gain.")
+    out = []
+    for g in gains:
+        m, f = (moving, fixed) if g == 0 else (torch.exp(g * moving), torch.exp(g * fixed))
+        out.append(phase_correlation(m, f, upsample_factor=upsample_factor, window=window, whitening=whitening))
+    return torch.stack(out, 1)
+
+
+def select_shift(moving: torch.Tensor, fixed: torch.Tensor, candidates: torch.Tensor, score_gain: float = 3.0) -> torch.Tensor:
+    """The candidate ``(B, D)`` of ``candidates`` ``(B, G, D)`` with the highest NCC of ``exp(score_gain * image)``.
+
+    Each candidate warps ``moving`` (constant field, bilinear, border padding); the normalised
+    cross-correlation with ``fixed`` is taken over the interior (``3 / 32`` of each size dropped per
+    side, 24 voxels at 256), where any plausible shift has data. ``score_gain = 0``: NCC of the images
+    as given.
+    """
+    b, n = candidates.shape[:2]
+    if n == 1:
+        return candidates[:, 0]
+    margin = [max(1, 3 * int(s) // 32) for s in moving.shape[2:]]
+    inner = (slice(None), slice(None)) + tuple(slice(m, int(s) - m) for m, s in zip(margin, moving.shape[2:]))
+    f = fixed if score_gain == 0 else torch.exp(score_gain * fixed)
+    f = f[inner].flatten(1).double()
+    f = f - f.mean(1, keepdim=True)
+    scores = []
+    for k in range(n):
+        w = warp_image(moving, _shift_field(candidates[:, k], moving), "bilinear", "border")
+        w = (w if score_gain == 0 else torch.exp(score_gain * w))[inner].flatten(1).double()
+        w = w - w.mean(1, keepdim=True)
+        scores.append((w * f).sum(1) / (w.norm(dim=1) * f.norm(dim=1) + 1e-12))
+    best = torch.stack(scores, 1).argmax(1)  # (B,)
+    return candidates[torch.arange(b, device=candidates.device), best]
 
 
 def split_steps(num_steps: int, num_stages: int) -> List[int]:
@@ -50,6 +107,11 @@ class WarpODE(nn.Module):
             ``ddf(0)`` is the constant shift it finds between ``moving`` and ``fixed`` instead of 0, so
             the learned steps only refine what remains (capture range of global shifts: that of
             phase correlation). ``None`` (default): ``ddf(0) = 0``. No gradient flows through it.
+        phase_init_gains: with ``phase_init``, one phase-correlation candidate per gain ``g`` on
+            ``exp(g * image)`` (:func:`candidate_shifts`; ``0`` = the images as given, the default ``(0,)``
+            is the single classical start); with several, the start is the candidate whose warped moving
+            image has the highest NCC with the fixed one (:func:`select_shift`, on ``exp(score_gain * image)``).
+        phase_init_score_gain: the gain of that NCC score.
 
     ``forward(moving, fixed)`` with ``(B, 1, *S)`` images returns the displacement ``(B, D, *S)``
     (voxels, MONAI ``Warp`` convention). :meth:`integrate` also returns per-step diagnostics.
@@ -62,8 +124,12 @@ class WarpODE(nn.Module):
         padding_mode: str = "border",
         detach_steps: bool = False,
         phase_init: Optional[float] = None,
+        phase_init_gains: Sequence[float] = (0.0,),
+        phase_init_score_gain: float = 3.0,
     ) -> None:
         super().__init__()
+        if len(phase_init_gains) == 0:
+            raise ValueError("phase_init_gains must hold at least one gain (0 = the images as given).")
         self.stages = nn.ModuleList(stages)
         steps = split_steps(num_steps, len(self.stages)) if isinstance(num_steps, int) else [int(n) for n in num_steps]
         if len(steps) != len(self.stages) or min(steps) < 1:
@@ -73,16 +139,20 @@ class WarpODE(nn.Module):
         self.padding_mode = padding_mode
         self.detach_steps = detach_steps
         self.phase_init = phase_init
+        self.phase_init_gains: List[float] = [float(g) for g in phase_init_gains]
+        self.phase_init_score_gain = float(phase_init_score_gain)
 
     def initial_field(self, moving: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:
-        """``ddf(0)`` ``(B, D, *S)``: zero, or the global phase-correlation shift with ``phase_init``."""
-        shape = (moving.shape[0], moving.dim() - 2) + moving.shape[2:]
+        """``ddf(0)`` ``(B, D, *S)``: zero, or the global phase-correlation shift with ``phase_init``
+        (the best-scoring candidate of ``phase_init_gains``)."""
         if self.phase_init is None:
+            shape = (moving.shape[0], moving.dim() - 2) + moving.shape[2:]
             return torch.zeros(shape, dtype=moving.dtype, device=moving.device)
         with torch.no_grad():
-            shift = phase_correlation(moving.detach(), fixed.detach(), upsample_factor=10, window=self.phase_init,
-                                      whitening=PHASE_INIT_WHITENING)
-        return shift.to(moving.dtype).view(shift.shape + (1,) * (moving.dim() - 2)).expand(shape).contiguous()
+            moving, fixed = moving.detach(), fixed.detach()
+            candidates = candidate_shifts(moving, fixed, self.phase_init, self.phase_init_gains)
+            shift = select_shift(moving, fixed, candidates.to(moving.dtype), self.phase_init_score_gain)
+        return _shift_field(shift, moving)
 
     def integrate(
         self, moving: torch.Tensor, fixed: torch.Tensor, keep_diagnostics: bool = False

@@ -72,6 +72,12 @@ class NPCNet(nn.Module):
             field (:class:`~monai_npc.networks.blocks.WarpODE`): the learned steps refine the shift
             phase correlation finds, which extends the capture range of global shifts. ``None``
             (default): the integration starts from zero, as in the paper.
+        phase_init_gains: candidates of that start, one per gain ``g`` (phase correlation of ``exp(g * image)``,
+            ``0`` = the images as given); the default ``(0,)`` is the single classical start. With several,
+            the candidate whose warped moving image correlates best with the fixed one (NCC of
+            ``exp(phase_init_score_gain * image)``) is the start (:func:`~monai_npc.networks.blocks.warp_ode.select_shift`).
+            The SAR model uses ``(0, 3)``: log-amplitude and (about) linear amplitude.
+        phase_init_score_gain: gain of that NCC score.
     """
 
     def __init__(
@@ -96,6 +102,8 @@ class NPCNet(nn.Module):
         refine_iterations: int = 0,
         refine_options: Optional[Mapping[str, Any]] = None,
         phase_init: Optional[float] = None,
+        phase_init_gains: Sequence[float] = (0.0,),
+        phase_init_score_gain: float = 3.0,
     ) -> None:
         super().__init__()
         if spatial_dims not in (2, 3):
@@ -121,12 +129,14 @@ class NPCNet(nn.Module):
             kw = dict(base)
             kw.update({k: v for k, v in cfg.items() if k != "num_steps"})
             modules.append(NPCStage(spatial_dims=spatial_dims, **kw))
-        self.ode = WarpODE(modules, steps, detach_steps=detach_steps, phase_init=phase_init)
+        self.ode = WarpODE(modules, steps, detach_steps=detach_steps, phase_init=phase_init,
+                           phase_init_gains=phase_init_gains, phase_init_score_gain=phase_init_score_gain)
         self.spatial_dims = spatial_dims
         #: constructor arguments, enough to rebuild the network (saved with pretrained weights)
         self.config: Dict[str, Any] = dict(
             base, spatial_dims=spatial_dims, num_steps=num_steps, stages=[dict(c) for c in stages] if stages else None,
-            detach_steps=detach_steps, phase_init=phase_init, refine_iterations=int(refine_iterations),
+            detach_steps=detach_steps, phase_init=phase_init, phase_init_gains=[float(g) for g in phase_init_gains],
+            phase_init_score_gain=float(phase_init_score_gain), refine_iterations=int(refine_iterations),
             refine_options=dict(refine_options) if refine_options else None,
         )
         self.refiner = InstanceRefinement(int(refine_iterations), **(dict(refine_options) if refine_options else {}))
