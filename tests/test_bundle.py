@@ -296,7 +296,8 @@ def test_camus_evaluate_default_weights(tmp_path, phantom_dir):
 @pytest.mark.skipif(not ACDC_SHARED.is_dir(), reason="shared ACDC data not available")
 def test_acdc_evaluate_real_ssl4mis_layout(tmp_path):
     """evaluate.json reads the SSL4MIS slice layout via --dataset_dir (4 test-split pairs, tiny net)."""
-    net = NPCNet(**{k.split("#")[1]: v for k, v in TINY.items() if k.startswith("network_def#")}, num_steps=2)
+    tiny = {k.split("#")[1]: v for k, v in TINY.items() if k.startswith("network_def#")}
+    net = NPCNet(**tiny, num_steps=2, stages=_load("npc_acdc", "evaluate.json")["stages"])
     torch.save(net.state_dict(), tmp_path / "tiny.pt")
     wf = _workflow(
         "npc_acdc", "evaluate.json", "inference", output_dir=str(tmp_path), dataset_dir=str(ACDC_SHARED), split="test",
@@ -347,7 +348,8 @@ def test_verify_net_in_out_and_torchscript_export(bundle, tmp_path):
         meta_file=meta, config_file=infer,
     )
     scripted = torch.jit.load(str(ts))
-    net = _network_def(bundle, num_steps=_load(bundle, "inference.json")["num_steps"])
+    # the refinement optimises with autograd, so it runs in eager mode only: the export is the network
+    net = _network_def(bundle, num_steps=_load(bundle, "inference.json")["num_steps"], refine_iterations=0)
     net.load_state_dict(torch.load(BUNDLES / bundle / "models" / "model.pt", map_location="cpu", weights_only=True))
     image = torch.rand(1, 2, 128, 128)
     with torch.no_grad():

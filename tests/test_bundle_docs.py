@@ -46,13 +46,22 @@ def test_docs_have_no_dev_machine_paths_or_index_installs():
 
 
 def test_acdc_readme_numbers_match_the_shipped_meta():
-    meta = torch.load(ROOT / "monai_npc" / "weights" / "acdc.pt", weights_only=False)["meta"]["validation_full"]
+    meta = torch.load(ROOT / "monai_npc" / "weights" / "acdc.pt", weights_only=False)["meta"]
+    test = meta["heldout_test"]
     text = (ROOT / "bundles" / "npc_acdc" / "docs" / "README.md").read_text()
     version = json.loads((ROOT / "bundles" / "npc_acdc" / "configs" / "metadata.json").read_text())["version"]
-    row10 = next(line for line in text.splitlines() if line.startswith(f"| NPC {version}, ODE 10"))
-    row4 = next(line for line in text.splitlines() if line.startswith(f"| NPC {version}, `--num_steps 4`"))
-    for row, m in ((row10, meta["ode10"]), (row4, meta["ode4"])):
-        cells = [c.strip() for c in row.strip("|").split("|")]
+    assert meta["version"] == version
+    rows = {
+        "npc+refine": f"| **NPC {version}** (bundle default",
+        "npc": f"| NPC {version}, network only",
+        "demons": "| SimpleITK demons",
+        "voxelmorph": "| VoxelMorph",
+    }
+    section = text[text.index(f"### ACDC test patients ({version})"):]
+    for method, start in rows.items():
+        row = next(line for line in section.splitlines() if line.startswith(start))
+        m = test[method]
+        cells = [c.strip().strip("*") for c in row.strip("|").split("|")]
         assert float(cells[1]) == pytest.approx(m["dice_ed_es"], abs=5e-4)
         assert float(cells[2]) == pytest.approx(m["dice_es_ed"], abs=5e-4)
         assert float(cells[3]) == pytest.approx(m["dice_mean"], abs=5e-4)

@@ -307,8 +307,9 @@ def test_shipped_acdc_model_registers_a_cardiac_phantom():
 
     assert "acdc" in available_models()
     net = load_pretrained("acdc", num_steps=4)
-    assert sum(p.numel() for p in net.parameters()) == 323_026
-    assert net.meta["validation_full"]["ode10"]["n_pairs"] == 168
+    assert sum(p.numel() for p in net.parameters()) == 1_039_268  # 0.4.0: the two-stage cascade
+    test = net.meta["heldout_test"]
+    assert test["n_pairs"] == 282 and test["npc+refine"]["dice_mean"] > test["demons"]["dice_mean"]
     p = cardiac_pair(128, seed=7)
     m, f = torch.tensor(p["moving"])[None, None], torch.tensor(p["fixed"])[None, None]
     ml, fl = torch.tensor(p["moving_label"])[None, None].float(), torch.tensor(p["fixed_label"])[None, None].float()
