@@ -17,6 +17,7 @@ from monai_npc.data.phantoms import cardiac_pair
 from monai_npc.functional import warp_image
 from monai_npc.interop import ddf_to_physical, grid_mismatch, register_batch, register_files
 from monai_npc.networks.nets import NPCNet
+from tests.dicom_writer import write_dicom
 
 
 def _image(arr, spacing=(0.9, 1.6), origin=(12.0, -30.0), angle=0.4, pixel=sitk.sitkFloat32):
@@ -106,27 +107,11 @@ def test_saved_warped_equals_itk_everywhere_incl_border(tiny_net, pair, tmp_path
 
 
 def test_single_dicom_frame_displacement_is_a_displacement_field(tmp_path):
-    from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import ExplicitVRLittleEndian, MRImageStorage, generate_uid
-
     row = np.array([np.cos(0.35), np.sin(0.35), 0.0])
     col = np.array([-np.sin(0.35) * np.cos(0.2), np.cos(0.35) * np.cos(0.2), -np.sin(0.2)])  # orthonormal, oblique
     frames = [cardiac_pair(size=48, seed=7)[k] * 1000 for k in ("moving", "fixed")]
     for name, arr in zip(("m.dcm", "f.dcm"), frames):
-        meta = FileMetaDataset()
-        meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID = MRImageStorage, generate_uid()
-        meta.TransferSyntaxUID = ExplicitVRLittleEndian
-        ds = Dataset()
-        ds.file_meta = meta
-        ds.SOPClassUID, ds.SOPInstanceUID = MRImageStorage, meta.MediaStorageSOPInstanceUID
-        ds.StudyInstanceUID, ds.SeriesInstanceUID, ds.Modality, ds.InstanceNumber = generate_uid(), generate_uid(), "MR", 1
-        ds.ImagePositionPatient, ds.ImageOrientationPatient = [-40.0, 25.0, 60.0], list(row) + list(col)
-        ds.PixelSpacing, ds.SliceThickness = [0.9, 0.8], 6.0
-        ds.Rows, ds.Columns = arr.shape
-        ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
-        ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 0
-        ds.PixelData = arr.astype(np.uint16).tobytes()
-        ds.save_as(tmp_path / name, enforce_file_format=True)
+        write_dicom(arr, tmp_path / name, (-40.0, 25.0, 60.0), list(row) + list(col), (0.9, 0.8), 6.0)
     rc = main(["register", "--moving", str(tmp_path / "m.dcm"), "--fixed", str(tmp_path / "f.dcm"),
                "--model", "phase-correlation", "--out", str(tmp_path / "out"), "--no-overview"])
     assert rc == 0

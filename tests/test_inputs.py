@@ -14,6 +14,7 @@ from monai_npc.cli.main import main
 from monai_npc.data.io import parse_select, read_dicom_folder, read_sitk_image, read_vector_image
 from monai_npc.data.phantoms import cardiac_pair
 from monai_npc.interop import read_displacement_field
+from tests.dicom_writer import write_dicom
 
 ROW = np.array([np.cos(0.35), np.sin(0.35), 0.0])
 COL = np.array([-np.sin(0.35) * np.cos(0.2), np.cos(0.35) * np.cos(0.2), -np.sin(0.2)])  # orthonormal to ROW
@@ -21,27 +22,7 @@ NORMAL = np.cross(ROW, COL)
 
 
 def _dicom(arr, path, position, series, study, number, trigger=None, frames=False):
-    from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import ExplicitVRLittleEndian, MRImageStorage, generate_uid
-
-    meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID = MRImageStorage, generate_uid()
-    meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    ds = Dataset()
-    ds.file_meta = meta
-    ds.SOPClassUID, ds.SOPInstanceUID = MRImageStorage, meta.MediaStorageSOPInstanceUID
-    ds.StudyInstanceUID, ds.SeriesInstanceUID, ds.Modality, ds.InstanceNumber = study, series, "MR", number
-    ds.ImagePositionPatient, ds.ImageOrientationPatient = [float(v) for v in position], list(ROW) + list(COL)
-    ds.PixelSpacing, ds.SliceThickness = [1.4, 1.4], 8.0
-    if trigger is not None:
-        ds.TriggerTime = trigger
-    if frames:
-        ds.NumberOfFrames = arr.shape[0]
-    ds.Rows, ds.Columns = arr.shape[-2:]
-    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 0
-    ds.PixelData = arr.astype(np.uint16).tobytes()
-    ds.save_as(path, enforce_file_format=True)
+    write_dicom(arr, path, position, list(ROW) + list(COL), (1.4, 1.4), 8.0, series, study, number, trigger, frames)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from monai_npc.data.io import (
     to_array_order,
     write_image,
 )
+from tests.dicom_writer import write_dicom
 
 ZYX = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)  # (z, y, x) array order
 
@@ -55,29 +56,7 @@ def test_png_and_jpeg_grayscale(tmp_path):
 
 
 def _dicom(arr, path, position=(0.0, 0.0, 0.0), frames=False, series=None, study=None, number=1):
-    from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import ExplicitVRLittleEndian, MRImageStorage, generate_uid
-
-    meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = MRImageStorage
-    meta.MediaStorageSOPInstanceUID = generate_uid()
-    meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    ds = Dataset()
-    ds.file_meta = meta
-    ds.SOPClassUID, ds.SOPInstanceUID = MRImageStorage, meta.MediaStorageSOPInstanceUID
-    ds.StudyInstanceUID, ds.SeriesInstanceUID = study or generate_uid(), series or generate_uid()
-    ds.Modality, ds.PatientID, ds.InstanceNumber = "MR", "X", number
-    ds.ImagePositionPatient = list(position)
-    ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
-    ds.PixelSpacing = [0.8, 0.9]  # row spacing (y), column spacing (x)
-    ds.SliceThickness = 5.0
-    ds.Rows, ds.Columns = arr.shape[-2:]
-    if frames:
-        ds.NumberOfFrames = arr.shape[0]
-    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 0
-    ds.PixelData = arr.astype(np.uint16).tobytes()
-    ds.save_as(path, enforce_file_format=True)
+    write_dicom(arr, path, position, series=series, study=study, number=number, frames=frames)
 
 
 def test_dicom_file_cine_and_series(tmp_path):

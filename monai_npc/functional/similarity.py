@@ -1,11 +1,21 @@
-"""Local normalised cross-correlation with box windows computed by separable average pooling."""
+"""Normalised cross-correlation: global (one value per image) and local, with box windows computed by separable running sums."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["box_sum", "local_ncc"]
+__all__ = ["box_sum", "global_ncc", "local_ncc"]
+
+
+def global_ncc(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """Normalised cross-correlation (Pearson) of each batch item of ``a`` and ``b`` ``(B, ...)`` -> ``(B,)`` float64.
+
+    Everything after the batch axis is one sample; sums in float64. ``eps`` keeps a constant image at 0.
+    """
+    a, b = a.flatten(1).double(), b.flatten(1).double()
+    a, b = a - a.mean(1, keepdim=True), b - b.mean(1, keepdim=True)
+    return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1) + eps)
 
 
 def box_sum(x: torch.Tensor, window: int) -> torch.Tensor:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from monai_npc.engines.loops import train_pairs
+from monai_npc.functional.similarity import global_ncc
 from monai_npc.functional.warp import jacobian_determinant, warp_image
 from monai_npc.losses.registration import RegistrationLoss
 from monai_npc.networks.nets import ACDC_CONFIG, NPCNet, save_pretrained
@@ -107,9 +108,7 @@ def register_pair(net: NPCNet, moving: np.ndarray, fixed: np.ndarray) -> Tuple[t
 
 
 def _ncc(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.flatten().double(), b.flatten().double()
-    a, b = a - a.mean(), b - b.mean()
-    return float((a * b).sum() / (a.norm() * b.norm() + 1e-12))
+    return float(global_ncc(a.reshape(1, -1), b.reshape(1, -1))[0])
 
 
 def landmark_metrics(net: NPCNet, data_dir: str | Path, size: int) -> Dict[str, Any]:

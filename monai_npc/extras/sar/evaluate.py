@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from monai_npc.functional.phase_correlation import phase_correlation, tukey_window
+from monai_npc.functional.similarity import global_ncc
 from monai_npc.functional.warp import warp_image
 
 from .preprocess import DEFAULT_SIGMA, log_amplitude, sar_normalize
@@ -39,9 +40,7 @@ def interior(x: torch.Tensor, margin: int) -> torch.Tensor:
 
 def ncc(a: torch.Tensor, b: torch.Tensor, margin: int = 0, eps: float = 1e-8) -> torch.Tensor:
     """Global normalised cross-correlation (Pearson) of ``(B, 1, H, W)`` images over the interior -> ``(B,)``."""
-    a, b = interior(a, margin).flatten(1).double(), interior(b, margin).flatten(1).double()
-    a, b = a - a.mean(1, keepdim=True), b - b.mean(1, keepdim=True)
-    return ((a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1) + eps)).float()
+    return global_ncc(interior(a, margin), interior(b, margin), eps).float()
 
 
 def endpoint_error(ddf: torch.Tensor, true: torch.Tensor, margin: int = 0) -> torch.Tensor:

@@ -112,8 +112,7 @@ def _build_net(config: SARTrainConfig) -> Tuple[NPCNet, Dict[str, Any], Dict[str
     if config.init is not None:
         init_net = load_pretrained(config.init)
         start_weights, start_meta = init_net.state_dict(), dict(init_net.meta)
-        model_config = {**init_net.config, **{k: config.model[k] for k in ("phase_init", "phase_init_gains", "phase_init_score_gain")
-                                           if k in config.model}}
+        model_config = {**init_net.config, **{k: v for k, v in config.model.items() if k.startswith("phase_init")}}
     net = NPCNet(**{**model_config, "detach_steps": True})
     if start_weights is not None:
         net.load_state_dict(start_weights)

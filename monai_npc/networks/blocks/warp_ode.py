@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from monai_npc.functional.phase_correlation import phase_correlation
+from monai_npc.functional.similarity import global_ncc
 from monai_npc.functional.warp import warp_image
 
 __all__ = ["WarpODE", "split_steps", "PHASE_INIT_WHITENING", "candidate_shifts", "select_shift"]
@@ -62,15 +63,11 @@ def select_shift(moving: torch.Tensor, fixed: torch.Tensor, candidates: torch.Te
         return candidates[:, 0]
     margin = [max(1, 3 * int(s) // 32) for s in moving.shape[2:]]
     inner = (slice(None), slice(None)) + tuple(slice(m, int(s) - m) for m, s in zip(margin, moving.shape[2:]))
-    f = fixed if score_gain == 0 else torch.exp(score_gain * fixed)
-    f = f[inner].flatten(1).double()
-    f = f - f.mean(1, keepdim=True)
+    f = (fixed if score_gain == 0 else torch.exp(score_gain * fixed))[inner]
     scores = []
     for k in range(n):
         w = warp_image(moving, _shift_field(candidates[:, k], moving), "bilinear", "border")
-        w = (w if score_gain == 0 else torch.exp(score_gain * w))[inner].flatten(1).double()
-        w = w - w.mean(1, keepdim=True)
-        scores.append((w * f).sum(1) / (w.norm(dim=1) * f.norm(dim=1) + 1e-12))
+        scores.append(global_ncc((w if score_gain == 0 else torch.exp(score_gain * w))[inner], f))
     best = torch.stack(scores, 1).argmax(1)  # (B,)
     return candidates[torch.arange(b, device=candidates.device), best]
 
