@@ -18,7 +18,7 @@ from monai.data import DataLoader  # noqa: E402
 
 from monai_npc.data.pairs import make_dataset  # noqa: E402
 from monai_npc.data.phantoms import cardiac_pair  # noqa: E402
-from monai_npc.engines import RegistrationEvaluator, RegistrationTrainer, as_bool, load_pairs, prepare_dataset_dir  # noqa: E402
+from monai_npc.engines import RegistrationEvaluator, RegistrationTrainer, as_bool, init_weights, load_pairs, prepare_dataset_dir  # noqa: E402
 from monai_npc.functional.warp import warp_image  # noqa: E402
 from monai_npc.handlers import (  # noqa: E402
     PairMeanMetric,
@@ -27,7 +27,7 @@ from monai_npc.handlers import (  # noqa: E402
     pair_name,
     summarize_pair_metrics,
 )
-from monai_npc.losses import RegistrationLoss, bidirectional_loss  # noqa: E402
+from monai_npc.losses import RegistrationLoss, WarpedLabelDiceLoss, bidirectional_loss  # noqa: E402
 from monai_npc.metrics.registration import dice_per_structure  # noqa: E402
 from monai_npc.networks.nets import NPCNet  # noqa: E402
 
@@ -207,3 +207,80 @@ def test_dataset_dir_helpers(tmp_path):
     assert (root / ".complete").stat().st_mtime_ns == stamp
     pairs = load_pairs("acdc", root, split="all", max_pairs=1, roi_size=64)
     assert len(pairs) == 1 and pairs[0]["moving"].shape == (1, 64, 64) and "ddf" in pairs[0]
+
+
+def test_init_weights_bare_checkpoint_and_ddp_like(tmp_path):
+    """init_weights loads a bundle state dict or a training checkpoint, unwrapped, and refuses other shapes."""
+    torch.manual_seed(0)
+    source, target = nn.Linear(3, 2), nn.Linear(3, 2)
+    assert not torch.equal(source.weight, target.weight)
+    torch.save(source.state_dict(), tmp_path / "model.pt")
+    torch.save({"model": source.state_dict(), "optimizer": {}}, tmp_path / "checkpoint_epoch=3.pt")
+
+    assert init_weights(target, None) is target and not torch.equal(source.weight, target.weight)
+    assert init_weights(target, "") is target and not torch.equal(source.weight, target.weight)
+    init_weights(target, tmp_path / "model.pt")
+    assert torch.equal(source.weight, target.weight) and torch.equal(source.bias, target.bias)
+
+    wrapped = nn.DataParallel(nn.Linear(3, 2))
+    init_weights(wrapped, str(tmp_path / "checkpoint_epoch=3.pt"))
+    assert torch.equal(wrapped.module.weight, source.weight)
+
+    with pytest.raises(RuntimeError, match="model.pt does not fit"):
+        init_weights(nn.Linear(4, 2), tmp_path / "model.pt")
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        init_weights(target, tmp_path / "missing.pt")
+
+
+def test_warped_label_dice_loss_values_and_gradient():
+    """0 for a perfect overlap, 1 for none; the true shift beats no shift and gives ddf a gradient."""
+    label = torch.zeros(1, 1, 32, 32)
+    label[..., 8:20, 8:20] = 1
+    label[..., 10:14, 10:14] = 2
+    loss = WarpedLabelDiceLoss(labels=(1, 2))
+    zero = torch.zeros(1, 2, 32, 32)
+    assert float(loss(label, label, zero)) == pytest.approx(0.0, abs=1e-4)
+    far = torch.zeros_like(label)
+    far[..., 24:30, 24:30] = 1
+    far[..., 26:28, 2:4] = 2
+    assert float(loss(label, far, zero)) == pytest.approx(1.0, abs=1e-4)
+    fixed = torch.roll(label, shifts=3, dims=3)  # fixed(x) = moving(x - 3 e_1): out(x) = moving(x + u) with u = -3
+    true = torch.zeros(1, 2, 32, 32)
+    true[:, 1] = -3.0
+    assert float(loss(label, fixed, true)) == pytest.approx(0.0, abs=1e-4)
+    guess = torch.zeros(1, 2, 32, 32, requires_grad=True)
+    value = loss(label, fixed, guess)
+    value.backward()
+    assert float(value) > 0.3 and float(guess.grad.abs().sum()) > 0
+    with pytest.raises(ValueError, match=r"\(B, 1, \*S\)"):
+        loss(label[0], fixed[0], zero)
+
+
+def test_trainer_label_loss_term_and_missing_labels():
+    """With label_loss the loss is the unsupervised loss + label_weight x label Dice, both directions."""
+    pairs = _pairs(2)
+    net = NPCNet(**TINY)
+    ref = copy.deepcopy(net)
+    loss, label_loss = RegistrationLoss("acdc", window=9), WarpedLabelDiceLoss((1, 2, 3))
+    loader = DataLoader(make_dataset(pairs), batch_size=2, shuffle=False)
+    trainer = RegistrationTrainer(
+        device="cpu", max_epochs=1, train_data_loader=loader, network=net, optimizer=torch.optim.Adam(net.parameters(), lr=1e-2),
+        loss_function=loss, label_loss=label_loss, label_weight=0.5,
+    )
+    trainer.run()
+    stack = lambda key: torch.stack([torch.as_tensor(p[key]) for p in pairs]).float()  # noqa: E731
+    terms = bidirectional_loss(ref, loss, stack("moving"), stack("fixed"))
+    ml, fl = stack("moving_label"), stack("fixed_label")
+    expected_label = 0.5 * label_loss(torch.cat([ml, fl]), torch.cat([fl, ml]), terms["ddf"])
+    logged = trainer.state.output["loss_terms"]
+    assert float(logged["label"]) == pytest.approx(float(expected_label), abs=1e-6)
+    assert float(logged["label"]) > 0.01
+    assert float(trainer.state.output["loss"]) == pytest.approx(float(terms["loss"] + expected_label), abs=1e-6)
+
+    unlabelled = [{k: v for k, v in p.items() if "label" not in k} for p in pairs]
+    trainer = RegistrationTrainer(
+        device="cpu", max_epochs=1, train_data_loader=DataLoader(make_dataset(unlabelled), batch_size=2), network=net,
+        optimizer=torch.optim.Adam(net.parameters()), loss_function=loss, label_loss=label_loss,
+    )
+    with pytest.raises(KeyError, match="moving_label"):
+        trainer.run()

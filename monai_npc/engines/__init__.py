@@ -7,13 +7,14 @@
 """
 
 from .loops import evaluate_pairs, stack_pairs, train_pairs
-from .workflows import RegistrationEvaluator, RegistrationTrainer, as_bool, load_pairs, prepare_dataset_dir
+from .workflows import RegistrationEvaluator, RegistrationTrainer, as_bool, init_weights, load_pairs, prepare_dataset_dir
 
 __all__ = [
     "RegistrationEvaluator",
     "RegistrationTrainer",
     "as_bool",
     "evaluate_pairs",
+    "init_weights",
     "load_pairs",
     "prepare_dataset_dir",
     "stack_pairs",

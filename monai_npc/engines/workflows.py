@@ -39,6 +39,7 @@ __all__ = [
     "load_pairs",
     "as_bool",
     "unwrap_network",
+    "init_weights",
     "META_KEYS",
 ]
 
@@ -72,6 +73,32 @@ def unwrap_network(network: nn.Module) -> nn.Module:
     return network
 
 
+def init_weights(network: nn.Module, path: Optional[Union[str, Path]] = None) -> nn.Module:
+    """Load the network weights of ``path`` into ``network`` to start a training from them (fine-tuning).
+
+    ``path`` is a bundle ``models/model.pt`` (a bare state dict) or a training checkpoint with a
+    ``"model"`` entry; ``None`` or ``""`` leaves the network as initialised. Unlike ``resume``, the
+    optimizer, scheduler and epoch start afresh, so a fine-tune can use its own learning rate and
+    decay. The network is loaded unwrapped (DDP-safe) and strictly: a file made for another
+    architecture (``stages``, ``kernel_size``, ...) fails with the missing and unexpected keys.
+    Returns ``network``.
+    """
+    if path is None or str(path) == "":
+        return network
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"init_weights: no such file {path}.")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, Mapping) and "model" in state and isinstance(state["model"], Mapping):
+        state = state["model"]
+    try:
+        unwrap_network(network).load_state_dict(state)
+    except RuntimeError as err:
+        raise RuntimeError(f"init_weights: {path} does not fit the configured network: {err}") from err
+    logger.info("init_weights: network initialised from %s", path)
+    return network
+
+
 def _to_device(x: torch.Tensor, device: Union[str, torch.device], non_blocking: bool = False) -> torch.Tensor:
     return torch.as_tensor(x).to(device=device, dtype=torch.float32, non_blocking=non_blocking)
 
@@ -87,6 +114,12 @@ class RegistrationTrainer(SupervisedTrainer):
 
     ``loss_function`` is a :class:`~monai_npc.losses.RegistrationLoss` (its ``components`` are
     logged) or any callable ``(warped, fixed, ddf) -> scalar``.
+
+    Weak supervision (optional): with ``label_loss`` (e.g.
+    :class:`~monai_npc.losses.WarpedLabelDiceLoss`, a callable ``(moving_label, fixed_label, ddf)
+    -> scalar``) the batch must also hold ``moving_label_key`` and ``fixed_label_key`` maps
+    ``(B, 1, *S)``, and ``label_weight * label_loss`` is added to the loss (logged as ``label``).
+    Segmentations are then needed for the training pairs only, never at inference.
 
     ``engine.state.output`` after an iteration: ``image`` ``(B, 2, *S)``, ``pred`` the
     displacement ``(B or 2B, D, *S)``, ``loss`` (scalar, with graph freed) and ``loss_terms``
@@ -126,6 +159,10 @@ class RegistrationTrainer(SupervisedTrainer):
         moving_key: str = "moving",
         fixed_key: str = "fixed",
         bidirectional: bool = True,
+        label_loss: Optional[Callable] = None,
+        label_weight: float = 1.0,
+        moving_label_key: str = "moving_label",
+        fixed_label_key: str = "fixed_label",
     ) -> None:
         super().__init__(
             device=device,
@@ -156,19 +193,31 @@ class RegistrationTrainer(SupervisedTrainer):
         self.moving_key = moving_key
         self.fixed_key = fixed_key
         self.bidirectional = as_bool(bidirectional, "bidirectional")
+        self.label_loss = label_loss
+        self.label_weight = float(label_weight)
+        self.moving_label_key = moving_label_key
+        self.fixed_label_key = fixed_label_key
 
-    def _terms(self, engine: "RegistrationTrainer", moving: torch.Tensor, fixed: torch.Tensor) -> Dict[str, torch.Tensor]:
+    def _stack(self, moving: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:
+        """``(B, 2, *S)`` moving + fixed, or ``(2B, 2, *S)`` with the reversed pairs when ``bidirectional``."""
+        pair = torch.cat([moving, fixed], 1)
+        return torch.cat([pair, torch.cat([fixed, moving], 1)], 0) if self.bidirectional else pair
+
+    def _terms(
+        self, engine: "RegistrationTrainer", moving: torch.Tensor, fixed: torch.Tensor, labels: Optional[tuple] = None
+    ) -> Dict[str, torch.Tensor]:
         """Loss terms of one batch (both directions stacked when ``bidirectional``)."""
-        if self.bidirectional:
-            image = torch.cat([torch.cat([moving, fixed], 1), torch.cat([fixed, moving], 1)], 0)
-        else:
-            image = torch.cat([moving, fixed], 1)
+        image = self._stack(moving, fixed)
         ddf = engine.inferer(image, engine.network)
         warped = warp_image(image[:, 0:1], ddf.to(image.dtype), "bilinear", "border")
         if hasattr(engine.loss_function, "components"):
             terms = dict(engine.loss_function.components(warped, image[:, 1:2], ddf))
         else:
             terms = {"loss": engine.loss_function(warped, image[:, 1:2], ddf)}
+        if self.label_loss is not None and labels is not None:
+            label_pair = self._stack(*labels)
+            terms["label"] = self.label_weight * self.label_loss(label_pair[:, 0:1], label_pair[:, 1:2], ddf)
+            terms["loss"] = terms["loss"] + terms["label"]
         terms["ddf"] = ddf
         return terms
 
@@ -182,9 +231,15 @@ class RegistrationTrainer(SupervisedTrainer):
         moving = _to_device(batchdata[self.moving_key], device, engine.non_blocking)
         fixed = _to_device(batchdata[self.fixed_key], device, engine.non_blocking)
         engine.state.output = {Keys.IMAGE: torch.cat([moving, fixed], 1)}
+        labels = None
+        if self.label_loss is not None:
+            for key in (self.moving_label_key, self.fixed_label_key):
+                if key not in batchdata:
+                    raise KeyError(f"RegistrationTrainer: label_loss is set but the batch has no {key!r} label map; keys are {sorted(batchdata)}.")
+            labels = tuple(_to_device(batchdata[k], device, engine.non_blocking) for k in (self.moving_label_key, self.fixed_label_key))
 
         def _compute() -> None:
-            terms = self._terms(engine, moving, fixed)
+            terms = self._terms(engine, moving, fixed, labels)
             engine.state.output[Keys.PRED] = terms.pop("ddf")
             engine.fire_event(IterationEvents.FORWARD_COMPLETED)
             engine.state.output[Keys.LOSS] = terms["loss"]

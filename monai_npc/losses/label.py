@@ -1,0 +1,51 @@
+"""Weak supervision: Dice of the warped moving segmentation against the fixed one (training only)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from monai.losses import DiceLoss
+from torch import nn
+
+from monai_npc.functional.warp import warp_image
+
+__all__ = ["WarpedLabelDiceLoss", "one_hot_labels"]
+
+
+def one_hot_labels(label: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
+    """``(B, 1, *S)`` integer label map -> ``(B, len(values), *S)`` float masks, one channel per value."""
+    if label.dim() < 3 or label.shape[1] != 1:
+        raise ValueError(f"one_hot_labels expects a (B, 1, *S) label map, got shape {tuple(label.shape)}.")
+    return torch.cat([(label == v) for v in values], 1).to(torch.float32)
+
+
+class WarpedLabelDiceLoss(nn.Module):
+    """Soft Dice loss between the moving segmentation warped by ``ddf`` and the fixed segmentation.
+
+    Each structure of ``labels`` becomes a binary mask, warped with bilinear interpolation (so the
+    loss is differentiable with respect to ``ddf``) and compared with MONAI's ``DiceLoss``
+    (mean over structures and batch; 0 for a perfect overlap, 1 for none). This is the
+    weakly-supervised term of label-driven registration: the segmentations are needed for the
+    *training* pairs only; the network registers unlabelled images at inference.
+
+    Args:
+        labels: label values of the structures (background excluded), e.g. ``(1, 2, 3)``.
+        smooth: Dice smoothing added to numerator and denominator (``smooth_nr`` = ``smooth_dr``).
+
+    ``forward(moving_label, fixed_label, ddf)``: label maps ``(B, 1, *S)`` (integer values), ``ddf``
+    ``(B, D, *S)`` in voxels (MONAI ``Warp`` convention). Returns a scalar.
+    """
+
+    def __init__(self, labels: Sequence[int] = (1, 2, 3), smooth: float = 1e-5) -> None:
+        super().__init__()
+        self.labels = [int(v) for v in labels]
+        if not self.labels:
+            raise ValueError("WarpedLabelDiceLoss needs at least one label value.")
+        self.dice = DiceLoss(include_background=True, smooth_nr=smooth, smooth_dr=smooth, reduction="mean")
+
+    def forward(self, moving_label: torch.Tensor, fixed_label: torch.Tensor, ddf: torch.Tensor) -> torch.Tensor:
+        moving = one_hot_labels(moving_label, self.labels).to(ddf.dtype)
+        fixed = one_hot_labels(fixed_label, self.labels).to(ddf.dtype)
+        warped = warp_image(moving, ddf, "bilinear", "border")  # as the evaluation warps labels
+        return self.dice(warped, fixed)
