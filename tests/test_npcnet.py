@@ -364,7 +364,7 @@ def test_camus_is_a_named_model_equal_to_the_bundle():
 
     assert {"acdc", "camus"} <= set(available_models())
     camus = load_pretrained("camus")
-    version = json.loads((BUNDLES_DIR / "npc_camus" / "configs" / "metadata.json").read_text())["version"] if BUNDLES_DIR.is_dir() else "0.3.1"
+    version = json.loads((BUNDLES_DIR / "npc_camus" / "configs" / "metadata.json").read_text())["version"] if BUNDLES_DIR.is_dir() else "0.4.0"
     assert camus.meta["version"] == version and "real CAMUS" in camus.meta["trained_on"]
     assert len(camus.ode.stages) == 2 and camus.meta["input_size"] == 128
     bundle = BUNDLES_DIR / "npc_camus"
