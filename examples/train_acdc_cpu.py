@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from monai_npc.engines import evaluate_pairs, load_pairs, train_pairs
-from monai_npc.losses import RegistrationLoss
+from monai_npc.losses import RegistrationLoss, WarpedLabelDiceLoss
 from monai_npc.networks.nets import NPCNet, VoxelMorphNet, save_pretrained
 
 
@@ -57,6 +57,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=2023)
     p.add_argument("--split-file", default=None, help="JSON patient split (e.g. bundles/npc_acdc/configs/acdc70_split.json); replaces --n-train/--n-val")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--label-weight", type=float, default=0.0,
+                   help="weak supervision: weight of the Dice of the warped training labels (0: unsupervised)")
     p.add_argument("--decay-per-epoch", type=float, default=0.997, help="the paper's exponential decay per epoch")
     p.add_argument("--val-every", type=int, default=100)
     p.add_argument("--checkpoint-every", type=int, default=20)
@@ -118,6 +120,7 @@ def main() -> None:
         net, train, RegistrationLoss(args.dataset), args.iterations, args.batch_size, lr=args.lr, seed=args.seed,
         lr_decay=args.decay_per_epoch ** (1.0 / iters_per_epoch), checkpoint=out / "checkpoint.pt",
         checkpoint_every=args.checkpoint_every, callback=validate,
+        label_loss=WarpedLabelDiceLoss((1, 2, 3)) if args.label_weight > 0 else None, label_weight=args.label_weight,
     )
 
 

@@ -43,6 +43,8 @@ def train_pairs(
     lr_decay: float = 1.0,
     checkpoint: Optional[str | Path] = None,
     checkpoint_every: int = 50,
+    label_loss: Optional[Callable] = None,
+    label_weight: float = 1.0,
 ) -> List[Dict[str, float]]:
     """Adam training with the bidirectional loss on random mini-batches of ``pairs``.
 
@@ -51,14 +53,20 @@ def train_pairs(
     after every iteration. With ``checkpoint``, the network, optimizer, iteration, loss history and
     random state are saved there every ``checkpoint_every`` iterations and at the end, and a run
     finding the file resumes from it (so ``iterations`` is the total, not the remainder).
+    With ``label_loss`` (e.g. :class:`~monai_npc.losses.WarpedLabelDiceLoss`) every pair must hold
+    ``moving_label`` / ``fixed_label`` and ``label_weight * label_loss`` of both directions is added
+    (weak supervision, as ``RegistrationTrainer(label_loss=...)`` in the bundles).
     Returns the per-iteration loss terms.
     """
     if not pairs:
         raise ValueError("train_pairs: no training pairs.")
+    if label_loss is not None and not all("moving_label" in p and "fixed_label" in p for p in pairs):
+        raise KeyError("train_pairs: label_loss needs 'moving_label' and 'fixed_label' in every training pair.")
     from tqdm.auto import tqdm
 
     rng = np.random.default_rng(seed)
     moving, fixed = stack_pairs(pairs, "moving"), stack_pairs(pairs, "fixed")
+    labels = (stack_pairs(pairs, "moving_label"), stack_pairs(pairs, "fixed_label")) if label_loss is not None else None
     opt = torch.optim.Adam(network.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=lr_decay)
     history: List[Dict[str, float]] = []
@@ -91,11 +99,17 @@ def train_pairs(
     for it in bar:
         idx = torch.as_tensor(rng.choice(len(pairs), size=min(batch_size, len(pairs)), replace=False))
         m, f = moving[idx], fixed[idx]
+        ml, fl = (labels[0][idx], labels[1][idx]) if labels is not None else (None, None)
         if flips:
             for axis in (2, 3):
                 if rng.random() < 0.5:
                     m, f = m.flip(axis), f.flip(axis)
+                    if labels is not None:
+                        ml, fl = ml.flip(axis), fl.flip(axis)
         terms = bidirectional_loss(network, loss, m, f)
+        if labels is not None:
+            terms["label"] = label_weight * label_loss(torch.cat([ml, fl]), torch.cat([fl, ml]), terms["ddf"])
+            terms["loss"] = terms["loss"] + terms["label"]
         opt.zero_grad(set_to_none=True)
         terms["loss"].backward()
         opt.step()
