@@ -41,7 +41,7 @@ def _upsampled_idft_axis(spec: torch.Tensor, axis: int, centers: torch.Tensor, o
 
 def phase_correlation(
     moving: torch.Tensor, fixed: torch.Tensor, upsample_factor: int = 20, eps: float = 1e-12, window: Optional[float] = None,
-    whitening: float = 1.0,
+    whitening: float = 1.0, max_shift: Optional[float] = None,
 ) -> torch.Tensor:
     """Global translation ``s`` (voxels) with ``fixed(x) ~= moving(x + s)``; shape ``(B, D)``.
 
@@ -56,6 +56,10 @@ def phase_correlation(
             spectrum: 1 (default) is classical phase correlation, 0 plain cross-correlation; values
             in between (e.g. 0.8) keep some weight on the strong, low-frequency structures, which
             is more robust when large areas have no counterpart (changes, sea).
+        max_shift: bound (voxels) of the peak search: only integer shifts with ``|s_k| <= max_shift``
+            on every axis are candidates (the sub-pixel step may move the result by < 1 voxel beyond).
+            A prior on the plausible misalignment: a spurious peak far out (unrelated texture, e.g.
+            sea under a different wind) can no longer win. ``None`` (default): the whole surface.
     Returns:
         ``s`` with channel ``k`` along spatial axis ``k``: the constant displacement field ``ddf = s``
         warps ``moving`` onto ``fixed`` in the MONAI ``Warp`` convention.
@@ -79,6 +83,14 @@ def phase_correlation(
         raise ValueError(f"whitening must be in [0, 1], got {whitening}.")
     cross = cross / (cross.abs() + eps) if whitening == 1.0 else cross / (cross.abs() + eps) ** whitening
     corr = torch.fft.ifftn(cross, dim=axes).real
+    if max_shift is not None:
+        if max_shift < 0:
+            raise ValueError(f"max_shift must be >= 0, got {max_shift}.")
+        allowed = torch.ones((), dtype=torch.bool, device=corr.device)
+        for n in spatial:
+            lag = torch.fft.fftfreq(n, 1.0 / n, device=corr.device).abs()  # |signed integer lag| per index
+            allowed = allowed.unsqueeze(-1) & (lag <= max_shift)
+        corr = corr.masked_fill(~allowed, float("-inf"))
     flat_idx = corr.flatten(1).argmax(1)
     peak = []
     for n in reversed(spatial):

@@ -27,7 +27,7 @@ def _shift_field(shift: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def candidate_shifts(
     moving: torch.Tensor, fixed: torch.Tensor, window: float, gains: Sequence[float] = (0.0,),
-    whitening: float = PHASE_INIT_WHITENING, upsample_factor: int = 10,
+    whitening: float = PHASE_INIT_WHITENING, upsample_factor: int = 10, max_shift: Optional[float] = None,
 ) -> torch.Tensor:
     """Global phase-correlation shifts ``(B, G, D)`` (voxels, ``moving(x + s) ~ fixed(x)``), one per gain.
 
@@ -40,13 +40,14 @@ def candidate_shifts(
 
     Args:
         moving, fixed: ``(B, 1, *S)`` images.
+        max_shift: bound (voxels, per axis) of every candidate's peak search (``phase_correlation(max_shift=)``).
     """
     if len(gains) == 0:
         raise ValueError("candidate_shifts needs at least one gain.")
     out = []
     for g in gains:
         m, f = (moving, fixed) if g == 0 else (torch.exp(g * moving), torch.exp(g * fixed))
-        out.append(phase_correlation(m, f, upsample_factor=upsample_factor, window=window, whitening=whitening))
+        out.append(phase_correlation(m, f, upsample_factor=upsample_factor, window=window, whitening=whitening, max_shift=max_shift))
     return torch.stack(out, 1)
 
 
@@ -109,6 +110,9 @@ class WarpODE(nn.Module):
             is the single classical start); with several, the start is the candidate whose warped moving
             image has the highest NCC with the fixed one (:func:`select_shift`, on ``exp(score_gain * image)``).
         phase_init_score_gain: the gain of that NCC score.
+        phase_init_max_shift: bound (voxels, per axis) of the start's peak search (:func:`candidate_shifts`):
+            a prior on the plausible global misalignment, so that a spurious peak far out cannot be the
+            start. ``None`` (default): unbounded (any shift with enough overlap).
 
     ``forward(moving, fixed)`` with ``(B, 1, *S)`` images returns the displacement ``(B, D, *S)``
     (voxels, MONAI ``Warp`` convention). :meth:`integrate` also returns per-step diagnostics.
@@ -123,6 +127,7 @@ class WarpODE(nn.Module):
         phase_init: Optional[float] = None,
         phase_init_gains: Sequence[float] = (0.0,),
         phase_init_score_gain: float = 3.0,
+        phase_init_max_shift: Optional[float] = None,
     ) -> None:
         super().__init__()
         if len(phase_init_gains) == 0:
@@ -138,6 +143,9 @@ class WarpODE(nn.Module):
         self.phase_init = phase_init
         self.phase_init_gains: List[float] = [float(g) for g in phase_init_gains]
         self.phase_init_score_gain = float(phase_init_score_gain)
+        if phase_init_max_shift is not None and phase_init_max_shift < 0:
+            raise ValueError(f"phase_init_max_shift must be >= 0 or None, got {phase_init_max_shift}.")
+        self.phase_init_max_shift = None if phase_init_max_shift is None else float(phase_init_max_shift)
 
     def initial_field(self, moving: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:
         """``ddf(0)`` ``(B, D, *S)``: zero, or the global phase-correlation shift with ``phase_init``
@@ -147,7 +155,7 @@ class WarpODE(nn.Module):
             return torch.zeros(shape, dtype=moving.dtype, device=moving.device)
         with torch.no_grad():
             moving, fixed = moving.detach(), fixed.detach()
-            candidates = candidate_shifts(moving, fixed, self.phase_init, self.phase_init_gains)
+            candidates = candidate_shifts(moving, fixed, self.phase_init, self.phase_init_gains, max_shift=self.phase_init_max_shift)
             shift = select_shift(moving, fixed, candidates.to(moving.dtype), self.phase_init_score_gain)
         return _shift_field(shift, moving)
 

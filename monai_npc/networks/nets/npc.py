@@ -78,6 +78,10 @@ class NPCNet(nn.Module):
             ``exp(phase_init_score_gain * image)``) is the start (:func:`~monai_npc.networks.blocks.warp_ode.select_shift`).
             The SAR model uses ``(0, 3)``: log-amplitude and (about) linear amplitude.
         phase_init_score_gain: gain of that NCC score.
+        phase_init_max_shift: bound (voxels, per axis, on the network's input grid) of that start's
+            peak search: a prior on the plausible global misalignment, so that a spurious
+            phase-correlation peak far out (unrelated texture, e.g. sea under a different wind) cannot
+            be the start. Shifts beyond it are out of the model's range. ``None`` (default): unbounded.
     """
 
     def __init__(
@@ -104,6 +108,7 @@ class NPCNet(nn.Module):
         phase_init: Optional[float] = None,
         phase_init_gains: Sequence[float] = (0.0,),
         phase_init_score_gain: float = 3.0,
+        phase_init_max_shift: Optional[float] = None,
     ) -> None:
         super().__init__()
         if spatial_dims not in (2, 3):
@@ -130,13 +135,15 @@ class NPCNet(nn.Module):
             kw.update({k: v for k, v in cfg.items() if k != "num_steps"})
             modules.append(NPCStage(spatial_dims=spatial_dims, **kw))
         self.ode = WarpODE(modules, steps, detach_steps=detach_steps, phase_init=phase_init,
-                           phase_init_gains=phase_init_gains, phase_init_score_gain=phase_init_score_gain)
+                           phase_init_gains=phase_init_gains, phase_init_score_gain=phase_init_score_gain,
+                           phase_init_max_shift=phase_init_max_shift)
         self.spatial_dims = spatial_dims
         #: constructor arguments, enough to rebuild the network (saved with pretrained weights)
         self.config: Dict[str, Any] = dict(
             base, spatial_dims=spatial_dims, num_steps=num_steps, stages=[dict(c) for c in stages] if stages else None,
             detach_steps=detach_steps, phase_init=phase_init, phase_init_gains=[float(g) for g in phase_init_gains],
-            phase_init_score_gain=float(phase_init_score_gain), refine_iterations=int(refine_iterations),
+            phase_init_score_gain=float(phase_init_score_gain),
+            phase_init_max_shift=None if phase_init_max_shift is None else float(phase_init_max_shift), refine_iterations=int(refine_iterations),
             refine_options=dict(refine_options) if refine_options else None,
         )
         self.refiner = InstanceRefinement(int(refine_iterations), **(dict(refine_options) if refine_options else {}))
