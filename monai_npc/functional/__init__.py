@@ -1,5 +1,6 @@
 """Pure tensor functions of Neural Phase Correlation; shapes are stated in each docstring."""
 
+from .dihedral import DIHEDRAL_INVERSE, dihedral, dihedral_field
 from .encoding import positional_encoding
 from .filter_pairs import fourier_filter_pairs, pair_responses, patch_norm_statistics, same_padding, unit_normalize_filters
 from .interaction import interaction_features, pair_interaction, pair_residual, polar_features
@@ -9,6 +10,9 @@ from .topk import soft_topk_mask, soft_topk_mask_with_threshold
 from .warp import identity_grid, jacobian_determinant, warp_image
 
 __all__ = [
+    "DIHEDRAL_INVERSE",
+    "dihedral",
+    "dihedral_field",
     "positional_encoding",
     "fourier_filter_pairs",
     "pair_responses",

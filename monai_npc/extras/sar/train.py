@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from monai_npc.functional.dihedral import dihedral as dihedral_image, dihedral_field
 from monai_npc.functional.warp import warp_image
 from monai_npc.losses.registration import RegistrationLoss
 from monai_npc.networks.nets import NPCNet, load_pretrained, save_pretrained
@@ -94,14 +95,7 @@ def dihedral(moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, k: in
     """
     if not 0 <= k < 8:
         raise ValueError(f"k must be in 0..7, got {k}.")
-    for axis, bit in ((0, 1), (1, 2)):
-        if k & bit:
-            moving, fixed, ddf = moving.flip(axis + 2), fixed.flip(axis + 2), ddf.flip(axis + 2)
-            ddf = torch.cat([-ddf[:, :1], ddf[:, 1:]], 1) if axis == 0 else torch.cat([ddf[:, :1], -ddf[:, 1:]], 1)
-    if k & 4:
-        moving, fixed = moving.transpose(2, 3), fixed.transpose(2, 3)
-        ddf = ddf.transpose(2, 3).flip(1)
-    return moving.contiguous(), fixed.contiguous(), ddf.contiguous()
+    return dihedral_image(moving, k).contiguous(), dihedral_image(fixed, k).contiguous(), dihedral_field(ddf, k).contiguous()
 
 
 def _build_net(config: SARTrainConfig) -> Tuple[NPCNet, Dict[str, Any], Dict[str, Any]]:

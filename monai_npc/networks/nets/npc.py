@@ -7,12 +7,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from monai_npc.functional.dihedral import DIHEDRAL_INVERSE, dihedral, dihedral_field
 from monai_npc.functional.warp import warp_image
 from monai_npc.networks.blocks.npc_stage import NPCStage
 from monai_npc.networks.blocks.refinement import InstanceRefinement
 from monai_npc.networks.blocks.warp_ode import WarpODE, split_steps
 
-__all__ = ["NPCNet", "ACDC_CONFIG", "CAMUS_CONFIG"]
+__all__ = ["NPCNet", "ACDC_CONFIG", "CAMUS_CONFIG", "FLIP_ENSEMBLES"]
 
 #: the paper's ACDC configuration (Table "Architecture hyperparameters"); NPCNet's defaults
 ACDC_CONFIG: Dict[str, Any] = dict(
@@ -23,6 +24,11 @@ CAMUS_CONFIG: Dict[str, Any] = dict(
     ACDC_CONFIG,
     stages=[{"kernel_size": 64, "stride": 8, "num_steps": 5}, {"kernel_size": 32, "stride": 4, "num_steps": 5}],
 )
+
+#: symmetries (:func:`~monai_npc.functional.dihedral` codes) averaged by ``NPCNet(flip_ensemble=n)``: identity; + 180 degree rotation;
+#: + transpose and anti-transpose; all 8 (the flips / transposes the SAR training loop draws)
+FLIP_ENSEMBLES: Dict[int, List[int]] = {1: [0], 2: [0, 3], 4: [0, 3, 4, 7], 8: list(range(8))}
+
 
 _STAGE_KEYS = (
     "kernel_size", "stride", "num_pairs", "top_k", "gate_dim", "hidden_dim", "num_pe", "head",
@@ -82,6 +88,11 @@ class NPCNet(nn.Module):
             peak search: a prior on the plausible global misalignment, so that a spurious
             phase-correlation peak far out (unrelated texture, e.g. sea under a different wind) cannot
             be the start. Shifts beyond it are out of the model's range. ``None`` (default): unbounded.
+        flip_ensemble: 2D test-time ensemble: the mean displacement over ``n`` flips / transposes of
+            the pair (:data:`FLIP_ENSEMBLES`, ``n`` in 1, 2, 4, 8; each field mapped back to the original
+            grid), i.e. ``n`` times the cost. Only in ``eval()`` mode (a training loop draws the
+            transforms itself). Averages the network's noisy local estimates of a model trained with
+            these augmentations; 1 (default): the single pass.
     """
 
     def __init__(
@@ -109,10 +120,13 @@ class NPCNet(nn.Module):
         phase_init_gains: Sequence[float] = (0.0,),
         phase_init_score_gain: float = 3.0,
         phase_init_max_shift: Optional[float] = None,
+        flip_ensemble: int = 1,
     ) -> None:
         super().__init__()
         if spatial_dims not in (2, 3):
             raise ValueError(f"spatial_dims must be 2 or 3, got {spatial_dims}.")
+        if int(flip_ensemble) not in FLIP_ENSEMBLES or (spatial_dims != 2 and int(flip_ensemble) != 1):
+            raise ValueError(f"flip_ensemble must be one of {sorted(FLIP_ENSEMBLES)} (2D; 1 in 3D), got {flip_ensemble}.")
         base = dict(
             kernel_size=kernel_size, stride=stride, num_pairs=num_pairs, top_k=top_k, gate_dim=gate_dim,
             hidden_dim=hidden_dim, num_pe=num_pe, head=head, head_channels=head_channels,
@@ -144,8 +158,10 @@ class NPCNet(nn.Module):
             detach_steps=detach_steps, phase_init=phase_init, phase_init_gains=[float(g) for g in phase_init_gains],
             phase_init_score_gain=float(phase_init_score_gain),
             phase_init_max_shift=None if phase_init_max_shift is None else float(phase_init_max_shift), refine_iterations=int(refine_iterations),
-            refine_options=dict(refine_options) if refine_options else None,
+            refine_options=dict(refine_options) if refine_options else None, flip_ensemble=int(flip_ensemble),
         )
+        self.flip_codes: List[int] = FLIP_ENSEMBLES[int(flip_ensemble)]
+        self.flip_inverse: List[int] = [DIHEDRAL_INVERSE[c] for c in self.flip_codes]
         self.refiner = InstanceRefinement(int(refine_iterations), **(dict(refine_options) if refine_options else {}))
         self.min_size: int = max(max(int(m.filters.stride), (int(m.filters.kernel_size) - int(m.filters.stride)) // 2 + 1) for m in modules)
         # follows .to(dtype) / .double() of the network: inputs are cast to it
@@ -183,10 +199,21 @@ class NPCNet(nn.Module):
         """
         image = self._as_input(image)
         self._check(image)
-        ddf = self.ode(image[:, 0:1], image[:, 1:2])
+        ddf = self._integrate_ensemble(image[:, 0:1], image[:, 1:2])
         if not torch.jit.is_scripting():  # the refinement optimises with autograd: eager mode only
             ddf = self.refiner(image[:, 0:1], image[:, 1:2], ddf)  # returns ddf as is with 0 iterations
         return ddf
+
+    def _integrate_ensemble(self, moving: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:
+        """The ODE's field, averaged over :attr:`flip_codes` (``flip_ensemble``) in eval mode: one batch of all transforms."""
+        if self.training or len(self.flip_codes) == 1:
+            return self.ode(moving, fixed)
+        b = moving.shape[0]
+        ddf = self.ode(torch.cat([dihedral(moving, c) for c in self.flip_codes], 0), torch.cat([dihedral(fixed, c) for c in self.flip_codes], 0))
+        out = torch.zeros_like(ddf[:b])
+        for i, c in enumerate(self.flip_inverse):
+            out = out + dihedral_field(ddf[i * b : (i + 1) * b], c)
+        return out / len(self.flip_codes)
 
     @torch.jit.ignore
     def register(
@@ -199,6 +226,10 @@ class NPCNet(nn.Module):
         """
         moving, fixed = self._as_input(moving), self._as_input(fixed)
         self._check(torch.cat([moving, fixed], 1))
-        ddf, diagnostics = self.ode.integrate(moving, fixed, return_diagnostics)
+        if len(self.flip_codes) > 1 and not self.training:  # diagnostics: those of the untransformed pass
+            diagnostics = self.ode.integrate(moving, fixed, True)[1] if return_diagnostics else []
+            ddf = self._integrate_ensemble(moving, fixed)
+        else:
+            ddf, diagnostics = self.ode.integrate(moving, fixed, return_diagnostics)
         ddf = self.refiner(moving, fixed, ddf)
         return warp_image(moving, ddf, "bilinear", "border"), ddf, diagnostics
