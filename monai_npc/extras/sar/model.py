@@ -13,7 +13,10 @@ __all__ = ["SAR_CONFIG", "sar_net"]
 #: widths (64 / 32), for CPU training; ``stages=`` overrides it. ``phase_init``: the integration starts from
 #: the global shift of (Tukey-windowed) phase correlation, so global shifts of +-8 px and more are in range;
 #: ``phase_init_gains``: two candidates, on the log-amplitude input and on ``exp(3 x)`` (about the linear
-#: amplitude), the one with the higher NCC of ``exp(3 x)`` after the shift wins (chosen on training pixels, docs/sar.md).
+#: amplitude), the one with the higher NCC of ``exp(3 x)`` after the shift wins (chosen on training pixels, docs/sar.md);
+#: ``phase_init_max_shift``: the start's peak search is bounded to +-16 px per axis (twice the +-8 px training
+#: range), so a spurious peak far out cannot be the start; ``flip_ensemble``: at inference the field is the
+#: mean over the 8 flips / transposes (the training augmentations) of the pair, 8 x the cost.
 SAR_CONFIG: Dict[str, Any] = dict(
     num_pairs=32,
     top_k=16,
@@ -25,6 +28,8 @@ SAR_CONFIG: Dict[str, Any] = dict(
     phase_init=0.25,
     phase_init_gains=[0.0, 3.0],
     phase_init_score_gain=3.0,
+    phase_init_max_shift=16.0,
+    flip_ensemble=8,
 )
 
 
