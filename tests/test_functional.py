@@ -8,6 +8,9 @@ import torch
 from monai.networks.blocks import Warp as MonaiWarp
 
 from monai_npc.functional import (
+    DIHEDRAL_INVERSE,
+    dihedral,
+    dihedral_field,
     fourier_filter_pairs,
     interaction_features,
     jacobian_determinant,
@@ -214,6 +217,32 @@ def test_windowed_phase_correlation_ignores_a_static_border():
     frame[..., :4, :] = frame[..., -4:, :] = frame[..., :, :4] = frame[..., :, -4:] = 5.0
     est = phase_correlation(moving + frame, fixed + frame, upsample_factor=20, window=0.5)[0]
     assert torch.allclose(est, torch.tensor([3.0, -2.0]), atol=0.3), est
+
+
+def test_phase_correlation_max_shift_bounds_the_peak_search():
+    """Two copies of the content: a strong one moved by (40, 30), a weaker one by (2, -1). Unbounded, the
+    strong far peak wins; ``max_shift=8`` keeps only lags within +-8 px per axis, where the weak one is."""
+    moving = smooth_image((128, 128), seed=4)
+    fixed = fourier_shift(moving, (-40.0, -30.0)) + 0.5 * fourier_shift(moving, (-2.0, 1.0))
+    np.testing.assert_allclose(phase_correlation(moving, fixed, 20)[0].numpy(), [40.0, 30.0], atol=0.1)
+    for bound in (8, 2.5):
+        np.testing.assert_allclose(phase_correlation(moving, fixed, 20, max_shift=bound)[0].numpy(), [2.0, -1.0], atol=0.1)
+    assert float(phase_correlation(moving, fixed, 20, max_shift=0)[0].abs().max()) < 1.0  # only lag 0 (+ sub-pixel step)
+    with pytest.raises(ValueError, match="max_shift"):
+        phase_correlation(moving, fixed, max_shift=-1)
+
+
+def test_dihedral_field_round_trip_and_inverse_codes():
+    x, d = torch.randn(2, 1, 6, 6), torch.randn(2, 2, 6, 6)
+    codes = {tuple(dihedral(x, k).flatten().tolist()) for k in range(8)}
+    assert len(codes) == 8  # eight different symmetries
+    for k in range(8):
+        assert torch.equal(dihedral(dihedral(x, k), DIHEDRAL_INVERSE[k]), x)
+        assert torch.equal(dihedral_field(dihedral_field(d, k), DIHEDRAL_INVERSE[k]), d)
+    # a constant shift (dy, dx) = (1, 2) becomes (2, 1) under the transpose and (-1, -2) under both flips
+    s = torch.tensor([1.0, 2.0]).view(1, 2, 1, 1).expand(1, 2, 6, 6)
+    assert dihedral_field(s, 4)[0, :, 0, 0].tolist() == [2.0, 1.0]
+    assert dihedral_field(s, 3)[0, :, 0, 0].tolist() == [-1.0, -2.0]
 
 
 def test_phase_correlation_matches_skimage():

@@ -25,6 +25,8 @@ def test_shipped_sar_weights_meta(net):
     assert len(net.config["stages"]) == 2  # the coarse + fine cascade
     assert net.config["phase_init"] == 0.25  # the integration starts from windowed phase correlation
     assert net.config["phase_init_gains"] == [0.0, 3.0] and net.ode.phase_init_gains == [0.0, 3.0]  # log + linear candidates
+    assert net.config["phase_init_max_shift"] == 16.0 and net.ode.phase_init_max_shift == 16.0  # bounded start
+    assert net.config["flip_ensemble"] == 8 and net.flip_codes == list(range(8))  # mean over the 8 flips / transposes
     assert {"data", "schedule", "metrics", "metrics_real"} <= set(net.meta)
     assert net.meta["metrics"]["n_pairs"] == 40
     assert {"test_6", "test_8", "train_6", "train_8"} <= set(net.meta["metrics_real"])

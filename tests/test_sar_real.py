@@ -178,6 +178,61 @@ def test_start_candidates_pick_the_linear_amplitude_shift_where_log_phase_correl
         NPCNet(**small, phase_init=0.25, phase_init_gains=())
 
 
+def test_phase_init_max_shift_rejects_a_far_spurious_start(tmp_path):
+    """Seed 1 of the port / sea pairs: the log-amplitude start is a spurious peak > 20 px away. A 16-px bound
+    makes the log candidate alone land on the right shift; the option is saved in the config."""
+    from monai_npc.networks.blocks.warp_ode import candidate_shifts
+
+    moving, fixed = _port_and_sea(1)
+    np.testing.assert_allclose(candidate_shifts(moving, fixed, 0.25, (0.0,), max_shift=16)[0, 0].numpy(), [5.0, -3.0], atol=0.15)
+    small = dict(kernel_size=8, stride=4, num_pairs=4, top_k=2, gate_dim=8, hidden_dim=8, num_pe=8, num_steps=1, head_channels=4)
+    assert float(NPCNet(**small, phase_init=0.25).ode.initial_field(moving, fixed)[0, :, 0, 0].norm()) > 20
+    net = NPCNet(**small, phase_init=0.25, phase_init_max_shift=16).eval()
+    np.testing.assert_allclose(net.ode.initial_field(moving, fixed)[0, :, 0, 0].numpy(), [5.0, -3.0], atol=0.15)
+    # a bound below the true shift keeps the start inside it (+ < 1 px sub-pixel step)
+    assert float(NPCNet(**small, phase_init=0.25, phase_init_max_shift=2).ode.initial_field(moving, fixed).abs().max()) < 3.0
+    save_pretrained(net, tmp_path / "n.pt")
+    loaded = load_pretrained(tmp_path / "n.pt")
+    assert loaded.config["phase_init_max_shift"] == 16.0 and loaded.ode.phase_init_max_shift == 16.0
+    assert NPCNet(**small).config["phase_init_max_shift"] is None  # default: unbounded, as before
+    with pytest.raises(ValueError, match="phase_init_max_shift"):
+        NPCNet(**small, phase_init=0.25, phase_init_max_shift=-1)
+
+
+def test_flip_ensemble_is_the_mean_over_symmetries_and_equivariant(tmp_path):
+    from monai_npc.functional.dihedral import DIHEDRAL_INVERSE, dihedral, dihedral_field
+
+    torch.manual_seed(0)
+    small = dict(kernel_size=8, stride=4, num_pairs=4, top_k=2, gate_dim=8, hidden_dim=8, num_pe=8, num_steps=2, head_channels=4)
+    plain = NPCNet(**small, phase_init=0.25).eval()
+    with torch.no_grad():  # an untrained head outputs ~0: perturb it so that the steps move the field
+        for p in plain.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    ens = NPCNet(**small, phase_init=0.25, flip_ensemble=8).eval()
+    ens.load_state_dict(plain.state_dict())
+    image = torch.from_numpy(np.log(_textured((64, 64), 3, sigma=1.0)))
+    x = torch.stack([image[4:52, 4:52], image[9:57, 2:50]])[None].float()
+    with torch.no_grad():
+        out = ens(x)
+        manual = torch.stack([dihedral_field(plain(dihedral(x, k)), DIHEDRAL_INVERSE[k]) for k in range(8)]).mean(0)
+        torch.testing.assert_close(out, manual, atol=1e-5, rtol=1e-4)
+        assert float((plain(x) - out).abs().max()) > 1e-3  # not the single pass
+        # the mean over the whole group commutes with every symmetry (5: flip rows, then transpose)
+        torch.testing.assert_close(ens(dihedral(x, 5)), dihedral_field(out, 5), atol=1e-4, rtol=1e-4)
+        _, reg_ddf, diag = ens.register(x[:, :1], x[:, 1:], return_diagnostics=True)
+    torch.testing.assert_close(reg_ddf, out, atol=1e-5, rtol=1e-4)
+    assert len(diag) == 2
+    ens.train()
+    with torch.no_grad():
+        torch.testing.assert_close(ens(x), plain.train()(x))  # training mode: the single pass
+    save_pretrained(ens, tmp_path / "e.pt")
+    assert load_pretrained(tmp_path / "e.pt").config["flip_ensemble"] == 8 and NPCNet(**small).config["flip_ensemble"] == 1
+    with pytest.raises(ValueError, match="flip_ensemble"):
+        NPCNet(**small, flip_ensemble=3)
+    with pytest.raises(ValueError, match="flip_ensemble"):
+        NPCNet(spatial_dims=3, **small, flip_ensemble=2)
+
+
 def test_bench_real_cli_names_a_missing_folder(tmp_path, capsys):
     assert main(["sar", "bench-real", "--data", str(tmp_path / "nowhere")]) == 1
     assert "nowhere" in capsys.readouterr().err
