@@ -231,6 +231,9 @@ def test_flip_ensemble_is_the_mean_over_symmetries_and_equivariant(tmp_path):
         NPCNet(**small, flip_ensemble=3)
     with pytest.raises(ValueError, match="flip_ensemble"):
         NPCNet(spatial_dims=3, **small, flip_ensemble=2)
+    with pytest.raises(ValueError, match="square"):  # transposes need a square grid
+        ens.eval()(torch.rand(1, 2, 48, 56))
+    assert NPCNet(**small, flip_ensemble=2).eval()(torch.rand(1, 2, 48, 56)).shape == (1, 2, 48, 56)  # flips only
 
 
 def test_bench_real_cli_names_a_missing_folder(tmp_path, capsys):

@@ -181,6 +181,11 @@ class NPCNet(nn.Module):
             )
         if image.shape[0] == 0:
             raise ValueError("NPCNet got an empty batch (batch size 0, shape " + str(list(image.shape)) + "); pass at least one pair.")
+        if max(self.flip_codes) >= 4 and image.shape[-1] != image.shape[-2]:
+            raise ValueError(
+                "NPCNet(flip_ensemble=" + str(len(self.flip_codes)) + ") transposes the pair and needs square images, got "
+                + str(list(image.shape[2:])) + "; use flip_ensemble=1 or 2, or resample to a square grid."
+            )
         if image.shape[1] != 2:
             raise ValueError(
                 "NPCNet expects 2 channels (moving, fixed), got " + str(image.shape[1]) + " in shape " + str(list(image.shape)) + "."
