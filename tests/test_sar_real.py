@@ -222,6 +222,12 @@ def test_flip_ensemble_is_the_mean_over_symmetries_and_equivariant(tmp_path):
         _, reg_ddf, diag = ens.register(x[:, :1], x[:, 1:], return_diagnostics=True)
     torch.testing.assert_close(reg_ddf, out, atol=1e-5, rtol=1e-4)
     assert len(diag) == 2
+    with torch.no_grad():  # the diagnostics are the untransformed member's of the same batched pass
+        _, _, plain_diag = plain.register(x[:, :1], x[:, 1:], return_diagnostics=True)
+    for d, p in zip(diag, plain_diag):
+        assert d["residual"].shape == p["residual"].shape
+        torch.testing.assert_close(d["residual"], p["residual"], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(d["mask"], p["mask"], atol=1e-5, rtol=1e-4)
     ens.train()
     with torch.no_grad():
         torch.testing.assert_close(ens(x), plain.train()(x))  # training mode: the single pass

@@ -213,8 +213,15 @@ class NPCNet(nn.Module):
         """The ODE's field, averaged over :attr:`flip_codes` (``flip_ensemble``) in eval mode: one batch of all transforms."""
         if self.training or len(self.flip_codes) == 1:
             return self.ode(moving, fixed)
-        b = moving.shape[0]
-        ddf = self.ode(torch.cat([dihedral(moving, c) for c in self.flip_codes], 0), torch.cat([dihedral(fixed, c) for c in self.flip_codes], 0))
+        return self._mean_over_flips(self.ode(*self._flip_batch(moving, fixed)), moving.shape[0])
+
+    def _flip_batch(self, moving: torch.Tensor, fixed: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(n * B, 1, H, W)`` moving and fixed images under each of :attr:`flip_codes` (code 0, the identity, first)."""
+        return (torch.cat([dihedral(moving, c) for c in self.flip_codes], 0),
+                torch.cat([dihedral(fixed, c) for c in self.flip_codes], 0))
+
+    def _mean_over_flips(self, ddf: torch.Tensor, b: int) -> torch.Tensor:
+        """``(n * B, D, H, W)`` fields of :meth:`_flip_batch` mapped back to the original grid and averaged: ``(B, D, H, W)``."""
         out = torch.zeros_like(ddf[:b])
         for i, c in enumerate(self.flip_inverse):
             out = out + dihedral_field(ddf[i * b : (i + 1) * b], c)
@@ -231,9 +238,11 @@ class NPCNet(nn.Module):
         """
         moving, fixed = self._as_input(moving), self._as_input(fixed)
         self._check(torch.cat([moving, fixed], 1))
-        if len(self.flip_codes) > 1 and not self.training:  # diagnostics: those of the untransformed pass
-            diagnostics = self.ode.integrate(moving, fixed, True)[1] if return_diagnostics else []
-            ddf = self._integrate_ensemble(moving, fixed)
+        if len(self.flip_codes) > 1 and not self.training:  # one batched pass; diagnostics: the untransformed member's
+            b = moving.shape[0]
+            ddf, diagnostics = self.ode.integrate(*self._flip_batch(moving, fixed), return_diagnostics)
+            diagnostics = [{k: (v[:b] if v.dim() > 0 else v) for k, v in d.items()} for d in diagnostics]
+            ddf = self._mean_over_flips(ddf, b)
         else:
             ddf, diagnostics = self.ode.integrate(moving, fixed, return_diagnostics)
         ddf = self.refiner(moving, fixed, ddf)
