@@ -254,3 +254,20 @@ def test_shared_scenes_read_and_test_pairs_have_change_maps():
     assert 0.15 < scenes["ottawa"]["change"].mean() < 0.17  # README: 15.8 % changed
     pairs = benchmark_pairs("test", scenes, 6.0, seed=0)
     assert len(pairs) == 40 and sum(p["change"] is not None for p in pairs) == 24
+
+
+def test_bounded_phase_correlation_baseline_uses_the_models_bound():
+    """The benchmark's ``phase_correlation_bounded`` searches the peak within the model's own start bound."""
+    from monai_npc.extras.sar.bench_real import BASELINES, DEFAULT_BOUND, _bound, _run
+
+    amp = np.exp(_textured((160, 160), 4, sigma=1.5))
+    moving, fixed = amp[13:141, 8:136], amp[10:138, 10:138]  # fixed(x) = moving(x + (-3, 2))
+    small = dict(kernel_size=8, stride=4, num_pairs=4, top_k=2, gate_dim=8, hidden_dim=8, num_pe=8, num_steps=2, head_channels=4)
+    wide, narrow = NPCNet(**small, phase_init=0.25, phase_init_max_shift=16), NPCNet(**small, phase_init=0.25, phase_init_max_shift=1)
+    assert _bound(wide) == 16.0 and _bound(narrow) == 1.0 and _bound(NPCNet(**small)) == DEFAULT_BOUND
+    free = _run(wide, "phase_correlation", moving, fixed)[:, 0, 0]
+    np.testing.assert_allclose(free.numpy(), [-3.0, 2.0], atol=0.2)
+    assert _run(wide, "phase_correlation_bounded", moving, fixed).shape == (2, 128, 128)
+    torch.testing.assert_close(_run(wide, "phase_correlation_bounded", moving, fixed)[:, 0, 0], free)  # inside the bound: the same
+    assert float(_run(narrow, "phase_correlation_bounded", moving, fixed)[:, 0, 0].abs().max()) < 2.0  # outside: cut to the bound
+    assert "phase_correlation_bounded" in BASELINES

@@ -17,16 +17,23 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from .evaluate import register_sar
+from .evaluate import phase_correlation_shift, register_sar
 from .real import DEFAULT_ROOT, benchmark_pairs, read_scenes
 
-__all__ = ["MARGIN", "BENCH_METHODS", "skimage_phase_correlation", "pair_errors", "run_real_benchmark", "format_table"]
+__all__ = ["MARGIN", "BENCH_METHODS", "BASELINES", "DEFAULT_BOUND", "skimage_phase_correlation", "pair_errors", "run_real_benchmark", "format_table"]
 
 #: border (pixels) left out of the endpoint error
 MARGIN = 24
 #: methods in table order; ``skimage_pc`` is the baseline of the issue (``phase_cross_correlation``, upsample 20,
-#: on the amplitudes as read), ``phase_correlation`` the package's log-amplitude Tukey-windowed variant
-BENCH_METHODS = ("none", "skimage_pc", "phase_correlation", "npc")
+#: on the amplitudes as read), ``phase_correlation`` the package's log-amplitude Tukey-windowed variant,
+#: ``phase_correlation_bounded`` the same with its peak search bounded like NPC's start (the model's
+#: ``phase_init_max_shift``; :data:`DEFAULT_BOUND` px when the model has none), so that NPC's bound is no
+#: advantage over the baseline
+BENCH_METHODS = ("none", "skimage_pc", "phase_correlation", "phase_correlation_bounded", "npc")
+#: the baselines NPC's wins are counted against
+BASELINES = ("skimage_pc", "phase_correlation", "phase_correlation_bounded")
+#: bound (px per axis) of ``phase_correlation_bounded`` for a model without ``phase_init_max_shift``
+DEFAULT_BOUND = 16.0
 #: a pair whose EPE exceeds this (pixels) counts as a failure (the global shift was not found)
 FAILURE_PX = 3.0
 #: field seeds of the splits (``benchmark_pairs(seed=...)``), per global shift range
@@ -62,9 +69,18 @@ def pair_errors(ddf: torch.Tensor, true: np.ndarray, change: Optional[np.ndarray
     return out
 
 
+def _bound(net: torch.nn.Module) -> float:
+    """The model's start bound (``config["phase_init_max_shift"]``), else :data:`DEFAULT_BOUND`."""
+    bound = getattr(net, "config", {}).get("phase_init_max_shift")
+    return DEFAULT_BOUND if bound is None else float(bound)
+
+
 def _run(net: torch.nn.Module, method: str, moving: np.ndarray, fixed: np.ndarray) -> torch.Tensor:
     if method == "skimage_pc":
         return skimage_phase_correlation(moving, fixed)
+    if method == "phase_correlation_bounded":
+        shift = phase_correlation_shift(moving, fixed, max_shift=_bound(net))
+        return shift[:, None, None].expand(2, *np.shape(moving)).contiguous()
     return register_sar(net, moving, fixed, method, float(getattr(net, "meta", {}).get("sigma", 1.0)))
 
 
@@ -93,7 +109,8 @@ def _evaluate(net: torch.nn.Module, pairs: Sequence[Dict[str, Any]], progress: b
         summary[f"median_epe_{method}"] = float(np.median([r[f"epe_{method}"] for r in rows]))
         summary[f"max_epe_{method}"] = float(np.max([r[f"epe_{method}"] for r in rows]))
         summary[f"seconds_per_pair_{method}"] = float(np.mean([r[f"seconds_{method}"] for r in rows]))
-    for base in ("skimage_pc", "phase_correlation"):
+    summary["bound"] = _bound(net)
+    for base in BASELINES:
         summary[f"npc_wins_vs_{base}"] = int(sum(r["epe_npc"] < r[f"epe_{base}"] for r in rows))
     return {"summary": summary, "per_pair": rows}
 
@@ -149,8 +166,9 @@ def format_table(result: Dict[str, Any]) -> str:
     for key, run in result["runs"].items():
         s = run["summary"]
         for m in BENCH_METHODS:
-            wins = f"{s[f'npc_wins_vs_{m}']}/{s['n_pairs']}" if m in ("skimage_pc", "phase_correlation") else ""
-            lines.append(f"| {s['split']} +-{s['max_shift']:g} px ({s['n_pairs']} pairs) | {m} | {f(s[f'mean_epe_{m}'])} | "
+            wins = f"{s[f'npc_wins_vs_{m}']}/{s['n_pairs']}" if m in BASELINES else ""
+            name = f"{m} (+-{s['bound']:g} px)" if m == "phase_correlation_bounded" else m
+            lines.append(f"| {s['split']} +-{s['max_shift']:g} px ({s['n_pairs']} pairs) | {name} | {f(s[f'mean_epe_{m}'])} | "
                          f"{f(s[f'median_epe_{m}'])} | {f(s[f'max_epe_{m}'])} | {s[f'failures_{m}']} | {f(s[f'mean_epe_mapped_{m}'])} | "
                          f"{f(s[f'mean_epe_unchanged_{m}'])} | "
                          f"{f(s[f'mean_epe_changed_{m}'])} | {wins} | {s[f'seconds_per_pair_{m}']:.3f} |")

@@ -59,15 +59,18 @@ def preprocess_pairs(pairs: Sequence[Mapping], sigma: float = DEFAULT_SIGMA) -> 
     return out
 
 
-def phase_correlation_shift(moving: np.ndarray, fixed: np.ndarray, upsample_factor: int = 20) -> torch.Tensor:
+def phase_correlation_shift(
+    moving: np.ndarray, fixed: np.ndarray, upsample_factor: int = 20, max_shift: Optional[float] = None
+) -> torch.Tensor:
     """Global shift ``(2,)`` (pixels, ``moving(x + s) ~ fixed(x)``) of two amplitude images ``(H, W)``.
 
     The classical SAR co-registration baseline: log-amplitude, mean removed, Tukey-windowed (without
     a window the image borders, which do not move, put a peak at zero shift), then
-    :func:`monai_npc.functional.phase_correlation` (upsampled-DFT sub-pixel peak).
+    :func:`monai_npc.functional.phase_correlation` (upsampled-DFT sub-pixel peak), whose peak search
+    ``max_shift`` (pixels per axis) bounds when given.
     """
     m, f = (torch.from_numpy(np.nan_to_num(log_amplitude(a))) for a in (moving, fixed))
-    return phase_correlation(m[None, None], f[None, None], upsample_factor, window=0.25)[0].float()
+    return phase_correlation(m[None, None], f[None, None], upsample_factor, window=0.25, max_shift=max_shift)[0].float()
 
 
 @torch.inference_mode()
