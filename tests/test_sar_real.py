@@ -271,3 +271,33 @@ def test_bounded_phase_correlation_baseline_uses_the_models_bound():
     torch.testing.assert_close(_run(wide, "phase_correlation_bounded", moving, fixed)[:, 0, 0], free)  # inside the bound: the same
     assert float(_run(narrow, "phase_correlation_bounded", moving, fixed)[:, 0, 0].abs().max()) < 2.0  # outside: cut to the bound
     assert "phase_correlation_bounded" in BASELINES
+
+
+def test_truth_offset_measures_a_misregistration_between_the_dates():
+    """``truth_offset`` finds the offset between two dates that the synthetic truth leaves out, with its sign."""
+    from monai_npc.extras.sar.bench_real import _scene, truth_offset
+
+    rng = np.random.default_rng(3)
+    base = _textured((140, 140), 7, sigma=1.5) * rng.gamma(4.0, 0.25, (140, 140)).astype(np.float32)  # texture x speckle
+    date_a, date_b = base[10:138, 10:138], base[10:138, 11:139]  # date_b(x) = date_a(x + (0, 1)): 1 px apart
+    zero = np.zeros((2, 128, 128), np.float32)
+    np.testing.assert_allclose(truth_offset(date_a, date_a.copy(), zero), [0.0, 0.0])  # co-registered dates
+    np.testing.assert_allclose(truth_offset(date_a, date_b, zero), [0.0, 1.0])  # moving(x + (0, 1)) = fixed(x)
+    np.testing.assert_allclose(truth_offset(date_b, date_a, zero), [0.0, -1.0])  # the other date order flips the sign
+    shift = np.zeros_like(zero)
+    shift[1] = 1.0  # a truth that already holds the offset leaves none
+    np.testing.assert_allclose(truth_offset(date_a, date_b, shift), [0.0, 0.0])
+    assert _scene("jeddah_s1_d1to5_r0c656") == "jeddah_s1" and _scene("yellow_river_d2to1_r0c0") == "yellow_river"
+
+    # in the benchmark: each pair's offset, and every method's EPE against the truth moved by it
+    from monai_npc.extras.sar.bench_real import _evaluate, format_truth_check
+
+    small = dict(kernel_size=8, stride=4, num_pairs=4, top_k=2, gate_dim=8, hidden_dim=8, num_pe=8, num_steps=2, head_channels=4)
+    pairs = [{"name": f"fake_d1to2_r{k}c0", "shift": (0.0, 0.0), "moving": date_a, "fixed": date_b, "ddf": zero, "change": None}
+             for k in range(2)]
+    run = _evaluate(NPCNet(**small).eval(), pairs, progress=False, truth_check=True)
+    row, summary = run["per_pair"][0], run["summary"]
+    assert row["truth_offset_px"] == 1.0 and row["epe_none"] == 0.0 and row["epe_aligned_none"] == pytest.approx(1.0)
+    assert summary["mean_truth_offset_px_per_scene"] == {"fake": 1.0} and summary["pairs_truth_offset_over_half_px"] == 2
+    assert summary["mean_epe_aligned_phase_correlation_bounded"] < 0.2  # phase correlation finds the dates' 1 px
+    assert "| 1.00 | 2/2 | fake 1.00 |" in format_truth_check({"runs": {"x": {**run, "summary": {**summary, "split": "t", "max_shift": 6}}}})

@@ -74,6 +74,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     b.add_argument("--split", choices=("test", "train", "both"), default="both", help="pairs to evaluate (default both)")
     b.add_argument("--max-shift", type=float, nargs="+", default=[6.0, 8.0], help="global shift ranges, pixels (default 6 8)")
     b.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    b.add_argument("--truth-check", action="store_true",
+                   help="also measure how far each pair's truth is from the images' best alignment (inter-date misregistration)")
     b.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     b.set_defaults(func=run_bench_real)
 
@@ -178,10 +180,14 @@ def run_train_real(args: argparse.Namespace) -> int:
 def run_bench_real(args: argparse.Namespace) -> int:
     import torch
 
-    from monai_npc.extras.sar.bench_real import format_table, run_real_benchmark
+    from monai_npc.extras.sar.bench_real import format_table, format_truth_check, run_real_benchmark
 
     torch.set_num_threads(max(1, args.threads))
     splits = ("test", "train") if args.split == "both" else (args.split,)
-    result = run_real_benchmark(args.model, args.data, splits, args.max_shift, out=args.out, progress=not args.no_progress)
+    result = run_real_benchmark(args.model, args.data, splits, args.max_shift, out=args.out, progress=not args.no_progress,
+                                truth_check=args.truth_check)
     print(format_table(result))
+    if args.truth_check:
+        print()
+        print(format_truth_check(result))
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -20,7 +21,8 @@ import torch
 from .evaluate import phase_correlation_shift, register_sar
 from .real import DEFAULT_ROOT, benchmark_pairs, read_scenes
 
-__all__ = ["MARGIN", "BENCH_METHODS", "BASELINES", "DEFAULT_BOUND", "skimage_phase_correlation", "pair_errors", "run_real_benchmark", "format_table"]
+__all__ = ["MARGIN", "BENCH_METHODS", "BASELINES", "DEFAULT_BOUND", "skimage_phase_correlation", "pair_errors", "truth_offset",
+           "run_real_benchmark", "format_table", "format_truth_check"]
 
 #: border (pixels) left out of the endpoint error
 MARGIN = 24
@@ -69,6 +71,41 @@ def pair_errors(ddf: torch.Tensor, true: np.ndarray, change: Optional[np.ndarray
     return out
 
 
+def truth_offset(
+    moving: np.ndarray, fixed: np.ndarray, true: np.ndarray, sigma: float = 1.0, span: float = 1.5, step: float = 0.25,
+    window: int = 33, margin: int = MARGIN,
+) -> np.ndarray:
+    """How far the benchmark's truth is from the images' own best alignment: the constant offset ``(dy, dx)``
+    (pixels) that, added to ``true`` ``(2, H, W)``, maximises the local NCC (``window``) of the warped moving and
+    the fixed image (both :func:`~.preprocess.sar_normalize` d with ``sigma``) inside ``margin``.
+
+    Searched on a grid of ``step`` within ``+-span`` per axis (one batch). ``(0, 0)`` when the two dates are
+    co-registered; a non-zero offset that flips sign with the date order is a misregistration between the
+    dates, which the protocol's truth (the synthetic field alone) does not contain. An offset at ``+-span``
+    means the similarity has no clear peak there (for example sea whose texture changed).
+    """
+    from monai_npc.functional.similarity import local_ncc
+    from monai_npc.functional.warp import warp_image
+
+    from .preprocess import sar_normalize
+
+    grid = torch.arange(-span, span + step / 2, step, dtype=torch.float32)
+    offsets = torch.cartesian_prod(grid, grid)  # (n, 2)
+    m = torch.from_numpy(sar_normalize(moving, sigma))[None, None].float()
+    f = torch.from_numpy(sar_normalize(fixed, sigma))[None, None].float()
+    fields = torch.as_tensor(true, dtype=torch.float32)[None] + offsets[:, :, None, None]
+    with torch.no_grad():
+        warped = warp_image(m.expand(len(offsets), -1, -1, -1), fields, "bilinear", "border")
+        crop = (Ellipsis, slice(margin, -margin), slice(margin, -margin))
+        score = local_ncc(warped[crop], f.expand_as(warped)[crop], window).mean(dim=(1, 2, 3))
+    return offsets[int(score.argmax())].numpy()
+
+
+def _scene(name: str) -> str:
+    """Scene of a pair name such as ``jeddah_s1_d1to5_r0c656`` (the part before ``_d<date>``)."""
+    return re.split(r"_d\d", name, maxsplit=1)[0]
+
+
 def _bound(net: torch.nn.Module) -> float:
     """The model's start bound (``config["phase_init_max_shift"]``), else :data:`DEFAULT_BOUND`."""
     bound = getattr(net, "config", {}).get("phase_init_max_shift")
@@ -84,19 +121,26 @@ def _run(net: torch.nn.Module, method: str, moving: np.ndarray, fixed: np.ndarra
     return register_sar(net, moving, fixed, method, float(getattr(net, "meta", {}).get("sigma", 1.0)))
 
 
-def _evaluate(net: torch.nn.Module, pairs: Sequence[Dict[str, Any]], progress: bool) -> Dict[str, Any]:
+def _evaluate(net: torch.nn.Module, pairs: Sequence[Dict[str, Any]], progress: bool, truth_check: bool = False) -> Dict[str, Any]:
     from tqdm.auto import tqdm
 
     rows: List[Dict[str, Any]] = []
     for p in tqdm(pairs, desc="bench-real", unit="pair", disable=not progress):
         row: Dict[str, Any] = {"pair": p["name"], "true_shift_y": float(p["shift"][0]), "true_shift_x": float(p["shift"][1]),
                                "changed_percent": float("nan") if p["change"] is None else 100.0 * float(np.mean(p["change"]))}
+        aligned = None
+        if truth_check:
+            offset = truth_offset(p["moving"], p["fixed"], p["ddf"], float(getattr(net, "meta", {}).get("sigma", 1.0)))
+            row.update(truth_offset_y=float(offset[0]), truth_offset_x=float(offset[1]), truth_offset_px=float(np.hypot(*offset)))
+            aligned = np.asarray(p["ddf"]) + offset[:, None, None]
         for method in BENCH_METHODS:
             t0 = time.perf_counter()
             ddf = _run(net, method, p["moving"], p["fixed"])
             row[f"seconds_{method}"] = time.perf_counter() - t0
             for k, v in pair_errors(ddf, p["ddf"], p["change"]).items():
                 row[f"{k}_{method}"] = v
+            if aligned is not None:  # against the truth moved by the dates' own offset
+                row[f"epe_aligned_{method}"] = pair_errors(ddf, aligned, None)["epe"]
         rows.append(row)
     summary: Dict[str, Any] = {"n_pairs": len(rows), "n_pairs_with_change_map": int(sum(np.isfinite(r["changed_percent"]) for r in rows))}
     for method in BENCH_METHODS:
@@ -110,6 +154,16 @@ def _evaluate(net: torch.nn.Module, pairs: Sequence[Dict[str, Any]], progress: b
         summary[f"max_epe_{method}"] = float(np.max([r[f"epe_{method}"] for r in rows]))
         summary[f"seconds_per_pair_{method}"] = float(np.mean([r[f"seconds_{method}"] for r in rows]))
     summary["bound"] = _bound(net)
+    if truth_check:
+        summary["mean_truth_offset_px"] = float(np.mean([r["truth_offset_px"] for r in rows]))
+        summary["pairs_truth_offset_over_half_px"] = int(sum(r["truth_offset_px"] > 0.5 for r in rows))
+        for method in BENCH_METHODS:
+            summary[f"mean_epe_aligned_{method}"] = float(np.mean([r[f"epe_aligned_{method}"] for r in rows]))
+        for base in BASELINES:
+            summary[f"npc_wins_aligned_vs_{base}"] = int(sum(r["epe_aligned_npc"] < r[f"epe_aligned_{base}"] for r in rows))
+        scenes = sorted({_scene(r["pair"]) for r in rows})
+        summary["mean_truth_offset_px_per_scene"] = {
+            sc: float(np.mean([r["truth_offset_px"] for r in rows if _scene(r["pair"]) == sc])) for sc in scenes}
     for base in BASELINES:
         summary[f"npc_wins_vs_{base}"] = int(sum(r["epe_npc"] < r[f"epe_{base}"] for r in rows))
     return {"summary": summary, "per_pair": rows}
@@ -123,12 +177,15 @@ def run_real_benchmark(
     nonrigid: float = 3.0,
     out: Optional[Union[str, Path]] = None,
     progress: bool = True,
+    truth_check: bool = False,
 ) -> Dict[str, Any]:
     """Benchmark ``model`` on the real scenes: one entry per ``(split, max_shift)`` (``"test_6"``...).
 
     Pairs: :func:`~.real.benchmark_pairs` of ``split`` with global shifts up to ``max_shift`` and a
     non-rigid part up to ``nonrigid`` pixels (field seeds fixed per split and range). With ``out``,
-    writes ``metrics.json`` and ``per_pair_<split>_<shift>.csv``.
+    writes ``metrics.json`` and ``per_pair_<split>_<shift>.csv``. With ``truth_check``, every pair also gets
+    :func:`truth_offset` (columns ``truth_offset_y/x/px``; summary: mean, pairs over 0.5 px, mean per scene) and
+    every method's EPE against the truth moved by that offset (``epe_aligned_<method>``, NPC's wins on it).
     """
     from monai_npc.networks.nets import load_pretrained
 
@@ -140,7 +197,7 @@ def run_real_benchmark(
     for split in splits:
         for max_shift in max_shifts:
             pairs = benchmark_pairs(split, scenes, max_shift, nonrigid, seed=SPLIT_SEEDS[split] + int(round(10 * max_shift)))
-            run = _evaluate(net, pairs, progress)
+            run = _evaluate(net, pairs, progress, truth_check)
             run["summary"].update(split=split, max_shift=max_shift)
             result["runs"][f"{split}_{max_shift:g}"] = run
     if out is not None:
@@ -172,4 +229,20 @@ def format_table(result: Dict[str, Any]) -> str:
                          f"{f(s[f'median_epe_{m}'])} | {f(s[f'max_epe_{m}'])} | {s[f'failures_{m}']} | {f(s[f'mean_epe_mapped_{m}'])} | "
                          f"{f(s[f'mean_epe_unchanged_{m}'])} | "
                          f"{f(s[f'mean_epe_changed_{m}'])} | {wins} | {s[f'seconds_per_pair_{m}']:.3f} |")
+    return "\n".join(lines)
+
+
+def format_truth_check(result: Dict[str, Any]) -> str:
+    """Markdown table of the :func:`truth_offset` summaries (runs made with ``truth_check``), one row per run."""
+    lines = ["| split, shift | mean offset of the truth from the best alignment (px) | pairs over 0.5 px | per scene (px) "
+             "| mean EPE against the moved truth: PC bounded / NPC | NPC wins on it vs PC bounded |", "|---|---|---|---|---|---|"]
+    for run in result["runs"].values():
+        s = run["summary"]
+        if "mean_truth_offset_px" not in s:
+            continue
+        scenes = ", ".join(f"{k} {v:.2f}" for k, v in s["mean_truth_offset_px_per_scene"].items())
+        lines.append(f"| {s['split']} +-{s['max_shift']:g} px | {s['mean_truth_offset_px']:.2f} | "
+                     f"{s['pairs_truth_offset_over_half_px']}/{s['n_pairs']} | {scenes} | "
+                     f"{s['mean_epe_aligned_phase_correlation_bounded']:.3f} / {s['mean_epe_aligned_npc']:.3f} | "
+                     f"{s['npc_wins_aligned_vs_phase_correlation_bounded']}/{s['n_pairs']} |")
     return "\n".join(lines)
