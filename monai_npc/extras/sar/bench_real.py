@@ -4,6 +4,8 @@ phase correlation and NPC on the pairs of :func:`~.real.benchmark_pairs`.
 Endpoint error (EPE, pixels) is measured inside a 24-px margin (the moving crop has no true
 content there), overall and separately on the changed and unchanged pixels of the scene's
 change map. Wins: pairs where NPC's EPE is lower than phase correlation's.
+With ``truth_check``, :func:`truth_offset` also measures how far each pair's truth is from the
+images' best alignment (a misregistration between the dates that the synthetic truth leaves out).
 """
 
 from __future__ import annotations
