@@ -273,9 +273,9 @@ def test_bounded_phase_correlation_baseline_uses_the_models_bound():
     assert "phase_correlation_bounded" in BASELINES
 
 
-def test_truth_offset_measures_a_misregistration_between_the_dates():
+def test_truth_offset_measures_a_misregistration_between_the_dates(fake_scenes):
     """``truth_offset`` finds the offset between two dates that the synthetic truth leaves out, with its sign."""
-    from monai_npc.extras.sar.bench_real import _scene, truth_offset
+    from monai_npc.extras.sar.bench_real import truth_offset
 
     rng = np.random.default_rng(3)
     base = _textured((140, 140), 7, sigma=1.5) * rng.gamma(4.0, 0.25, (140, 140)).astype(np.float32)  # texture x speckle
@@ -287,13 +287,14 @@ def test_truth_offset_measures_a_misregistration_between_the_dates():
     shift = np.zeros_like(zero)
     shift[1] = 1.0  # a truth that already holds the offset leaves none
     np.testing.assert_allclose(truth_offset(date_a, date_b, shift), [0.0, 0.0])
-    assert _scene("jeddah_s1_d1to5_r0c656") == "jeddah_s1" and _scene("yellow_river_d2to1_r0c0") == "yellow_river"
+    src = Source("jeddah_s1", 0, 4, (0, 656))
+    assert make_real_pair(fake_scenes["jeddah_s1"], src, rng)["scene"] == "jeddah_s1"  # the benchmark groups pairs by it
 
     # in the benchmark: each pair's offset, and every method's EPE against the truth moved by it
     from monai_npc.extras.sar.bench_real import _evaluate, format_truth_check
 
     small = dict(kernel_size=8, stride=4, num_pairs=4, top_k=2, gate_dim=8, hidden_dim=8, num_pe=8, num_steps=2, head_channels=4)
-    pairs = [{"name": f"fake_d1to2_r{k}c0", "shift": (0.0, 0.0), "moving": date_a, "fixed": date_b, "ddf": zero, "change": None}
+    pairs = [{"name": f"fake_d1to2_r{k}c0", "scene": "fake", "shift": (0.0, 0.0), "moving": date_a, "fixed": date_b, "ddf": zero, "change": None}
              for k in range(2)]
     run = _evaluate(NPCNet(**small).eval(), pairs, progress=False, truth_check=True)
     row, summary = run["per_pair"][0], run["summary"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .evaluate import phase_correlation_shift, register_sar
+from .preprocess import DEFAULT_SIGMA
 from .real import DEFAULT_ROOT, benchmark_pairs, read_scenes
 
 __all__ = ["MARGIN", "BENCH_METHODS", "BASELINES", "DEFAULT_BOUND", "skimage_phase_correlation", "pair_errors", "truth_offset",
@@ -74,7 +75,7 @@ def pair_errors(ddf: torch.Tensor, true: np.ndarray, change: Optional[np.ndarray
 
 
 def truth_offset(
-    moving: np.ndarray, fixed: np.ndarray, true: np.ndarray, sigma: float = 1.0, span: float = 1.5, step: float = 0.25,
+    moving: np.ndarray, fixed: np.ndarray, true: np.ndarray, sigma: float = DEFAULT_SIGMA, span: float = 1.5, step: float = 0.25,
     window: int = 33, margin: int = MARGIN,
 ) -> np.ndarray:
     """How far the benchmark's truth is from the images' own best alignment: the constant offset ``(dy, dx)``
@@ -103,9 +104,9 @@ def truth_offset(
     return offsets[int(score.argmax())].numpy()
 
 
-def _scene(name: str) -> str:
-    """Scene of a pair name such as ``jeddah_s1_d1to5_r0c656`` (the part before ``_d<date>``)."""
-    return re.split(r"_d\d", name, maxsplit=1)[0]
+def _sigma(net: torch.nn.Module) -> float:
+    """The model's preprocessing smoothing (``meta["sigma"]``), else the package default."""
+    return float(getattr(net, "meta", {}).get("sigma", DEFAULT_SIGMA))
 
 
 def _bound(net: torch.nn.Module) -> float:
@@ -120,7 +121,7 @@ def _run(net: torch.nn.Module, method: str, moving: np.ndarray, fixed: np.ndarra
     if method == "phase_correlation_bounded":
         shift = phase_correlation_shift(moving, fixed, max_shift=_bound(net))
         return shift[:, None, None].expand(2, *np.shape(moving)).contiguous()
-    return register_sar(net, moving, fixed, method, float(getattr(net, "meta", {}).get("sigma", 1.0)))
+    return register_sar(net, moving, fixed, method, _sigma(net))
 
 
 def _evaluate(net: torch.nn.Module, pairs: Sequence[Dict[str, Any]], progress: bool, truth_check: bool = False) -> Dict[str, Any]:
@@ -128,11 +129,11 @@ def _evaluate(net: torch.nn.Module, pairs: Sequence[Dict[str, Any]], progress: b
 
     rows: List[Dict[str, Any]] = []
     for p in tqdm(pairs, desc="bench-real", unit="pair", disable=not progress):
-        row: Dict[str, Any] = {"pair": p["name"], "true_shift_y": float(p["shift"][0]), "true_shift_x": float(p["shift"][1]),
+        row: Dict[str, Any] = {"pair": p["name"], "scene": p["scene"], "true_shift_y": float(p["shift"][0]), "true_shift_x": float(p["shift"][1]),
                                "changed_percent": float("nan") if p["change"] is None else 100.0 * float(np.mean(p["change"]))}
         aligned = None
         if truth_check:
-            offset = truth_offset(p["moving"], p["fixed"], p["ddf"], float(getattr(net, "meta", {}).get("sigma", 1.0)))
+            offset = truth_offset(p["moving"], p["fixed"], p["ddf"], _sigma(net))
             row.update(truth_offset_y=float(offset[0]), truth_offset_x=float(offset[1]), truth_offset_px=float(np.hypot(*offset)))
             aligned = np.asarray(p["ddf"]) + offset[:, None, None]
         for method in BENCH_METHODS:
@@ -163,9 +164,10 @@ def _evaluate(net: torch.nn.Module, pairs: Sequence[Dict[str, Any]], progress: b
             summary[f"mean_epe_aligned_{method}"] = float(np.mean([r[f"epe_aligned_{method}"] for r in rows]))
         for base in BASELINES:
             summary[f"npc_wins_aligned_vs_{base}"] = int(sum(r["epe_aligned_npc"] < r[f"epe_aligned_{base}"] for r in rows))
-        scenes = sorted({_scene(r["pair"]) for r in rows})
-        summary["mean_truth_offset_px_per_scene"] = {
-            sc: float(np.mean([r["truth_offset_px"] for r in rows if _scene(r["pair"]) == sc])) for sc in scenes}
+        per_scene = defaultdict(list)
+        for r in rows:
+            per_scene[r["scene"]].append(r["truth_offset_px"])
+        summary["mean_truth_offset_px_per_scene"] = {sc: float(np.mean(v)) for sc, v in sorted(per_scene.items())}
     for base in BASELINES:
         summary[f"npc_wins_vs_{base}"] = int(sum(r["epe_npc"] < r[f"epe_{base}"] for r in rows))
     return {"summary": summary, "per_pair": rows}

@@ -150,7 +150,7 @@ def make_real_pair(
     scene: Dict[str, object], source: Source, rng: np.random.Generator, max_shift: float = 6.0, nonrigid: float = 3.0,
     size: int = 256,
 ) -> Dict[str, object]:
-    """A pair ``{"moving", "fixed", "ddf", "change", "name", "shift"}`` from ``source`` with a random known field.
+    """A pair ``{"moving", "fixed", "ddf", "change", "name", "scene", "shift"}`` from ``source`` with a random known field.
 
     ``fixed`` is the ``size x size`` crop of date ``b`` at ``origin``; ``moving`` is date ``a``
     resampled through the field (:func:`resample_date`); ``change`` the crop of the change map
@@ -165,6 +165,7 @@ def make_real_pair(
     change = scene["change"]
     return {
         "name": source.name,
+        "scene": source.scene,
         "moving": resample_date(dates[source.a], source.origin, ddf),
         "fixed": np.ascontiguousarray(dates[source.b][r0 : r0 + size, c0 : c0 + size], dtype=np.float32),
         "ddf": ddf,
