@@ -49,6 +49,7 @@ from monai_npc.functional import jacobian_determinant, reliability_map, warp_ima
 from monai_npc.io_safety import AtomicFolder, recover_folder
 from monai_npc.runtime import use_threads
 
+from .checks import check_inputs, check_tensor, input_warnings
 from .images import check_image, check_label, check_same_dims, model_grid, read_image, resample, resample_model_field
 from .transforms import ddf_to_physical, displacement_field_transform, write_ants_warp, write_slicer_transform
 
@@ -147,6 +148,7 @@ def as_image(image: ImageLike, what: str = "image", spacing: Optional[Sequence[f
         return check_image(to_grayscale(image) if image.GetNumberOfComponentsPerPixel() in (3, 4) else image, what)
     if isinstance(image, (str, os.PathLike)):
         return read_image(image, what, select)
+    check_tensor(image, what)
     if isinstance(image, torch.Tensor) and "direction" in (getattr(image, "meta", None) or {}):
         from .images import to_sitk
 
@@ -492,6 +494,11 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         raise ValueError(
             f"fixed image {_describe(fixed)} has {fixed_img.GetSize()[2]} slices but moving image {_describe(moving)} has one."
         )
+    check_inputs(moving_img, fixed_img, _describe(moving), _describe(fixed), size or model_input_size(net), keep_aspect)
+    notes: List[str] = input_warnings(moving_img, fixed_img, _describe(moving), _describe(fixed), moving_lab, fixed_lab,
+                                      f"moving label {_describe(moving_label)}", f"fixed label {_describe(fixed_label)}")
+    for note in notes:
+        warnings.warn(note, RuntimeWarning, stacklevel=3)
 
     # 1. model grid: physical resampling, then unit-free model inputs
     grid = model_grid(fixed_img, size or model_input_size(net), keep_aspect)
@@ -509,7 +516,6 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         )
     fixed_m, moving_m = _model_inputs(net, fixed_raw), _model_inputs(net, moving_raw)
     still = constant_slices(fixed_raw) | constant_slices(moving_raw)
-    notes: List[str] = []
     if still.any():
         which = "the images are" if still.all() else f"slice(s) {np.flatnonzero(still).tolist()} are"
         notes.append(f"{which} constant (or nearly) in the moving or fixed image: identity transform, reliability 0 there.")
