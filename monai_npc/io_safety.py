@@ -43,6 +43,7 @@ __all__ = [
     "atomic_write",
     "atomic_write_text",
     "atomic_copy",
+    "make_folder",
     "remove_stale",
     "replace_folder",
     "recover_folder",
@@ -235,10 +236,7 @@ def atomic_write(path: PathLike, writer: Callable[[Path], object], check: bool =
     names ``path`` and the cause. The file gets the usual ``0o666`` minus umask permissions.
     """
     path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise output_error(path, err) from err
+    make_folder(path.parent)
     tmp = temp_sibling(path)
     write_checked(tmp, writer, check, name=str(path))
     try:
@@ -261,6 +259,21 @@ def atomic_write_text(path: PathLike, text: str) -> Path:
 def atomic_copy(src: PathLike, dst: PathLike) -> Path:
     """:func:`atomic_write` of a copy of ``src``."""
     return atomic_write(dst, lambda tmp: shutil.copyfile(src, tmp))
+
+
+def make_folder(path: PathLike, what: str = "output folder") -> Path:
+    """Create folder ``path`` (and its parents); :class:`OutputError` naming it and the cause when
+    that fails, when it is an existing file, or when it is not writable."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{what} {path} is an existing file; give a folder path.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"cannot create {what} {path}: {describe_os_error(err, path.parent)}.") from None
+    if not os.access(path, os.W_OK):
+        raise OutputError(f"cannot write {what} {path}: {_CAUSES[errno.EACCES]}.")
+    return path
 
 
 def remove_stale(paths: Iterable[PathLike]) -> None:
@@ -341,8 +354,10 @@ def replace_folder(tmp: PathLike, out: PathLike, attempts: int = 20) -> Path:
         if out.exists() and not out.is_dir():
             raise OutputError(f"cannot write {out}: it became a file while registering.")
         try:
-            if exchange(tmp, out):
-                _remove(tmp)  # now the previous content
+            if exchange(tmp, out):  # ``tmp`` now holds the previous content: a backup to remove
+                old = _backup_name(out)
+                os.rename(tmp, old)
+                _remove(old)
                 return out
         except FileNotFoundError:
             continue  # another writer moved ``out`` away first
@@ -363,13 +378,28 @@ def replace_folder(tmp: PathLike, out: PathLike, attempts: int = 20) -> Path:
     raise OutputError(f"cannot write {out}: another process keeps replacing it.")
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
 def recover_folder(out: PathLike) -> None:
-    """Repair what a kill during :func:`replace_folder` left: restore the newest backup of ``out``
-    when ``out`` is missing, and remove backups when it exists."""
+    """Repair what a kill during a write of ``out`` left: restore the newest backup of ``out``
+    when ``out`` is missing, remove backups when it exists, and remove the temporary folders
+    (``.{name}.tmp-PID-*``) of processes that no longer run."""
     out = Path(out)
     parent = out.parent
     if not parent.is_dir():
         return
+    for tmp in parent.glob(f".{out.name}.tmp-*"):
+        pid = tmp.name[len(out.name) + 6:].split("-", 1)[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
     backups = sorted(parent.glob(f".{out.name}.old-*"), key=lambda p: p.lstat().st_mtime)
     if not backups:
         return
@@ -397,7 +427,7 @@ class AtomicFolder:
         try:
             parent.mkdir(parents=True, exist_ok=True)
             recover_folder(self.out)
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=parent))
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-{os.getpid()}-", dir=parent))
             os.chmod(self.tmp, 0o777 & ~_umask())
         except OSError as err:
             raise OutputError(f"cannot write output folder {self.out}: {describe_os_error(err, parent)} ({parent}).") from None

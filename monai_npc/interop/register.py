@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Union
 import torch
 from torch import nn
 
-from monai_npc.io_safety import OutputError, atomic_write_text, describe_os_error, remove_stale
+from monai_npc.io_safety import atomic_write_text, make_folder, remove_stale
 
 from .api import OUTPUTS, PHASE_CORRELATION, OutputFolder, register, resolve_model
 from .api import _model_inputs, model_input_size  # noqa: F401  (kept importable from here)
@@ -170,15 +170,7 @@ def register_batch(
     duplicate_outs(rows, pairs_csv)
     report = None
     if out is not None:
-        report = Path(out)
-        if report.exists() and not report.is_dir():
-            raise ValueError(f"batch output folder {report} is an existing file; give a folder path for --out.")
-        try:
-            report.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise OutputError(f"cannot create batch output folder {report}: {describe_os_error(err, report.parent)}.") from None
-        if not os.access(report, os.W_OK):
-            raise OutputError(f"cannot write batch output folder {report}: permission denied (EACCES).")
+        report = make_folder(out, "batch output folder")
         remove_stale([report / "batch_summary.csv"])
     net, name = resolve_model(model, kwargs.get("device", "cpu"), kwargs.pop("refine_iterations", None))
     results: List[Dict[str, Any]] = []
