@@ -100,10 +100,11 @@ def check_aspect(
         )
 
 
-def _physical_points(image: sitk.Image, samples: int = 48) -> np.ndarray:
-    """``(N, d)`` LPS points of a subsampled set of ``image``'s voxel centres."""
+def _physical_points(image: sitk.Image, samples: int = 256, slices: int = 3) -> np.ndarray:
+    """``(N, d)`` LPS points of ``image``'s voxel centres: at most ``samples`` per in-plane axis
+    (every voxel of most images) and ``slices`` through-plane."""
     dims = image.GetDimension()
-    axes = [np.linspace(0, n - 1, min(n, samples)) for n in image.GetSize()]
+    axes = [np.linspace(0, n - 1, min(n, samples if k < 2 else slices)) for k, n in enumerate(image.GetSize())]
     index = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, dims)
     direction = np.asarray(image.GetDirection(), np.float64).reshape(dims, dims)
     return np.asarray(image.GetOrigin()) + (index * np.asarray(image.GetSpacing())) @ direction.T
