@@ -132,7 +132,7 @@ def fsync_path(path: PathLike) -> None:
         return
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        getattr(os, "fdatasync", os.fsync)(fd)  # the data (and size), not the access times
     finally:
         os.close(fd)
 
