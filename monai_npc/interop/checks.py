@@ -39,6 +39,7 @@ __all__ = [
     "overlap_warning",
     "spacing_warning",
     "orientation_warning",
+    "slice_plane_warning",
     "empty_label_warning",
     "check_inputs",
     "input_warnings",
@@ -175,6 +176,22 @@ def orientation_warning(
     return None
 
 
+def slice_plane_warning(image: sitk.Image, name: str) -> Optional[str]:
+    """A warning when a 3-D stack's slices (the planes of index axes 0 and 1, which a 2-D model
+    registers) are not its finest plane: the slice axis has a smaller spacing than an in-plane
+    axis, as in an isotropic or reformatted volume whose acquisition plane is another one."""
+    if image.GetDimension() != 3 or image.GetSize()[2] < 2:
+        return None
+    sx, sy, sz = image.GetSpacing()
+    if sz < 0.99 * min(sx, sy):
+        return (
+            f"{name}: its slices (index axes 0-1, {sx:.3g} x {sy:.3g} mm) are coarser than its slice axis ({sz:.3g} mm); "
+            "the 2-D model registers each slice of index axes 0-1, so a volume acquired in another plane (or an "
+            "isotropic 3-D volume) is seen through-plane: reorient it so that its acquisition plane is axes 0-1."
+        )
+    return None
+
+
 def empty_label_warning(label: sitk.Image, what: str = "label") -> Optional[str]:
     """A warning when a label map has no foreground (no value > 0)."""
     if not (sitk.GetArrayViewFromImage(label) > 0).any():
@@ -206,6 +223,8 @@ def input_warnings(
         overlap_warning(overlap_percent(moving, fixed), moving_name, fixed_name),
         spacing_warning(moving, fixed, moving_name, fixed_name),
         orientation_warning(moving, fixed, moving_name, fixed_name),
+        slice_plane_warning(moving, f"moving image {moving_name}"),
+        slice_plane_warning(fixed, f"fixed image {fixed_name}"),
     ]
     if moving_label is not None:
         notes.append(empty_label_warning(moving_label, moving_label_name))
