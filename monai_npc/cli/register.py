@@ -59,6 +59,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=None,
                    help="model grid size in-plane (default: the size the weights were trained at, from their meta; else 128)")
     p.add_argument("--stretch", action="store_true", help="stretch the field of view to the square model grid instead of padding")
+    p.add_argument(
+        "--field-of-view", choices=("image", "heart", "image+heart", "image>heart"), default=None,
+        help="where the model grid goes: 'heart' (a window at the native pixel size on the region where the frames "
+        "differ, found without labels; identity outside it), 'image' (the whole field of view), or a mix; "
+        "default: the weights' own ('heart' for acdc, 'image' for the others)",
+    )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--no-overview", action="store_true", help="do not write overview.png")
     p.add_argument("--no-progress", action="store_true", help="hide the batch progress bar")
@@ -94,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         size=args.size, keep_aspect=not args.stretch, device=args.device, overview=not args.no_overview,
         threads=getattr(args, "threads", None), pixel_space=args.pixel_space,
         moving_select=args.moving_select, fixed_select=args.fixed_select, refine_iterations=args.refine,
+        field_of_view=args.field_of_view,
     )
     if args.batch:
         if args.moving or args.fixed:
