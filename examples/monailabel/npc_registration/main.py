@@ -58,6 +58,13 @@ class MyApp(MONAILabelApp):
         the params replaces it: a value that is not a task of this app is refused with 400 (or 404
         when no ``params`` could have set it), naming ``npc_model`` as the key for the network.
         """
+        try:
+            return self._checked_infer(request, datastore)
+        except RequestError as err:  # the client gets err.status_code and {"detail": err.detail}
+            logger.warning(f"Infer request refused ({err.status_code}): {err.detail}")
+            raise
+
+    def _checked_infer(self, request: Dict[str, Any], datastore: Optional[Any]) -> Dict[str, Any]:
         model = request.get("model")
         if model not in self._infers:
             from monai_npc.networks.nets import available_models

@@ -144,7 +144,7 @@ class Server:
             command += ["--conf", key, value]
         self._log_file = open(log, "wb")
         self.proc = subprocess.Popen(command, env=env, stdout=self._log_file, stderr=subprocess.STDOUT,
-                                     cwd=str(app_data), start_new_session=True)
+                                     cwd=str(app_data.parent), start_new_session=True)
 
     def log_tail(self, chars: int = 3000) -> str:
         self._log_file.flush()
