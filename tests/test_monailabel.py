@@ -8,6 +8,7 @@ example's ``smoke_test.py`` and is skipped where ``monailabel`` is not installed
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ APP = Path(__file__).resolve().parents[1] / "examples/monailabel/npc_registratio
 def _load(name, path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
