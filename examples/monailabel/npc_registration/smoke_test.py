@@ -137,7 +137,6 @@ class Server:
         # the server imports monai_npc from this clone (its app copy lies in app_data, outside the repository)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
         env.setdefault("OMP_NUM_THREADS", "1")
-        env.setdefault("MONAI_LABEL_INFER_CONCURRENCY", "1")
         command = [sys.executable, str(APP / "serve.py"), "--studies", str(studies), "--host", "127.0.0.1",
                    "--port", str(port), "--app-data", str(app_data)]
         for key, value in conf.items():

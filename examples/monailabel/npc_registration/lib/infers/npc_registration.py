@@ -102,10 +102,6 @@ MODEL_LABELS = {
     "camus": {"lv": 1, "myocardium": 2, "la": 3},
 }
 
-#: the summary entries that are file names of ``Registration.save`` (not sent without ``output_dir``)
-_FILE_KEYS = ("outputs",)
-
-
 def _model_help() -> str:
     from monai_npc.interop.api import PHASE_CORRELATION
     from monai_npc.networks.nets import available_models
@@ -247,7 +243,7 @@ class NPCRegistration(InferTask):
         except (ValueError, TypeError) as err:  # unreadable files, 2-D vs 3-D, no overlap, label off its grid...
             raise RequestError(422, str(err)) from None
 
-        summary = {k: v for k, v in reg.summary.items() if k not in _FILE_KEYS}
+        summary = dict(reg.summary)  # JSON-ready: what summary.json holds
         if request.get("output_dir"):
             try:
                 saved = reg.save(str(request["output_dir"]))
