@@ -34,7 +34,7 @@ from monai_npc.functional import warp_image
 from .cine import Cine, read_cine, read_frame_label
 from .function import ACDC_STRUCTURES, cardiac_function, volume_curves
 
-__all__ = ["SCHEMES", "DEFAULT_SCHEME", "Tracking", "track", "compose", "warp_label", "label_dice"]
+__all__ = ["SCHEMES", "DEFAULT_SCHEME", "Tracking", "track", "track_schemes", "compose", "warp_label", "label_dice"]
 
 SCHEMES = ("direct", "sequential", "average", "bidirectional")
 #: chosen on the phantom cines and patient090 (docs/tracking.md)
@@ -126,24 +126,37 @@ class Tracking:
 class _Fields:
     """Pairwise in-plane fields ``(Z, 2, H, W)`` (frame voxels) from :func:`monai_npc.register`, cached."""
 
-    def __init__(self, cine: Cine, register_kwargs: Dict[str, Any], progress: Optional[Callable[[], None]] = None) -> None:
+    def __init__(
+        self, cine: Cine, register_kwargs: Dict[str, Any], progress: Optional[Callable[[], None]] = None,
+        cache: Optional[Dict[Tuple[int, int], Tuple[torch.Tensor, float]]] = None,
+    ) -> None:
         self.cine, self.kwargs, self.progress = cine, register_kwargs, progress
-        self.cache: Dict[Tuple[int, int], torch.Tensor] = {}
+        #: ``(moving, fixed)`` -> ``(field, seconds)``; may be shared between schemes
+        self.cache = {} if cache is None else cache
+        self.used: set = set()
 
     def __call__(self, moving: int, fixed: int) -> torch.Tensor:
         key = (moving % len(self.cine), fixed % len(self.cine))
         if key not in self.cache:
             import monai_npc
 
+            t0 = time.perf_counter()
             if key[0] == key[1]:
                 z, (h, w) = self.cine.frames[0].GetSize()[2], self.cine.frames[0].GetSize()[1::-1]
-                self.cache[key] = torch.zeros(z, 2, h, w)
+                field_ = torch.zeros(z, 2, h, w)
             else:
                 reg = monai_npc.register(self.cine.frames[key[0]], self.cine.frames[key[1]], **self.kwargs)
-                self.cache[key] = reg.ddf[1:].permute(1, 0, 2, 3).contiguous().float()  # (3, Z, H, W) -> (Z, 2, H, W)
-            if self.progress is not None:
+                field_ = reg.ddf[1:].permute(1, 0, 2, 3).contiguous().float()  # (3, Z, H, W) -> (Z, 2, H, W)
+            self.cache[key] = (field_, time.perf_counter() - t0)
+            if self.progress is not None and key[0] != key[1]:
                 self.progress()
-        return self.cache[key]
+        self.used.add(key)
+        return self.cache[key][0]
+
+    @property
+    def seconds(self) -> float:
+        """Registration seconds of the pairs this scheme used."""
+        return float(sum(self.cache[k][1] for k in self.used))
 
 
 def _chain(fields: _Fields, ref: int, n: int, step: int) -> List[torch.Tensor]:
@@ -179,8 +192,36 @@ def scheme_fields(fields: _Fields, scheme: str, ref: int, frames: int) -> Tuple[
     return out, cycle  # type: ignore[return-value]
 
 
-def _registrations(scheme: str, frames: int) -> int:
-    return {"direct": frames - 1, "sequential": frames, "average": 2 * frames - 1, "bidirectional": 2 * frames}[scheme]
+def _prepare(cine: Any, label: Any, reference_frame: int, spacing) -> Tuple[Cine, int, np.ndarray]:
+    data = cine if isinstance(cine, Cine) else read_cine(cine, spacing)
+    ref = int(reference_frame)
+    return data, ref, read_frame_label(label, data, ref)
+
+
+def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _Fields, ed_frame, es_frame) -> Tracking:
+    """Compose ``scheme``'s fields (registering what the cache lacks) into a :class:`Tracking`."""
+    t0 = time.perf_counter()
+    cached = set(fields.cache)
+    values = sorted(int(v) for v in np.unique(ref_label) if v != 0)
+    per_frame, cycle = scheme_fields(fields, scheme, ref, len(data))
+    labels = np.stack([ref_label if t == ref else warp_label(ref_label, f, values) for t, f in enumerate(per_frame)])
+    drift = label_dice(warp_label(ref_label, cycle, values), ref_label) if cycle is not None else None
+    ddf = torch.stack([torch.cat([torch.zeros_like(f[:, :1]), f], 1).permute(1, 0, 2, 3) for f in per_frame])  # (T, 3, Z, H, W)
+    volumes = volume_curves(labels, data.spacing)
+    function = cardiac_function(volumes, ed_frame, es_frame)
+    # registration seconds of every pair the scheme uses (also those cached by another scheme) + composition
+    new = sum(sec for key, (_, sec) in fields.cache.items() if key not in cached)
+    seconds = fields.seconds + (time.perf_counter() - t0) - new
+    return Tracking(labels=labels, ddf=ddf.float(), volumes=volumes, function=function, reference_frame=ref, scheme=scheme,
+                    drift=drift, seconds=seconds, cine=data, registrations=sum(k[0] != k[1] for k in fields.used))
+
+
+def _bar(progress: bool, total: int, desc: str):
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="frame")
 
 
 def track(
@@ -218,33 +259,45 @@ def track(
         :class:`Tracking` (labels and displacements on every frame, volumes, function, drift).
 
     Raises:
+        FileNotFoundError: a missing cine or label file.
         ValueError: a 3-D input, a label frame out of range, a label off the frame grid, an unknown scheme.
     """
-    t0 = time.perf_counter()
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme {scheme!r} is not one of {SCHEMES}.")
-    data = cine if isinstance(cine, Cine) else read_cine(cine, spacing)
-    frames = len(data)
-    ref = int(reference_frame)
-    ref_label = read_frame_label(label, data, ref)
-    values = sorted(int(v) for v in np.unique(ref_label) if v != 0)
-    kwargs = dict(model=model, refine_iterations=refine_iterations, **register_kwargs)
-    n_regs = _registrations(scheme, frames)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    return track_schemes(cine, label, reference_frame, (scheme,), model, spacing=spacing, refine_iterations=refine_iterations,
+                         ed_frame=ed_frame, es_frame=es_frame, progress=progress, **register_kwargs)[scheme]
 
-        bar = tqdm(total=n_regs, desc=f"track ({scheme})", unit="frame")
-    fields = _Fields(data, kwargs, bar.update if bar is not None else None)
+
+def track_schemes(
+    cine: Any,
+    label: Any,
+    reference_frame: int = 0,
+    schemes: Sequence[str] = SCHEMES,
+    model: Any = "acdc",
+    *,
+    spacing: Optional[Sequence[float]] = None,
+    refine_iterations: Optional[int] = None,
+    ed_frame: Optional[int] = None,
+    es_frame: Optional[int] = None,
+    progress: bool = True,
+    **register_kwargs: Any,
+) -> Dict[str, Tracking]:
+    """:func:`track` with several schemes sharing their registrations (``{scheme: Tracking}``);
+    each result's ``seconds`` counts every registration its scheme uses, as if run alone."""
+    bad = [s for s in schemes if s not in SCHEMES]
+    if bad or not schemes:
+        raise ValueError(f"scheme(s) {bad or list(schemes)} not in {SCHEMES}.")
+    data, ref, ref_label = _prepare(cine, label, reference_frame, spacing)
+    kwargs = dict(model=model, refine_iterations=refine_iterations, **register_kwargs)
+    frames = len(data)
+    needed = {(ref, t) for t in range(frames)} if any(s in ("direct", "average") for s in schemes) else set()
+    if any(s != "direct" for s in schemes):
+        needed |= {(t, (t + 1) % frames) for t in range(frames)}
+    if "bidirectional" in schemes:
+        needed |= {(t, (t - 1) % frames) for t in range(frames)}
+    bar = _bar(progress, sum(m != f for m, f in needed), f"track ({', '.join(schemes)})")
+    cache: Dict[Tuple[int, int], Tuple[torch.Tensor, float]] = {}
     try:
-        per_frame, cycle = scheme_fields(fields, scheme, ref, frames)
+        return {s: _result(data, ref, ref_label, s, _Fields(data, kwargs, bar.update if bar else None, cache), ed_frame, es_frame)
+                for s in schemes}
     finally:
         if bar is not None:
             bar.close()
-    labels = np.stack([ref_label if t == ref else warp_label(ref_label, f, values) for t, f in enumerate(per_frame)])
-    drift = label_dice(warp_label(ref_label, cycle, values), ref_label) if cycle is not None else None
-    ddf = torch.stack([torch.cat([torch.zeros_like(f[:, :1]), f], 1).permute(1, 0, 2, 3) for f in per_frame])  # (T, 3, Z, H, W)
-    volumes = volume_curves(labels, data.spacing)
-    function = cardiac_function(volumes, ed_frame, es_frame)
-    return Tracking(labels=labels, ddf=ddf.float(), volumes=volumes, function=function, reference_frame=ref, scheme=scheme,
-                    drift=drift, seconds=time.perf_counter() - t0, cine=data, registrations=len(fields.cache) - 1)
