@@ -17,7 +17,9 @@ from typing import Any
 
 _EXPORTS = {
     "cine": ("Cine", "read_cine"),
-    "track": ("SCHEMES", "DEFAULT_SCHEME", "Tracking", "track", "track_schemes"),
+    "schemes": ("SCHEMES", "DEFAULT_SCHEME"),
+    "track": ("Tracking", "track", "track_schemes"),
+    "outputs": ("write_tracking",),
     "function": ("cardiac_function", "volume_curves", "find_ed_es", "ejection_fraction", "myocardial_mass", "agreement"),
     "figures": ("function_figure", "bland_altman_figure"),
 }

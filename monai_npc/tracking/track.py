@@ -33,12 +33,10 @@ from monai_npc.functional import warp_image
 
 from .cine import Cine, read_cine, read_frame_label
 from .function import ACDC_STRUCTURES, cardiac_function, volume_curves
+from .schemes import DEFAULT_SCHEME, SCHEMES
 
 __all__ = ["SCHEMES", "DEFAULT_SCHEME", "Tracking", "track", "track_schemes", "compose", "warp_label", "label_dice"]
 
-SCHEMES = ("direct", "sequential", "average", "bidirectional")
-#: chosen on the phantom cines and patient090 (docs/tracking.md)
-DEFAULT_SCHEME = "direct"
 
 
 def compose(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
