@@ -18,10 +18,13 @@ from scipy import ndimage
 
 from .phantoms import _Field, _cardiac_pull, _cardiac_scene, _grid, cardiac_patient
 
-__all__ = ["SYSTOLE_FRACTION", "contraction_curve", "cardiac_cine"]
+__all__ = ["SYSTOLE_FRACTION", "RV_MOTION", "contraction_curve", "cardiac_cine"]
 
 #: fraction of the cycle from ED (frame 0) to ES
 SYSTOLE_FRACTION = 0.4
+
+#: the RV free-wall motion of the ED/ES pair phantom, scaled up so the RV ejects (RV EF about 15-40 %)
+RV_MOTION = 2.5
 
 
 def contraction_curve(frames: int, systole: float = SYSTOLE_FRACTION) -> np.ndarray:
@@ -33,9 +36,10 @@ def contraction_curve(frames: int, systole: float = SYSTOLE_FRACTION) -> np.ndar
 
 
 def _scaled(patient, s: float):
-    """``patient`` with its ED->ES motion scaled by ``s`` (contraction, twist, shift, random warp)."""
+    """``patient`` with its ED->ES motion scaled by ``s`` (contraction, twist, shift, random warp;
+    the RV's by ``s * RV_MOTION``)."""
     return dataclasses.replace(
-        patient, contraction=s * patient.contraction, rv_contraction=s * patient.rv_contraction, twist=s * patient.twist,
+        patient, contraction=s * patient.contraction, rv_contraction=s * RV_MOTION * patient.rv_contraction, twist=s * patient.twist,
         shift=s * patient.shift, warp=_Field(s * patient.warp.values, patient.warp.cell, patient.warp.half_extent),
     )
 
