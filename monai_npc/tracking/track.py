@@ -280,9 +280,11 @@ def track_schemes(
 ) -> Dict[str, Tracking]:
     """:func:`track` with several schemes sharing their registrations (``{scheme: Tracking}``);
     each result's ``seconds`` counts every registration its scheme uses, as if run alone."""
-    bad = [s for s in schemes if s not in SCHEMES]
-    if bad or not schemes:
-        raise ValueError(f"scheme(s) {bad or list(schemes)} not in {SCHEMES}.")
+    if not schemes:
+        raise ValueError(f"no scheme given; use one or more of {SCHEMES}.")
+    for s in schemes:
+        if s not in SCHEMES:
+            raise ValueError(f"scheme {s!r} is not one of {SCHEMES}.")
     data, ref, ref_label = _prepare(cine, label, reference_frame, spacing)
     kwargs = dict(model=model, refine_iterations=refine_iterations, **register_kwargs)
     frames = len(data)
