@@ -186,3 +186,21 @@ def test_bad_inputs(cine, tmp_path, capsys):
                "--out", str(tmp_path / "o")])
     assert rc == 1 and "a cine must be 4-D" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_read_cine_dicom_folder_and_array(tmp_path):
+    from tests.dicom_writer import write_dicom
+
+    rng = np.random.default_rng(0)
+    movie = rng.integers(0, 1000, (3, 2, 6, 7))  # (T, Z, H, W)
+    series, study = "1.2.3.4", "1.2.3"
+    for t in range(3):
+        for z in range(2):
+            write_dicom(movie[t, z], tmp_path / f"im{t}_{z}.dcm", position=(0.0, 0.0, 8.0 * z), series=series, study=study,
+                        number=1 + t + 3 * z, trigger=40.0 * t)
+    c = read_cine(tmp_path)
+    assert len(c) == 3 and c.spacing == pytest.approx((8.0, 0.8, 0.9))
+    np.testing.assert_array_equal(c.arrays(), movie)
+    assert c.to_4d(c.arrays()).GetSize() == (7, 6, 2, 3)
+    a = read_cine(movie.astype(np.float32), spacing=(8.0, 1.0, 1.5))
+    assert len(a) == 3 and a.spacing == pytest.approx((8.0, 1.0, 1.5)) and a.geometry4d is None
