@@ -23,6 +23,16 @@ __all__ = ["function_figure", "bland_altman_figure"]
 _COLOURS = {1: "tab:blue", 2: "tab:green", 3: "tab:red"}
 
 
+def _heart_box(labels: np.ndarray, margin: int = 12) -> tuple:
+    """Row and column slices of the labelled region of ``labels`` ``(T, H, W)`` over all frames, plus ``margin`` pixels."""
+    rows, cols = np.nonzero((labels > 0).any(0))
+    if rows.size == 0:
+        return slice(None), slice(None)
+    h, w = labels.shape[1:]
+    return (slice(max(rows.min() - margin, 0), min(rows.max() + margin + 1, h)),
+            slice(max(cols.min() - margin, 0), min(cols.max() + margin + 1, w)))
+
+
 def function_figure(
     curves: Mapping[str, Sequence[float]],
     ed: int,
@@ -53,13 +63,13 @@ def function_figure(
     if slice_index is None:
         slice_index = int(np.argmax((labels[ed] == 3).reshape(labels.shape[1], -1).sum(1)))
     shown = sorted(set(np.linspace(0, n - 1, min(max_frames, n)).round().astype(int).tolist()) | {ed, es})
-    fig = plt.figure(figsize=(max(2.0 * len(shown), 8.0), 6.0))
+    fig = plt.figure(figsize=(max(1.6 * len(shown), 8.0), 6.0))
     grid = fig.add_gridspec(2, len(shown), height_ratios=[1.2, 1.0])
     ax = fig.add_subplot(grid[0, :])
     frames = np.arange(n)
     for name, colour in (("lv", "tab:red"), ("rv", "tab:blue"), ("myo", "tab:green")):
         if name in curves:
-            ax.plot(frames, np.asarray(curves[name]), "o-", color=colour, label=f"{name.upper()} {'mass volume' if name == 'myo' else 'cavity'}")
+            ax.plot(frames, np.asarray(curves[name]), "o-", color=colour, label="LV myocardium" if name == "myo" else f"{name.upper()} cavity")
     ax.axvline(ed, color="k", ls="--", lw=1)
     ax.axvline(es, color="k", ls=":", lw=1)
     ax.text(ed, ax.get_ylim()[1], " ED", va="top")
@@ -67,11 +77,12 @@ def function_figure(
     ax.set_xlabel("frame (0-based)")
     ax.set_ylabel("volume (mL)")
     ax.legend(loc="best", fontsize=8)
+    rows, cols = _heart_box(labels[:, slice_index])
     for k, t in enumerate(shown):
         a = fig.add_subplot(grid[1, k])
-        a.imshow(images[t, slice_index], cmap="gray")
+        a.imshow(images[t, slice_index][rows, cols], cmap="gray")
         for value, colour in _COLOURS.items():
-            mask = labels[t, slice_index] == value
+            mask = labels[t, slice_index][rows, cols] == value
             if mask.any():
                 a.contour(mask.astype(float), levels=[0.5], colors=colour, linewidths=0.8)
         a.set_title(f"{t}" + (" ED" if t == ed else " ES" if t == es else ""), fontsize=9)
