@@ -5,7 +5,8 @@ Into a folder: ``labels_4d.nii.gz`` (the tracked labels, uint8, the cine's own 4
 ``function.json`` (:attr:`~monai_npc.tracking.track.Tracking.summary`: EDV, ESV, SV, EF, LV mass,
 ED / ES found and, when known, the ED / ES of ``Info.cfg``) and ``function.png`` (volume curve
 with ED / ES and a strip of frames with contours). Every file is first written under a temporary
-name in the same folder and renamed when complete, so a reader never sees half a file.
+name in the same folder and renamed when complete (:func:`monai_npc.io_safety.atomic_write`), so
+a reader never sees half a file.
 """
 
 from __future__ import annotations
@@ -13,32 +14,19 @@ from __future__ import annotations
 import csv
 import json
 import os
-import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Dict, Optional, Union
 
 import SimpleITK as sitk
 
+from monai_npc.io_safety import atomic_write, make_folder
+
 from .track import Tracking
 
-__all__ = ["TRACK_OUTPUTS", "atomic_write", "write_tracking"]
+__all__ = ["TRACK_OUTPUTS", "write_tracking"]
 
 #: file names of :func:`write_tracking`
 TRACK_OUTPUTS = {"labels": "labels_4d.nii.gz", "volumes": "volumes.csv", "function": "function.json", "figure": "function.png"}
-
-
-def atomic_write(path: Union[str, os.PathLike], write: Callable[[Path], Any]) -> Path:
-    """Call ``write(tmp)`` on a temporary name beside ``path`` (same suffix), then rename it to ``path``."""
-    path = Path(path)
-    suffix = "".join(path.suffixes) or ".tmp"
-    tmp = path.parent / f".{path.name.split('.')[0]}.tmp-{uuid.uuid4().hex[:8]}{suffix}"
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
 
 
 def _write_csv(tracking: Tracking, path: Path) -> None:
@@ -58,10 +46,7 @@ def write_tracking(tracking: Tracking, out: Union[str, os.PathLike], info: Optio
     ``info``: ``{"ed": k, "es": k}`` 0-based frames from ``Info.cfg`` (recorded in ``function.json``
     beside the frames found from the volume curve).
     """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"output folder {out} is an existing file; give a folder path for --out.")
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_folder(out)
     paths = {k: out / v for k, v in TRACK_OUTPUTS.items()}
     atomic_write(paths["labels"], lambda p: sitk.WriteImage(tracking.label_image, str(p), True))
     atomic_write(paths["volumes"], lambda p: _write_csv(tracking, p))
