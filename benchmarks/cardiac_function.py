@@ -158,6 +158,13 @@ def summarise(out: Path) -> Dict[str, object]:
     groups = sorted({records[next(iter(records))][n]["group"] for n in names})
     summary: Dict[str, object] = {"patients": len(names), "methods": {}}
     lines = [f"# Cardiac function from ED->ES propagation ({len(names)} patients in every method)", ""]
+    ref_rec = next(iter(records.values()))
+    lines += ["Expert reference (ED + ES labels), mean per group:", "", "| group | n | LV EF % | RV EF % | LV ESV mL | RV ESV mL |",
+              "|---|---|---|---|---|---|"]
+    for group in groups + ["all"]:
+        sel = [ref_rec[n]["expert"] for n in names if group == "all" or ref_rec[n]["group"] == group]
+        lines.append(f"| {group} | {len(sel)} | " + " | ".join(f"{np.mean([e[q] for e in sel]):.1f}" for q in QUANTITIES) + " |")
+    lines.append("")
     for method, rec in records.items():
         commits = sorted({rec[n].get("commit", "?") for n in names})
         secs = [rec[n]["seconds"] for n in names]
@@ -177,8 +184,9 @@ def summarise(out: Path) -> Dict[str, object]:
         lines.append("")
         summary["methods"][method] = {"commits": commits, "seconds_per_patient": float(np.mean(secs)), "groups": per_group}
     ref = next(iter(records.values()))
-    panels = {q: {m: [records[m][n]["pred"][q] for n in names] for m in records} for q in ("lv_ef", "rv_ef")}
-    reference = {q: [ref[n]["expert"][q] for n in names] for q in ("lv_ef", "rv_ef")}
+    titles = {"lv_ef": "LV EF", "rv_ef": "RV EF"}
+    panels = {titles[q]: {m: [records[m][n]["pred"][q] for n in names] for m in records} for q in titles}
+    reference = {titles[q]: [ref[n]["expert"][q] for n in names] for q in titles}
     bland_altman_figure(panels, reference, out / "bland_altman.png", units="EF %",
                         title=f"ED->ES propagation vs expert ES labels, {len(names)} ACDC test patients")
     (out / "results.md").write_text("\n".join(lines) + "\n")
