@@ -204,3 +204,20 @@ def test_read_cine_dicom_folder_and_array(tmp_path):
     assert c.to_4d(c.arrays()).GetSize() == (7, 6, 2, 3)
     a = read_cine(movie.astype(np.float32), spacing=(8.0, 1.0, 1.5))
     assert len(a) == 3 and a.spacing == pytest.approx((8.0, 1.0, 1.5)) and a.geometry4d is None
+
+
+def test_read_cine_metatensor_and_nibabel(cine, tmp_path):
+    """A 4-D NIfTI read by MONAI LoadImage or nibabel gives the frames SimpleITK reads from the file."""
+    import nibabel as nib
+    from monai.transforms import LoadImage
+
+    path = tmp_path / "c_4d.nii.gz"
+    _write_4d(cine, path)
+    ref = read_cine(path)
+    for other in (read_cine(LoadImage(image_only=True)(str(path))), read_cine(nib.load(str(path)))):
+        assert len(other) == FRAMES
+        for a, b in zip(other.frames, ref.frames):
+            np.testing.assert_allclose(a.GetOrigin(), b.GetOrigin(), atol=1e-3)
+            np.testing.assert_allclose(a.GetDirection(), b.GetDirection(), atol=1e-5)
+            np.testing.assert_allclose(a.GetSpacing(), b.GetSpacing(), rtol=1e-5)
+            np.testing.assert_allclose(sitk.GetArrayFromImage(a), sitk.GetArrayFromImage(b), atol=1e-5)

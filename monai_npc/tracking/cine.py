@@ -6,8 +6,10 @@ Accepted inputs (:func:`read_cine`):
 - a cine DICOM series folder (several phases per slice position, trigger-time order), read phase
   by phase with :func:`monai_npc.data.io.read_dicom_folder`;
 - a sequence of 3-D frames (``sitk.Image`` or paths) on one grid;
-- a numpy array / torch tensor ``(T, Z, H, W)`` in array order with ``spacing`` ``(Z, H, W)`` mm
-  (origin 0, identity direction).
+- a MONAI ``LoadImage`` ``MetaTensor`` or a nibabel image of a 4-D NIfTI, ``(X, Y, Z, T)`` in index
+  order (each frame keeps the geometry :func:`monai_npc.register` reads from it);
+- a numpy array / plain torch tensor ``(T, Z, H, W)`` in array order with ``spacing`` ``(Z, H, W)``
+  mm (origin 0, identity direction).
 
 Frames are float32 ``sitk.Image`` (LPS mm); labels are checked against the frame grid.
 """
@@ -142,6 +144,17 @@ def read_cine(cine: CineLike, spacing: Optional[Sequence[float]] = None, what: s
             raise ValueError(f"{what} {source} (size {cine.GetSize()}) must be 4-D (X, Y, Z, T).")
         geometry4d = {"spacing": cine.GetSpacing(), "origin": cine.GetOrigin(), "direction": cine.GetDirection()}
         frames = _frames_of_4d(cine)
+    elif isinstance(cine, torch.Tensor) and getattr(cine, "affine", None) is not None:  # MONAI LoadImage MetaTensor
+        mt = cine[0] if cine.ndim == 5 and cine.shape[0] == 1 else cine  # channel-first (1, X, Y, Z, T)
+        source = f"<in-memory MetaTensor {tuple(mt.shape)}>"
+        if mt.ndim != 4:
+            raise ValueError(f"{what} {source} must be 4-D (X, Y, Z, T), as MONAI LoadImage reads a 4-D NIfTI.")
+        frames = [as_image(mt[..., t], f"{what} frame {t}") for t in range(mt.shape[-1])]
+    elif hasattr(cine, "affine") and hasattr(cine, "slicer") and hasattr(cine, "dataobj"):  # nibabel image
+        source = f"<in-memory nibabel image {tuple(cine.shape)}>"
+        if len(cine.shape) != 4:
+            raise ValueError(f"{what} {source} must be 4-D (X, Y, Z, T).")
+        frames = [as_image(cine.slicer[..., t], f"{what} frame {t}") for t in range(cine.shape[3])]
     elif isinstance(cine, (np.ndarray, torch.Tensor)):
         arr = cine.detach().cpu().numpy() if isinstance(cine, torch.Tensor) else np.asarray(cine)
         source = f"<in-memory array {tuple(arr.shape)}>"
