@@ -119,14 +119,15 @@ def test_track_phantom_accuracy(cine):
         assert float(r.ddf[:, 0].abs().max()) == 0.0  # no through-plane displacement
         dice = [np.nanmean(list(label_dice(r.labels[t], cine["label"][t]).values())) for t in range(FRAMES)]
         unregistered = [np.nanmean(list(label_dice(cine["label"][0], cine["label"][t]).values())) for t in range(FRAMES)]
-        assert min(dice) > 0.88, (scheme, dice)
-        assert dice[cine["es"]] > unregistered[cine["es"]] + 0.05, (scheme, dice, unregistered)
-        assert np.abs(r.volumes["lv"] - truth["lv"]).max() < 0.1 * edv, (scheme, r.volumes["lv"], truth["lv"])
+        assert min(dice) > 0.92, (scheme, dice)  # measured 0.946 (sequential), 0.952 (direct)
+        assert dice[cine["es"]] > unregistered[cine["es"]] + 0.3, (scheme, dice, unregistered)  # 0.95 vs 0.51
+        assert np.abs(r.volumes["lv"] - truth["lv"]).max() < 0.07 * edv, (scheme, r.volumes["lv"], truth["lv"])  # <= 1.3 of 28.5 mL
         assert r.function["es_frame"] == cine["es"] and r.function["ed_frame"] == 0
-        assert abs(r.function["lv_ef"] - cardiac_function(truth)["lv_ef"]) < 8.0
+        assert abs(r.function["lv_ef"] - cardiac_function(truth)["lv_ef"]) < 5.0  # measured -2.4 / -3.4 points
+        assert abs(r.function["rv_ef"] - cardiac_function(truth)["rv_ef"]) < 5.0  # -1.2 / -2.5
         assert r.registrations == (FRAMES - 1 if scheme == "direct" else FRAMES)
     assert res["direct"].drift is None
-    assert np.nanmean(list(res["sequential"].drift.values())) > 0.8  # round the cycle back to ED
+    assert np.nanmean(list(res["sequential"].drift.values())) > 0.9  # round the cycle back to ED: 0.957
 
 
 def test_cli_writes_4d_in_input_geometry(cine, tmp_path):
