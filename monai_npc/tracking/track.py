@@ -38,12 +38,13 @@ from .schemes import DEFAULT_SCHEME, SCHEMES
 __all__ = ["SCHEMES", "DEFAULT_SCHEME", "Tracking", "track", "track_schemes", "compose", "warp_label", "label_dice"]
 
 
-
 def compose(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
-    """Field of ``x -> x + then(x) -> ... + first(x + then(x))``: ``then + first o (id + then)``.
+    """The displacement of ``x`` through ``then`` and then ``first``: ``then(x) + first(x + then(x))``.
 
-    Both ``(Z, 2, H, W)`` in-plane voxels (Warp convention). With ``then`` = frame ``t-1`` -> ``t``
-    and ``first`` = reference -> ``t-1``, the result maps frame ``t`` to the reference.
+    Both ``(Z, 2, H, W)`` in-plane voxels (Warp convention: a field maps a point of the fixed
+    frame to its point in the moving frame). With ``then`` from registering frame ``t-1`` onto
+    ``t`` and ``first`` the field of frame ``t-1`` to the reference, the result is the field of
+    frame ``t`` to the reference. Outside the grid ``first`` takes its border values.
     """
     return then + warp_image(first, then, "bilinear", "border")
 
