@@ -107,8 +107,9 @@ class Tracking:
 
     @property
     def label_image(self) -> sitk.Image:
-        """The tracked labels as a 4-D ``sitk.Image`` (uint8) with the cine's geometry."""
-        return self.cine.to_4d(self.labels.astype(np.uint8))
+        """The tracked labels as a 4-D ``sitk.Image`` (uint8, int32 beyond 255) with the cine's geometry."""
+        small = self.labels.min(initial=0) >= 0 and self.labels.max(initial=0) < 256
+        return self.cine.to_4d(self.labels.astype(np.uint8 if small else np.int32))
 
     @property
     def summary(self) -> Dict[str, Any]:
