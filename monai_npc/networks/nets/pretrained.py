@@ -284,6 +284,19 @@ def _resolve(name_or_path: str | Path, map_location: Any) -> Tuple[Dict[str, Any
     return bundle_network_config(bundle_dir), state, _bundle_meta(bundle_dir)
 
 
+def _network_to_load(config: Mapping[str, Any]) -> NPCNet:
+    """An ``NPCNet`` of ``config`` whose parameters are about to be replaced by loaded weights.
+
+    Its filters start random instead of running the Fourier initialisation (most of the build time)
+    that the weights overwrite anyway; the global random state is left as it was, and ``net.config``
+    keeps the configured ``init``.
+    """
+    with torch.random.fork_rng(devices=[]):
+        net = NPCNet(**{**config, "init": "random"})
+    net.config["init"] = config.get("init", "fourier")
+    return net
+
+
 def load_pretrained(name_or_path: str | Path, map_location: str | torch.device = "cpu", **overrides: Any) -> NPCNet:
     """An ``NPCNet`` from a model argument: a shipped name, a :func:`save_pretrained` file, a bundle or its ``models/model.pt``.
 
@@ -299,7 +312,7 @@ def load_pretrained(name_or_path: str | Path, map_location: str | torch.device =
     """
     config, state, meta = _resolve(name_or_path, map_location)
     config.update(overrides)
-    net = NPCNet(**config)
+    net = _network_to_load(config)
     try:
         net.load_state_dict(state)
     except RuntimeError as err:
