@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import pickle
+import re
+import shutil
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Iterable, List, Mapping, Optional, Union
 
 import torch
 
@@ -31,9 +34,15 @@ __all__ = [
     "UnsafeWeightsError",
     "convert_trusted",
     "plain",
+    "remove_leftovers",
     "safe_load",
     "state_dict_sha256",
 ]
+
+logger = logging.getLogger(__name__)
+
+#: a temporary of :func:`~monai_npc.utils.atomic_torch_save` for ``path``: ``.{path.name}.{8 random characters}.tmp``
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
 
 #: key of the weights checksum: in a save_pretrained file's ``meta`` and in a bundle's ``configs/metadata.json``
 CHECKSUM_KEY = "weights_sha256"
@@ -151,3 +160,27 @@ def convert_trusted(src: Union[str, Path], dst: Union[str, Path]) -> Path:
     atomic_torch_save(blob, dst)
     safe_load(dst, what="converted weights")
     return dst
+
+
+def remove_leftovers(folder: Union[str, Path], names: Optional[Iterable[str]] = None) -> List[Path]:
+    """Delete the temporary files (or folders) that killed atomic writes left in ``folder``; return them.
+
+    A write of ``folder/NAME`` by :func:`~monai_npc.utils.atomic_torch_save` goes through
+    ``folder/.NAME.XXXXXXXX.tmp`` and a kill during it leaves that file behind; earlier writers
+    used ``folder/STEM.tmp``. With ``names`` only the temporaries of those targets are removed,
+    otherwise every ``.*.XXXXXXXX.tmp`` of ``folder``. Call it when a run starts, before it writes.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    wanted = None if names is None else set(names)
+    stale = [p for p in folder.iterdir() if (m := _TEMPORARY.match(p.name)) and (wanted is None or m.group("name") in wanted)]
+    stale += [folder / (Path(n).stem + ".tmp") for n in wanted or () if (folder / (Path(n).stem + ".tmp")).exists()]
+    for path in stale:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    if stale:
+        logger.warning("removed %d leftover temporary file(s) of an interrupted run: %s", len(stale), [str(p) for p in stale])
+    return stale

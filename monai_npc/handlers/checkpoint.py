@@ -17,6 +17,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
 from monai.handlers import CheckpointSaver
 
+from monai_npc.serialization import remove_leftovers
 from monai_npc.utils import atomic_torch_save
 
 from .random_state import TrainerRandomState
@@ -36,7 +37,7 @@ def list_checkpoints(folder: Union[str, Path], prefix: str = "checkpoint") -> Li
     found = []
     for path in folder.glob(f"*{prefix}_epoch=*.pt"):
         match = _EPOCH.search(path.name)
-        if match:
+        if match and not path.name.startswith("."):  # never a hidden temporary
             found.append((int(match.group(1)), path))
     return [p for _, p in sorted(found, reverse=True)]
 
@@ -147,6 +148,8 @@ class TrainCheckpoint:
     threads), and training runs up to the trainer's ``max_epochs``. A newest file that cannot be
     read (e.g. truncated by a kill outside this handler) is skipped with a warning naming it, and
     the previous one is used. Without any checkpoint, training starts from scratch (with a warning).
+    Checkpoints are read as data only (``weights_only=True``), and the temporary files of saves that a
+    killed run left in ``save_dir`` (and the best saver's folder) are deleted when the handler attaches.
 
     Args:
         save_dir: folder of the per-epoch checkpoints.
@@ -223,6 +226,10 @@ class TrainCheckpoint:
         if self.random_state:
             objects["random"] = TrainerRandomState(engine)
         save = (_rank() == 0) if self.save is None else bool(self.save)
+        if save:  # temporaries of saves a killed run left: deleted, never resumed from
+            remove_leftovers(self.save_dir)
+            if self.best_saver is not None:
+                remove_leftovers(self.best_saver.save_dir)
         if save and self.save_interval > 0:
             self.save_dir.mkdir(parents=True, exist_ok=True)
             AtomicCheckpointSaver(
