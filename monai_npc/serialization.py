@@ -83,10 +83,10 @@ def state_dict_sha256(state: Mapping[str, torch.Tensor]) -> str:
 
 
 def _unsafe_message(path: Path, err: Exception) -> str:
-    detail = next((line.strip() for line in str(err).splitlines() if "GLOBAL" in line or "Unsupported" in line), "")
+    names = sorted(set(re.findall(r"GLOBAL ([\w.]+)", str(err))))
     return (
         f"{path} is not a data-only weights file: loading it would unpickle Python objects"
-        f"{' (' + detail + ')' if detail else ''}, which can run arbitrary code, so monai_npc refuses it. "
+        f"{' (' + ', '.join(names) + ')' if names else ''}, which can run arbitrary code, so monai_npc refuses it. "
         "Files written by earlier monai_npc releases may hold numpy values in their metadata; if you trust "
         f"this file (you made it, or know where it comes from), convert it once with: "
         f"{CONVERT_COMMAND.format(src=path, dst=path.with_name(path.stem + '_safe' + path.suffix))}"
@@ -129,7 +129,7 @@ def plain(obj: Any) -> Any:
     numpy scalars and arrays become numbers and lists, tuples and sets lists, paths strings, mapping
     keys strings (except integer keys, e.g. optimizer state ids), and other objects their ``str``.
     """
-    if isinstance(obj, torch.Tensor) or obj is None or isinstance(obj, (bool, int, float, str)):
+    if isinstance(obj, torch.Tensor) or obj is None or type(obj) in (bool, int, float, str):  # not numpy's float64
         return obj
     if isinstance(obj, Mapping):
         return {(k if isinstance(k, (int, str)) else str(k)): plain(v) for k, v in obj.items()}
@@ -137,9 +137,10 @@ def plain(obj: Any) -> Any:
         return [plain(v) for v in obj]
     if hasattr(obj, "tolist") and hasattr(obj, "dtype"):  # numpy scalar or array
         return plain(obj.tolist())
-    if isinstance(obj, Path):
-        return str(obj)
-    return str(obj)
+    for kind in (bool, int, float):  # subclasses, e.g. an IntEnum
+        if isinstance(obj, kind):
+            return kind(obj)
+    return str(obj)  # paths and any other object
 
 
 def convert_trusted(src: Union[str, Path], dst: Union[str, Path]) -> Path:
