@@ -15,14 +15,21 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
-from monai.handlers import CheckpointSaver
+from monai.handlers import CheckpointLoader, CheckpointSaver
 
 from monai_npc.serialization import remove_leftovers
 from monai_npc.utils import atomic_torch_save
 
 from .random_state import TrainerRandomState
 
-__all__ = ["AtomicCheckpointSaver", "BestMetricState", "TrainCheckpoint", "latest_checkpoint", "list_checkpoints"]
+__all__ = [
+    "AtomicCheckpointSaver",
+    "BestMetricState",
+    "TrainCheckpoint",
+    "VerifiedCheckpointLoader",
+    "latest_checkpoint",
+    "list_checkpoints",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -267,3 +274,26 @@ class TrainCheckpoint:
             checkpoint.clear()  # free the loaded tensors
 
         engine.add_event_handler(Events.STARTED, _load)
+
+
+class VerifiedCheckpointLoader(CheckpointLoader):
+    """MONAI ``CheckpointLoader`` that first checks the weights against their recorded SHA-256.
+
+    Same arguments as :class:`monai.handlers.CheckpointLoader` (which reads with
+    ``weights_only=True``); before loading, ``load_path`` is checked with
+    :func:`~monai_npc.networks.nets.check_weights` (``weights_sha256`` of the file's ``meta`` and, for
+    a bundle's ``models/model.pt``, of its ``configs/metadata.json``). Weights without a recorded
+    checksum load as with MONAI's loader.
+
+    Raises:
+        ChecksumError: the weights do not match their recorded checksum (nothing is loaded).
+    """
+
+    def __call__(self, engine: Engine) -> None:
+        from monai_npc.networks.nets import check_weights
+        from monai_npc.serialization import ChecksumError
+
+        check = check_weights(self.load_path)
+        if check.status == "mismatch":
+            raise ChecksumError(check.message)
+        super().__call__(engine)

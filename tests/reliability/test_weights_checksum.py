@@ -97,3 +97,20 @@ def test_shipped_weights_have_a_matching_checksum(name):
         assert check_weights(bundle).recorded == {
             f"meta of {bundle / 'models' / 'model.pt'}": check.actual, str(bundle / "configs" / "metadata.json"): check.actual,
         }
+
+
+def test_verified_checkpoint_loader(tmp_path):
+    """The bundle configs' loader with the checksum check: loads matching weights, refuses changed ones."""
+    pytest.importorskip("ignite")
+    from ignite.engine import Engine
+
+    from monai_npc.handlers import VerifiedCheckpointLoader
+
+    net = tiny_net()
+    bundle = write_bundle(tmp_path / "bundle", lambda p: save_pretrained(net, p), metadata={})
+    into = tiny_net()
+    VerifiedCheckpointLoader(str(bundle / "models" / "model.pt"), {"model": into})(Engine(lambda e, b: None))
+    assert all(torch.equal(a, b) for a, b in zip(into.state_dict().values(), net.state_dict().values()))
+    (bundle / "configs" / "metadata.json").write_text(json.dumps({CHECKSUM_KEY: "0" * 64}))
+    with pytest.raises(ChecksumError, match="metadata.json records 0000"):
+        VerifiedCheckpointLoader(str(bundle / "models" / "model.pt"), {"model": tiny_net()})(Engine(lambda e, b: None))
