@@ -112,9 +112,10 @@ def safe_load(path: Union[str, Path], map_location: Any = "cpu", mmap: bool = Fa
     try:
         return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
-        if "weights only" in str(err).lower():
+        if re.search(r"GLOBAL [\w.]+", str(err)):  # it names an object to import: refused, never unpickled
             raise UnsafeWeightsError(_unsafe_message(path, err)) from None
-        raise ValueError(f"cannot read {what} from {path}: {err}") from err
+        reason = next((line.strip() for line in str(err).splitlines() if "Unsupported" in line), str(err).splitlines()[0])
+        raise ValueError(f"cannot read {what} from {path}: not a data-only torch file ({reason}).") from None
     except RuntimeError as err:  # e.g. "PytorchStreamReader failed ...": truncated or not a torch file
         if mmap and "mmap" in str(err):  # a legacy (non-zip) torch file cannot be mapped: read it instead
             return safe_load(path, map_location, mmap=False, what=what)

@@ -82,7 +82,10 @@ def train_pairs(
         except UnsafeWeightsError:
             raise
         except ValueError as err:  # truncated or foreign: say so instead of a bare EOFError
-            raise ValueError(f"train_pairs: cannot resume from checkpoint {ckpt}: {err} Delete it to train from scratch.") from err
+            raise ValueError(
+                f"train_pairs: cannot resume from checkpoint {ckpt} ({ckpt.stat().st_size} bytes): {err} "
+                "Delete it to train from scratch."
+            ) from err
         network.load_state_dict(state["network"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
