@@ -114,3 +114,19 @@ def test_verified_checkpoint_loader(tmp_path):
     (bundle / "configs" / "metadata.json").write_text(json.dumps({CHECKSUM_KEY: "0" * 64}))
     with pytest.raises(ChecksumError, match="metadata.json records 0000"):
         VerifiedCheckpointLoader(str(bundle / "models" / "model.pt"), {"model": tiny_net()})(Engine(lambda e, b: None))
+
+
+def test_export_with_link_stores_the_weights_once(tmp_path):
+    """A retrained bundle (bare models/model.pt) exported to the package format, then linked to it."""
+    from monai_npc.networks.nets import export_bundle_weights
+
+    net = tiny_net()
+    bundle = write_bundle(tmp_path / "bundle", net.state_dict(), metadata={"version": "1.0", "name": "tiny"})
+    out = export_bundle_weights(bundle, tmp_path / "weights" / "tiny.pt", {"trained_on": "noise"}, link=True)
+    link = bundle / "models" / "model.pt"
+    assert link.is_symlink() and link.resolve() == out.resolve() and not link.readlink().is_absolute()
+    check = check_weights(bundle)
+    assert check.status == "ok" and check.actual == state_dict_sha256(net.state_dict())
+    assert json.loads((bundle / "configs" / "metadata.json").read_text())[CHECKSUM_KEY] == check.actual
+    loaded = load_pretrained(bundle)
+    assert loaded.meta["trained_on"] == "noise" and loaded.meta["version"] == "1.0"

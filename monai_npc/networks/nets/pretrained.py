@@ -43,6 +43,7 @@ __all__ = [
     "bundle_network_config",
     "check_weights",
     "export_bundle_weights",
+    "link_bundle_weights",
     "load_pretrained",
     "model_argument_help",
     "record_checksum",
@@ -321,12 +322,32 @@ def load_pretrained(name_or_path: str | Path, map_location: str | torch.device =
     return net.eval()
 
 
-def export_bundle_weights(bundle_dir: str | Path, out: str | Path, meta: Optional[Mapping[str, Any]] = None) -> Path:
+def link_bundle_weights(bundle_dir: str | Path, weights: str | Path) -> Path:
+    """Make a bundle's ``models/model.pt`` a relative link to ``weights`` (one stored copy) and record its checksum.
+
+    ``weights`` is a :func:`save_pretrained` file (e.g. ``monai_npc/weights/acdc.pt``), which MONAI's
+    ``CheckpointLoader(load_dict={"model": net})`` reads too; the bundle's ``configs/metadata.json``
+    gets its ``weights_sha256``. Returns the link.
+    """
+    link = Path(bundle_dir) / _BUNDLE_WEIGHTS
+    link.parent.mkdir(parents=True, exist_ok=True)
+    staged = link.with_name(f".{link.name}.link")
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(os.path.relpath(Path(weights).resolve(), link.parent.resolve()))
+    os.replace(staged, link)
+    record_checksum(bundle_dir)
+    return link
+
+
+def export_bundle_weights(
+    bundle_dir: str | Path, out: str | Path, meta: Optional[Mapping[str, Any]] = None, link: bool = False
+) -> Path:
     """Write a bundle's ``models/model.pt`` with its ``network_def`` as a :func:`save_pretrained` file.
 
     ``meta`` is added to the bundle's (name, version, changelog entry, ``input_size``, and
     ``preprocessing: "minmax"``). This is how ``monai_npc/weights/camus.pt`` is made from
-    ``bundles/npc_camus`` (``examples/export_bundle_weights.py``).
+    ``bundles/npc_camus`` (``examples/export_bundle_weights.py``). With ``link``, the bundle's
+    ``models/model.pt`` then becomes a link to ``out`` (:func:`link_bundle_weights`): one stored copy.
     """
     bundle_dir = Path(bundle_dir)
     if not _is_bundle(bundle_dir):
@@ -334,4 +355,7 @@ def export_bundle_weights(bundle_dir: str | Path, out: str | Path, meta: Optiona
     net = load_pretrained(bundle_dir)
     info = {"preprocessing": "minmax", **net.meta, **dict(meta or {})}
     info["bundle"] = bundle_dir.resolve().name
-    return save_pretrained(net, out, info)
+    save_pretrained(net, out, info)
+    if link:
+        link_bundle_weights(bundle_dir, out)
+    return Path(out)
