@@ -121,12 +121,14 @@ def test_export_with_link_stores_the_weights_once(tmp_path):
     from monai_npc.networks.nets import export_bundle_weights
 
     net = tiny_net()
-    bundle = write_bundle(tmp_path / "bundle", net.state_dict(), metadata={"version": "1.0", "name": "tiny"})
+    stale = {"version": "1.0", "name": "tiny \u00d7", CHECKSUM_KEY: "0" * 64}  # the checksum of the weights before
+    bundle = write_bundle(tmp_path / "bundle", net.state_dict(), metadata=stale)
     out = export_bundle_weights(bundle, tmp_path / "weights" / "tiny.pt", {"trained_on": "noise"}, link=True)
     link = bundle / "models" / "model.pt"
     assert link.is_symlink() and link.resolve() == out.resolve() and not link.readlink().is_absolute()
     check = check_weights(bundle)
     assert check.status == "ok" and check.actual == state_dict_sha256(net.state_dict())
-    assert json.loads((bundle / "configs" / "metadata.json").read_text())[CHECKSUM_KEY] == check.actual
+    assert json.loads((bundle / "configs" / "metadata.json").read_text()) == {**stale, CHECKSUM_KEY: check.actual}
+    assert "tiny \u00d7" in (bundle / "configs" / "metadata.json").read_text(encoding="utf-8")  # not re-escaped
     loaded = load_pretrained(bundle)
     assert loaded.meta["trained_on"] == "noise" and loaded.meta["version"] == "1.0"

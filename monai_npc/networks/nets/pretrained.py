@@ -124,7 +124,7 @@ def _bundle_meta(bundle_dir: Path) -> Dict[str, Any]:
     meta: Dict[str, Any] = {"bundle": str(bundle_dir)}
     meta_file = bundle_dir / _BUNDLE_METADATA
     if meta_file.is_file():
-        info = json.loads(meta_file.read_text())
+        info = json.loads(meta_file.read_text(encoding="utf-8"))
         version = info.get("version")
         meta.update(bundle_name=info.get("name"), version=version, changelog=info.get("changelog", {}).get(version))
         shape = info.get("network_data_format", {}).get("inputs", {}).get("image", {}).get("spatial_shape")
@@ -179,10 +179,12 @@ def _contents(path: Path, map_location: Any = "cpu") -> Tuple[Optional[Dict[str,
 
 
 def _bundle_of(path: Path) -> Optional[Path]:
-    """The bundle folder of a ``models/model.pt`` path (not following a link to the package's copy), else ``None``."""
-    path = Path(os.path.abspath(path))
-    bundle = path.parent.parent
-    return bundle if path.parent.name == "models" and (bundle / _BUNDLE_CONFIG).is_file() else None
+    """The bundle folder of a weights file two levels below it (e.g. ``models/model.pt``), else ``None``.
+
+    The path is made absolute without following links: a bundle's link to the package's copy stays in the bundle.
+    """
+    bundle = Path(os.path.abspath(path)).parent.parent
+    return bundle if (bundle / _BUNDLE_CONFIG).is_file() else None
 
 
 def _recorded_checksums(path: Path, meta: Mapping[str, Any]) -> Dict[str, str]:
@@ -193,7 +195,7 @@ def _recorded_checksums(path: Path, meta: Mapping[str, Any]) -> Dict[str, str]:
     bundle = _bundle_of(path)
     meta_file = bundle / _BUNDLE_METADATA if bundle is not None else None
     if meta_file is not None and meta_file.is_file():
-        value = json.loads(meta_file.read_text()).get(CHECKSUM_KEY)
+        value = json.loads(meta_file.read_text(encoding="utf-8")).get(CHECKSUM_KEY)
         if value:
             found[str(meta_file)] = str(value)
     return found
@@ -259,9 +261,9 @@ def record_checksum(name_or_path: str | Path) -> WeightsCheck:
     bundle = _bundle_of(path)
     if bundle is not None:
         meta_file = bundle / _BUNDLE_METADATA
-        info = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+        info = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
         info[CHECKSUM_KEY] = actual
-        meta_file.write_text(json.dumps(info, indent=4) + "\n")
+        meta_file.write_text(json.dumps(info, indent=4, ensure_ascii=False) + "\n", encoding="utf-8")
     if config is not None and meta.get(CHECKSUM_KEY) != actual:
         state = {k: v.clone() for k, v in state.items()}  # detach from the mapped file before replacing it
         atomic_torch_save({"model": state, "config": plain(config), "meta": plain({**meta, CHECKSUM_KEY: actual})},
@@ -269,11 +271,14 @@ def record_checksum(name_or_path: str | Path) -> WeightsCheck:
     return check_weights(path)
 
 
-def _resolve(name_or_path: str | Path, map_location: Any) -> Tuple[Dict[str, Any], Dict[str, torch.Tensor], Dict[str, Any]]:
-    """``(config, state_dict, meta)`` of a model argument (see the module docstring), its checksum verified."""
+def _resolve(
+    name_or_path: str | Path, map_location: Any, verify: bool = True
+) -> Tuple[Dict[str, Any], Dict[str, torch.Tensor], Dict[str, Any]]:
+    """``(config, state_dict, meta)`` of a model argument (see the module docstring), its checksum verified if ``verify``."""
     path = _locate(name_or_path)
     config, state, meta = _contents(path, map_location)
-    _verify(path, state, _recorded_checksums(path, meta))
+    if verify:
+        _verify(path, state, _recorded_checksums(path, meta))
     if config is not None:
         return config, state, meta
     bundle_dir = _bundle_of(path)
@@ -311,7 +316,12 @@ def load_pretrained(name_or_path: str | Path, map_location: str | torch.device =
         UnsafeWeightsError: a file that would need code unpickled (a ``ValueError``; nothing is unpickled).
         ChecksumError: weights that do not match their recorded SHA-256 (a ``ValueError``).
     """
-    config, state, meta = _resolve(name_or_path, map_location)
+    return _load(name_or_path, map_location, True, overrides)
+
+
+def _load(name_or_path: str | Path, map_location: Any, verify: bool, overrides: Mapping[str, Any]) -> NPCNet:
+    """:func:`load_pretrained`, with the checksum check optional (an export of a retrained bundle skips it)."""
+    config, state, meta = _resolve(name_or_path, map_location, verify)
     config.update(overrides)
     net = _network_to_load(config)
     try:
@@ -346,14 +356,16 @@ def export_bundle_weights(
 
     ``meta`` is added to the bundle's (name, version, changelog entry, ``input_size``, and
     ``preprocessing: "minmax"``). This is how ``monai_npc/weights/camus.pt`` is made from
-    ``bundles/npc_camus`` (``examples/export_bundle_weights.py``). With ``link``, the bundle's
+    ``bundles/npc_camus`` (``examples/export_bundle_weights.py``); the bundle's weights are not checked
+    against its recorded checksum (after a retraining it is the old one). With ``link``, the bundle's
     ``models/model.pt`` then becomes a link to ``out`` (:func:`link_bundle_weights`): one stored copy.
     """
     bundle_dir = Path(bundle_dir)
     if not _is_bundle(bundle_dir):
         raise FileNotFoundError(f"{bundle_dir} is not a MONAI bundle (it needs {_BUNDLE_CONFIG} and {_BUNDLE_WEIGHTS}).")
-    net = load_pretrained(bundle_dir)
+    net = _load(bundle_dir, "cpu", False, {})  # retrained on purpose: its metadata.json may hold the old checksum
     info = {"preprocessing": "minmax", **net.meta, **dict(meta or {})}
+    info.pop(CHECKSUM_KEY, None)
     info["bundle"] = bundle_dir.resolve().name
     save_pretrained(net, out, info)
     if link:
