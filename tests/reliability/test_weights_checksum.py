@@ -132,3 +132,15 @@ def test_export_with_link_stores_the_weights_once(tmp_path):
     assert "tiny \u00d7" in (bundle / "configs" / "metadata.json").read_text(encoding="utf-8")  # not re-escaped
     loaded = load_pretrained(bundle)
     assert loaded.meta["trained_on"] == "noise" and loaded.meta["version"] == "1.0"
+
+
+def test_saving_a_retrained_bundle_replaces_the_link_not_the_shared_file(tmp_path):
+    """The bundle trainer's best-model save (atomic_torch_save to models/model.pt) leaves the package's copy alone."""
+    from monai_npc.utils import atomic_torch_save
+
+    shared = save_pretrained(tiny_net(), tmp_path / "shared.pt")
+    before = shared.read_bytes()
+    bundle = write_bundle(tmp_path / "bundle", lambda p: p.symlink_to("../../shared.pt"), metadata={})
+    atomic_torch_save(tiny_net().state_dict(), bundle / "models" / "model.pt")
+    assert not (bundle / "models" / "model.pt").is_symlink() and shared.read_bytes() == before
+    assert check_weights(shared).status == "ok"
