@@ -22,6 +22,7 @@ from monai.bundle import ConfigWorkflow, ckpt_export, verify_metadata, verify_ne
 
 from monai_npc.losses import PRESETS  # noqa: E402
 from monai_npc.networks.nets import ACDC_CONFIG, CAMUS_CONFIG, NPCNet  # noqa: E402
+from monai_npc.serialization import state_dict_sha256  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLES = ROOT / "bundles"
@@ -113,11 +114,15 @@ def test_bundle_layout(bundle):
     assert image["channel_def"] == {"0": "moving image", "1": "fixed image"}
     assert image["spatial_shape"] == pred["spatial_shape"] == [128, 128]
     assert meta["version"] in meta["changelog"]
-    # the shipped weights are a state dict of network_def
-    state = torch.load(root / "models" / "model.pt", map_location="cpu", weights_only=True)
+    # the shipped weights (stored once: a link to the package's copy) hold a state dict of network_def
+    weights = root / "models" / "model.pt"
+    assert weights.is_symlink() and weights.resolve() == (ROOT / "monai_npc" / "weights" / f"{bundle[4:]}.pt").resolve()
+    blob = torch.load(weights, map_location="cpu", weights_only=True)
+    assert sorted(blob) == ["config", "meta", "model"]
     net = _network_def(bundle)
     assert isinstance(net, NPCNet)
-    net.load_state_dict(state)
+    net.load_state_dict(blob["model"])
+    assert meta["weights_sha256"] == blob["meta"]["weights_sha256"] == state_dict_sha256(blob["model"])
 
 
 @pytest.mark.skipif(not SCHEMA.is_file(), reason="../shared/monai schema not available")
@@ -345,12 +350,12 @@ def test_verify_net_in_out_and_torchscript_export(bundle, tmp_path):
     ts = tmp_path / "model.ts"
     ckpt_export(
         net_id="network_def", filepath=str(ts), ckpt_file=str(BUNDLES / bundle / "models" / "model.pt"),
-        meta_file=meta, config_file=infer,
+        key_in_ckpt="model", meta_file=meta, config_file=infer,
     )
     scripted = torch.jit.load(str(ts))
     # the refinement optimises with autograd, so it runs in eager mode only: the export is the network
     net = _network_def(bundle, num_steps=_load(bundle, "inference.json")["num_steps"], refine_iterations=0)
-    net.load_state_dict(torch.load(BUNDLES / bundle / "models" / "model.pt", map_location="cpu", weights_only=True))
+    net.load_state_dict(torch.load(BUNDLES / bundle / "models" / "model.pt", map_location="cpu", weights_only=True)["model"])
     image = torch.rand(1, 2, 128, 128)
     with torch.no_grad():
         torch.testing.assert_close(scripted(image), net.eval()(image), atol=1e-5, rtol=1e-4)
