@@ -639,13 +639,14 @@ def evaluate_studies(
     model: Union[str, PathLike, nn.Module] = "acdc",
     model_name: Optional[str] = None,
     with_demons: bool = True,
-    demons_iterations: int = 200,
+    demons_iterations: int = 100,
     demons_smoothing: float = 1.5,
     directions: Sequence[str] = ("ED->ES", "ES->ED"),
     max_studies: Optional[int] = None,
     device: Union[str, torch.device] = "cpu",
     threads: int = 1,
     refine_iterations: Optional[int] = None,
+    with_npc: bool = True,
     resume: bool = True,
     strict: bool = False,
     figure: bool = True,
@@ -653,8 +654,8 @@ def evaluate_studies(
 ) -> Dict[str, Any]:
     """Register every labelled study under ``root`` (only the moving label given) and score it.
 
-    Per pair and method (``npc``: ``model`` through :func:`monai_npc.register`; ``demons``:
-    :func:`demons_pair` when ``with_demons``): 3-D Dice per structure of the warped moving label
+    Per pair and method (``npc``: ``model`` through :func:`monai_npc.register`, when ``with_npc``;
+    ``demons``: :func:`demons_pair` when ``with_demons``): 3-D Dice per structure of the warped moving label
     against the fixed ``_gt`` on the fixed grid, HD95 (mm, header spacing), % folding
     (``det J <= 0`` over the fixed grid), seconds per pair (``threads`` threads) and the
     unregistered Dice and its bucket (:data:`BUCKETS`).
@@ -671,7 +672,9 @@ def evaluate_studies(
     rows_path = out / "per_pair.jsonl"
     if not resume and rows_path.exists():
         rows_path.unlink()
-    methods = ["npc"] + (["demons"] if with_demons else [])
+    methods = (["npc"] if with_npc else []) + (["demons"] if with_demons else [])
+    if not methods:
+        raise ValueError("nothing to evaluate: with_npc and with_demons are both False.")
     demons = {"iterations": int(demons_iterations), "smoothing": float(demons_smoothing)}
     net, name = _model(model, device, refine_iterations)
     studies = find_studies(root, directions)[: None if max_studies is None else int(max_studies)]
@@ -758,7 +761,7 @@ class StackEvaluation:
 
     def __init__(
         self, dataset_dir: PathLike, output_dir: PathLike, network: Union[str, nn.Module], model_name: Optional[str] = None,
-        with_demons: bool = False, demons_iterations: int = 200, demons_smoothing: float = 1.5,
+        with_demons: bool = False, demons_iterations: int = 100, demons_smoothing: float = 1.5,
         directions: Sequence[str] = ("ED->ES", "ES->ED"), max_studies: Optional[int] = None, device: Union[str, torch.device] = "cpu",
         threads: int = 1, resume: bool = False, strict: bool = False, figure: bool = True, progress: bool = True,
     ) -> None:
