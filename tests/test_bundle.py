@@ -47,14 +47,7 @@ TINY = {
 #: few, small phantom patients (the train split needs >= 1 patient in train and val)
 PHANTOM = {"npc_acdc": {"phantom_patients": 4, "phantom_max_slices": 2}, "npc_camus": {"phantom_patients": 3}}
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on a loaded 2-core machine two threads are several times slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

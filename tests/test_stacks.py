@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import SimpleITK as sitk
-import torch
 
 from monai_npc.apps import stacks
 from monai_npc.data.acdc import read_acdc_info
@@ -24,14 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "bundles" / "npc_acdc"
 OFFICIAL_TEST = ROOT.parent / "shared" / "data" / "acdc_official_test"
 FAST = dict(refine_iterations=0, threads=1, progress=False)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _dice(a: np.ndarray, b: np.ndarray, labels=(1, 2, 3)) -> float:
