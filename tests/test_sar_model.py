@@ -62,7 +62,7 @@ def test_npc_beats_phase_correlation_on_speckled_nonrigid_pairs(net):
 
 def test_register_cli_with_the_sar_model(tmp_path):
     from monai_npc.cli.main import main
-    from monai_npc.interop.register import _model_inputs
+    from monai_npc.apps.registration import model_profile
 
     p = make_sar_pair(SARPairConfig(max_shift=3.0, nonrigid=0.0, change_probability=0.0), seed=TEST_SEED + 5)
     write_amplitude(tmp_path / "moving.tif", p["moving"])
@@ -77,8 +77,9 @@ def test_register_cli_with_the_sar_model(tmp_path):
     assert summary["displacement_mm_mean"] == pytest.approx(float(np.linalg.norm(p["shift"])), abs=0.4)
     # the hook: SAR models get log-amplitude + robust scaling, other models min-max
     amp = np.stack([p["moving"]])
-    sar_in = _model_inputs(load_pretrained("sar"), amp)
-    plain = _model_inputs(torch.nn.Identity(), amp)
+    sar_net = load_pretrained("sar")
+    sar_in = model_profile(sar_net).inputs(amp, sar_net.meta)  # resolved through the PREPROCESSING registry
+    plain = model_profile(torch.nn.Identity()).inputs(amp, {})
     assert np.median(sar_in) > 0.3 > np.median(plain)
 
 

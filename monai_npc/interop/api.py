@@ -13,19 +13,20 @@ arrays), images and a transform out, nothing written until :meth:`Registration.s
 The steps, with the unit of each quantity:
 
 1. both images (and label maps) as float32 SimpleITK images (mm, LPS);
-2. the fixed image's field of view resampled onto the model grid (``size x size`` in-plane,
-   isotropic by default, slices kept) and the moving image onto the same physical grid
-   (SimpleITK, linear); each slice scaled to ``[0, 1]`` (or the model's own preprocessing);
-3. every slice registered: ddf in model voxels (MONAI ``Warp`` convention);
-4. the ddf resampled onto the fixed image's full-resolution grid (fixed voxels) and turned into an
-   ITK displacement field transform (LPS mm, fixed point -> moving point);
-5. ``warped`` / ``warped_label`` = ``sitk.Resample(moving, fixed, transform)`` (linear / nearest,
+2. :func:`monai_npc.apps.registration.run_pipeline`: the model grid placed on the fixed image
+   (the whole field of view, or for cardiac models a ``size x size`` window at the native pixel
+   size on the heart, found without labels), both images resampled onto it (SimpleITK, linear)
+   and preprocessed as the weights' meta says; every slice registered independently (ddf in model
+   voxels, MONAI ``Warp`` convention); the ddf pasted back onto the fixed image's full grid
+   (fixed voxels; identity outside a window, tapered to it);
+3. an ITK displacement field transform (LPS mm, fixed point -> moving point);
+4. ``warped`` / ``warped_label`` = ``sitk.Resample(moving, fixed, transform)`` (linear / nearest,
    0 outside the moving image): exactly what ITK, ANTs and Slicer compute from ``transform.h5``,
    border voxels included.
 
 3-D inputs are registered slice by slice in the planes of their first two index axes (the
 through-plane displacement is zero), as the models are 2-D. Slices where either image is
-constant (or nearly: intensity range below :data:`CONSTANT_RTOL` of its magnitude) get the
+constant (or nearly: intensity range below :data:`monai_npc.apps.registration.CONSTANT_RTOL` of its magnitude) get the
 identity, a reliability of 0 and a warning, for every model.
 """
 
@@ -48,16 +49,15 @@ import SimpleITK as sitk
 import torch
 from torch import nn
 
-from monai_npc.functional import jacobian_determinant, reliability_map, warp_image
+from monai_npc.functional import jacobian_determinant, warp_image
 from monai_npc.runtime import use_threads
 
-from .images import check_image, check_label, check_same_dims, model_grid, read_image, resample, resample_model_field
+from .images import check_image, check_label, check_same_dims, read_image, resample
 from .transforms import ddf_to_physical, displacement_field_transform, write_ants_warp, write_slicer_transform
 
 __all__ = [
     "PHASE_CORRELATION",
     "OUTPUTS",
-    "CONSTANT_RTOL",
     "Registration",
     "OutputFolder",
     "register",
@@ -88,8 +88,6 @@ OUTPUTS: Dict[str, str] = {
 #: ITK's HDF5 library is not thread-safe: transform files are written one at a time per process
 _HDF5_LOCK = threading.Lock()
 
-#: a slice whose intensity range is below this fraction of its largest magnitude counts as constant
-CONSTANT_RTOL = 1e-3
 
 
 def resolve_model(
@@ -138,7 +136,9 @@ def as_image(image: ImageLike, what: str = "image", spacing: Optional[Sequence[f
     Args:
         image: ``sitk.Image`` (geometry kept), path (:func:`~monai_npc.interop.images.read_image`),
             numpy array or torch tensor in array order ``([Z,] H, W)`` (origin 0, identity direction),
-            or a ``MetaTensor`` from :func:`monai_npc.data.io.load_image` (its geometry).
+            a ``MetaTensor`` from MONAI ``LoadImage`` (channel-first or not) or
+            :func:`monai_npc.data.io.load_image`, or a nibabel image (their geometry, as ITK reads
+            the same file).
         what: how errors name it.
         spacing: mm per array axis (array order, like the array) for arrays; default 1 mm.
         select: for paths, a phase/slice/instance/frame (:func:`~monai_npc.data.io.parse_select`).
@@ -153,6 +153,14 @@ def as_image(image: ImageLike, what: str = "image", spacing: Optional[Sequence[f
         from .images import to_sitk
 
         return check_image(to_sitk(image), what)
+    if isinstance(image, torch.Tensor) and getattr(image, "affine", None) is not None:  # MONAI LoadImage MetaTensor
+        from .images import meta_tensor_to_sitk
+
+        return check_image(meta_tensor_to_sitk(image), what)
+    if hasattr(image, "affine") and hasattr(image, "header") and hasattr(image, "dataobj"):  # nibabel image
+        from .images import nibabel_to_sitk
+
+        return check_image(nibabel_to_sitk(image), what)
     if isinstance(image, torch.Tensor):
         image = image.detach().cpu().numpy()
     if isinstance(image, np.ndarray):
@@ -190,40 +198,10 @@ def _in_pixel_space(image: sitk.Image, reference: sitk.Image, what: str) -> sitk
     return out
 
 
-def _normalise(array: np.ndarray) -> np.ndarray:
-    """Min-max each slice of ``(Z, H, W)`` to ``[0, 1]``; NaN (outside the image) becomes 0."""
-    out = np.zeros(array.shape, np.float32)
-    for z, sl in enumerate(array):
-        finite = np.isfinite(sl)
-        if not finite.any():
-            continue
-        lo, hi = float(sl[finite].min()), float(sl[finite].max())
-        out[z] = np.where(finite, (sl - lo) / (hi - lo) if hi > lo else 0.0, 0.0)
-    return out
 
 
-def _model_inputs(net: nn.Module, array: np.ndarray) -> np.ndarray:
-    """``(Z, H, W)`` -> model inputs: the SAR preprocessing (log-amplitude, speckle smoothing, robust
-    scaling) for models whose ``meta`` says ``preprocessing: "sar"``, else :func:`_normalise`."""
-    meta = getattr(net, "meta", None) or {}
-    if meta.get("preprocessing") == "sar":
-        from monai_npc.extras.sar.preprocess import preprocess_slices
-
-        return preprocess_slices(array, meta.get("sigma"))
-    return _normalise(array)
 
 
-def constant_slices(array: np.ndarray, rtol: float = CONSTANT_RTOL) -> np.ndarray:
-    """``(Z,)`` bool: slices of ``(Z, H, W)`` whose finite values span less than ``rtol`` of their magnitude (or none are finite)."""
-    out = np.zeros(array.shape[0], bool)
-    for z, sl in enumerate(array):
-        finite = sl[np.isfinite(sl)]
-        if finite.size == 0:
-            out[z] = True
-            continue
-        lo, hi = float(finite.min()), float(finite.max())
-        out[z] = hi - lo <= rtol * max(abs(lo), abs(hi)) or hi == lo
-    return out
 
 
 def _slices(array: np.ndarray, dims: int) -> np.ndarray:
@@ -231,31 +209,8 @@ def _slices(array: np.ndarray, dims: int) -> np.ndarray:
     return array[None] if dims == 2 else array
 
 
-@torch.inference_mode()
-def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: int = 16):
-    """``(Z, 1, h, w)`` pairs -> ``ddf (Z, 2, h, w)`` (model voxels), ``warped``, ``reliability (Z, 1, h, w)`` or ``None``."""
-    ddfs, warps, rels = [], [], []
-    for start in range(0, moving.shape[0], chunk):
-        m, f = moving[start : start + chunk], fixed[start : start + chunk]
-        if hasattr(net, "register"):
-            warped, ddf, diagnostics = net.register(m, f, return_diagnostics=True)
-            if diagnostics:
-                last = diagnostics[-1]
-                rels.append(reliability_map(last["residual"], last["mask"], size=list(m.shape[2:])))
-        else:
-            ddf = net(torch.cat([m, f], 1))
-            warped = warp_image(m, ddf, "bilinear", "border")
-        ddfs.append(ddf.float())
-        warps.append(warped.float())
-    rel = torch.cat(rels).float() if rels and len(rels) == len(ddfs) else None
-    return torch.cat(ddfs), torch.cat(warps), rel
 
 
-def _net_dtype(net: nn.Module) -> torch.dtype:
-    for p in net.parameters():
-        if p.is_floating_point():
-            return p.dtype
-    return torch.float32
 
 
 def _label_dtype(array: np.ndarray):
@@ -458,6 +413,7 @@ def register(
     threads: Optional[int] = None,
     model_name: Optional[str] = None,
     refine_iterations: Optional[int] = None,
+    field_of_view: Optional[str] = None,
 ) -> Registration:
     """Register ``moving`` onto ``fixed`` in memory; nothing is written (see :meth:`Registration.save`).
 
@@ -484,6 +440,10 @@ def register(
         model_name: name recorded in the summary (default: from ``model``).
         refine_iterations: test-time refinement steps after an NPC network (``--refine``; about 10 ms
             each for a 128 x 128 pair on one CPU thread); ``None`` keeps the weights' setting.
+        field_of_view: where the model grid goes (:mod:`monai_npc.apps.registration`): ``"heart"``
+            (a ``size x size`` window at the native pixel size on the region where the two images
+            differ, found without labels; identity outside it) or ``"image"`` (the whole field of
+            view fitted into the grid). Default: the weights' own (``"heart"`` for ``acdc``).
 
     Raises:
         FileNotFoundError: a missing image, label or weights file.
@@ -494,12 +454,12 @@ def register(
     with use_threads(threads):
         return _register(
             moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
-            size, keep_aspect, device, model_name, refine_iterations,
+            size, keep_aspect, device, model_name, refine_iterations, field_of_view,
         )
 
 
 def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
-              size, keep_aspect, device, model_name, refine_iterations=None) -> Registration:
+              size, keep_aspect, device, model_name, refine_iterations=None, field_of_view=None) -> Registration:
     t0 = time.perf_counter()
     net, name = resolve_model(model, device, refine_iterations)
     name = model_name or name
@@ -523,13 +483,12 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
             f"fixed image {_describe(fixed)} has {fixed_img.GetSize()[2]} slices but moving image {_describe(moving)} has one."
         )
 
-    # 1. model grid: physical resampling, then unit-free model inputs
-    grid = model_grid(fixed_img, size or model_input_size(net), keep_aspect)
-    nan = float("nan")
-    fixed_raw = _slices(resample(fixed_img, grid, "linear", nan), dims)
-    moving_raw = _slices(resample(moving_img, grid, "linear", nan), dims)
-    in_fixed = np.isfinite(fixed_raw)
-    overlap = float(100.0 * (np.isfinite(moving_raw) & in_fixed).sum() / max(int(in_fixed.sum()), 1))
+    # 1-5. canonical geometry, localisation, model grid, every slice, field pasted back on the fixed grid
+    from monai_npc.apps.registration import model_profile, run_pipeline
+
+    profile = model_profile(net, size, field_of_view)
+    result = run_pipeline(net, moving_img, fixed_img, profile, keep_aspect, device)
+    overlap, still, grid = result.overlap_percent, result.still, result.grid
     if overlap == 0.0:
         raise ValueError(
             f"moving image {_describe(moving)} does not overlap fixed image {_describe(fixed)} in physical space (moving origin "
@@ -537,39 +496,17 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
             f"{tuple(round(v, 2) for v in fixed_img.GetOrigin())} mm, LPS); check their origins and directions, "
             "or register in pixel space (pixel_space=True, --pixel-space)."
         )
-    fixed_m, moving_m = _model_inputs(net, fixed_raw), _model_inputs(net, moving_raw)
-    still = constant_slices(fixed_raw) | constant_slices(moving_raw)
     notes: List[str] = []
     if still.any():
         which = "the images are" if still.all() else f"slice(s) {np.flatnonzero(still).tolist()} are"
         notes.append(f"{which} constant (or nearly) in the moving or fixed image: identity transform, reliability 0 there.")
         warnings.warn(f"{_describe(moving)} -> {_describe(fixed)}: {notes[-1]}", RuntimeWarning, stacklevel=3)
+    ddf_m, warped_m, moving_m, fixed_m = result.ddf_model, result.warped_model, result.moving_model, result.fixed_model
+    seconds_network = result.seconds_network
 
-    # 2. network, model voxels
-    t_net = time.perf_counter()
-    dtype = _net_dtype(net)
-    m_t = torch.from_numpy(moving_m)[:, None].to(device=device, dtype=dtype)
-    f_t = torch.from_numpy(fixed_m)[:, None].to(device=device, dtype=dtype)
-    z, h, w = moving_m.shape
-    ddf_m, warped_m = torch.zeros(z, 2, h, w), m_t.detach().float().cpu().clone()
-    rel_m: Optional[torch.Tensor] = None
-    active = np.flatnonzero(~still)
-    if active.size:
-        d, wp, r = _predict(net, m_t[active], f_t[active])
-        ddf_m[active], warped_m[active] = d.cpu(), wp.cpu()
-        if r is not None:
-            rel_m = torch.zeros(z, 1, h, w)
-            rel_m[active] = r.cpu()
-    elif hasattr(net, "register"):
-        rel_m = torch.zeros(z, 1, h, w)
-    seconds_network = time.perf_counter() - t_net
-    ddf_m = ddf_m.double()
-
-    # 3. fixed full-resolution grid: ddf in fixed voxels -> transform -> ITK resampling
-    ddf_f = resample_model_field(ddf_m, grid, fixed_img, displacement=True)  # (Z, 2, H, W)
-    ddf_out = ddf_f.permute(1, 0, 2, 3).numpy()  # (2, Z, H, W)
-    ddf_out = np.concatenate([np.zeros_like(ddf_out[:1]), ddf_out], 0) if dims == 3 else ddf_out[:, 0]
-    ddf_out = np.ascontiguousarray(ddf_out)
+    # 6. ITK transform on the fixed grid -> warped image and label (what ITK, ANTs and Slicer compute)
+    ddf_out = result.ddf
+    ddf_f = torch.from_numpy(ddf_out[1:] if dims == 3 else ddf_out[:, None]).permute(1, 0, 2, 3)  # (Z, 2, H, W)
     transform = displacement_field_transform(ddf_out, fixed_img)
     warped = sitk.Resample(moving_img, fixed_img, transform, sitk.sitkLinear, 0.0, sitk.sitkFloat32)
     warped_lab = None
@@ -577,11 +514,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         warped_lab = sitk.Resample(moving_lab, fixed_img, transform, sitk.sitkNearestNeighbor, 0, sitk.sitkInt32)
     jac = jacobian_determinant(ddf_f).float().numpy()  # (Z, H, W); in-plane = full det (no through-plane motion)
     jac_img = _image_like(jac, fixed_img)
-    rel_img = None
-    if rel_m is not None:
-        rel = resample_model_field(rel_m.double(), grid, fixed_img)[:, 0].float().numpy()
-        rel[still] = 0.0
-        rel_img = _image_like(rel, fixed_img)
+    rel_img = None if result.reliability is None else _image_like(result.reliability, fixed_img)
 
     # 4. summary
     norm_mm = np.linalg.norm(ddf_to_physical(ddf_out, fixed_img.GetSpacing(), fixed_img.GetDirection()), axis=-1)
@@ -625,7 +558,11 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         identity_slices=np.flatnonzero(still).tolist(),
         warnings=notes,
         seconds_network=seconds_network,
-        model_grid={"size": list(grid.GetSize()), "spacing_mm": list(grid.GetSpacing())},
+        model_grid={
+            "size": list(grid.GetSize()), "spacing_mm": list(grid.GetSpacing()), "origin_mm": list(grid.GetOrigin()),
+            "field_of_view": profile.field_of_view,
+            "centre_voxel": None if result.centre is None else [round(c, 2) for c in result.centre],
+        },
         fixed_grid={
             "size": list(fixed_img.GetSize()),
             "spacing_mm": list(fixed_img.GetSpacing()),

@@ -19,6 +19,9 @@ import torch.nn.functional as F
 
 __all__ = [
     "to_sitk",
+    "from_affine",
+    "nibabel_to_sitk",
+    "meta_tensor_to_sitk",
     "read_image",
     "check_image",
     "read_label",
@@ -74,6 +77,71 @@ def to_sitk(img) -> sitk.Image:
     image.SetOrigin([float(o) for o in origin[: image.GetDimension()]])
     image.SetDirection([float(v) for v in direction[: image.GetDimension(), : image.GetDimension()].ravel()])
     return image
+
+
+def from_affine(array: np.ndarray, affine: np.ndarray, space: str = "RAS") -> sitk.Image:
+    """An ``sitk.Image`` from an array in *index order* ``(x, y[, z])`` and its ``(n+1, n+1)`` affine.
+
+    ``affine`` maps ``(i, j[, k], 1)`` to world mm in ``space`` (``"RAS"``, as nibabel and MONAI
+    store it, or ``"LPS"``, as ITK does); the result is in ITK's LPS. A 2-D array with a 3-D
+    affine keeps its in-plane part (the slice's position along the third axis is dropped).
+    """
+    arr = np.asarray(array)
+    dims = arr.ndim
+    a = np.asarray(affine, dtype=np.float64)
+    n = a.shape[0] - 1
+    if dims not in (2, 3) or a.shape != (n + 1, n + 1) or n < dims:
+        raise ValueError(f"expected a 2-D or 3-D index-order array with an (n+1, n+1) affine, got shapes {arr.shape} and {a.shape}.")
+    linear, offset = a[:dims, :dims], a[:dims, n]
+    if space.upper() == "RAS":
+        flip = np.diag([-1.0, -1.0, 1.0][:dims])
+        linear, offset = flip @ linear, flip @ offset
+    spacing = np.linalg.norm(linear, axis=0)
+    if np.any(spacing <= 0):
+        raise ValueError(f"the affine has a zero-length axis (spacing {tuple(spacing)}).")
+    image = sitk.GetImageFromArray(np.ascontiguousarray(arr.transpose(tuple(range(dims))[::-1]), dtype=np.float32))
+    image.SetSpacing([float(v) for v in spacing])
+    image.SetOrigin([float(v) for v in offset])
+    image.SetDirection([float(v) for v in (linear / spacing).ravel()])
+    return image
+
+
+def nibabel_to_sitk(img) -> sitk.Image:
+    """A nibabel image -> ``sitk.Image`` with the geometry ITK reads from the same file.
+
+    nibabel's ``img.affine`` is the sform when one is set; ITK falls back to the qform when the
+    sform's scales disagree with the header's voxel sizes (as in the official ACDC files, whose
+    sform has 1 mm scales and pixdim the real 1.4-1.7 mm). The same rule is applied here, so a
+    nibabel image and its file path register identically.
+    """
+    header = img.header
+    affine = np.asarray(img.affine, dtype=np.float64)
+    dims = min(len(img.shape), 3)
+    zooms = np.asarray(header.get_zooms()[:dims], dtype=np.float64)
+    scales = np.linalg.norm(affine[:3, :dims], axis=0)
+    if not np.allclose(scales, zooms, rtol=1e-3) and hasattr(header, "get_qform"):
+        affine = np.asarray(header.get_qform(), dtype=np.float64)
+    data = np.asanyarray(img.dataobj)
+    if data.ndim > dims:
+        data = data.reshape(data.shape[:dims]) if int(np.prod(data.shape[dims:])) == 1 else data
+    return from_affine(data, affine, "RAS")
+
+
+def meta_tensor_to_sitk(img) -> sitk.Image:
+    """A MONAI ``MetaTensor`` from ``LoadImage`` (channel-first or not) -> ``sitk.Image``.
+
+    The tensor is in index order ``([C,] x, y[, z])`` with ``img.affine`` in RAS (MONAI's
+    default ``space``); a single channel is dropped, several are an error.
+    """
+    arr = np.asarray(img.detach().cpu())
+    meta = getattr(img, "meta", {}) or {}
+    spatial = len(np.atleast_1d(meta.get("spatial_shape", arr.shape)))
+    if arr.ndim == spatial + 1:
+        if arr.shape[0] != 1:
+            raise ValueError(f"{meta.get('filename_or_obj', 'image')}: expected one channel, got {arr.shape[0]} (shape {arr.shape}).")
+        arr = arr[0]
+    space = str(meta.get("space", "RAS"))
+    return from_affine(arr, np.asarray(img.affine.detach().cpu() if hasattr(img.affine, "detach") else img.affine), space)
 
 
 def read_image(path: PathLike, what: str = "image", select=None) -> sitk.Image:

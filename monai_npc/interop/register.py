@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from .api import OUTPUTS, PHASE_CORRELATION, OutputFolder, register, resolve_model
-from .api import _model_inputs, model_input_size  # noqa: F401  (kept importable from here)
 
 __all__ = ["PHASE_CORRELATION", "OUTPUTS", "resolve_model", "register_files", "register_batch", "read_pairs_csv"]
 

@@ -9,7 +9,7 @@ bright scatterers from squashing the rest of the scene into a handful of grey va
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 from scipy import ndimage
@@ -72,11 +72,16 @@ def sar_normalize(
 def preprocess_slices(array: np.ndarray, sigma: Optional[float] = None) -> np.ndarray:
     """:func:`sar_normalize` each slice of ``(Z, H, W)`` (NaN = outside the image -> 0); float32.
 
-    The hook ``monai_npc.interop.register_files`` calls for models whose meta says
-    ``preprocessing: "sar"`` (instead of per-slice min-max).
+    :func:`model_inputs` is the form :data:`monai_npc.apps.registration.PREPROCESSING` calls for
+    models whose meta says ``preprocessing: "sar"`` (instead of per-slice min-max).
     """
     arr = np.asarray(array)
     if arr.ndim != 3:
         raise ValueError(f"preprocess_slices expects (Z, H, W), got shape {arr.shape}.")
     s = DEFAULT_SIGMA if sigma is None else float(sigma)
     return np.stack([sar_normalize(np.where(np.isfinite(sl), np.abs(sl), np.nan), s) for sl in arr]).astype(np.float32)
+
+
+def model_inputs(array: np.ndarray, meta: Mapping[str, Any]) -> np.ndarray:
+    """``PREPROCESSING["sar"]`` of :mod:`monai_npc.apps.registration`: :func:`preprocess_slices` with the weights' ``meta["sigma"]``."""
+    return preprocess_slices(array, meta.get("sigma"))

@@ -17,9 +17,14 @@ def _resize(x: torch.Tensor, size: list) -> torch.Tensor:
     return F.interpolate(x, size=size, mode=mode, align_corners=False)
 
 
+def _per_sample_mean(x: torch.Tensor) -> torch.Tensor:
+    """``(B, ...)`` -> ``(B,)``: the mean over every axis but the batch."""
+    return x.reshape(x.shape[0], -1).mean(1)
+
+
 def _diffusion(ddf: torch.Tensor) -> torch.Tensor:
-    """Mean squared forward difference of ``ddf`` ``(B, D, *S)`` over every axis (MONAI ``DiffusionLoss`` up to boundary handling)."""
-    return sum((ddf.diff(dim=axis) ** 2).mean() for axis in range(2, ddf.dim()))
+    """``(B,)`` mean squared forward difference of each ``ddf`` ``(B, D, *S)`` over every axis (MONAI ``DiffusionLoss`` up to boundary handling)."""
+    return sum(_per_sample_mean(ddf.diff(dim=axis) ** 2) for axis in range(2, ddf.dim()))
 
 
 class InstanceRefinement(nn.Module):
@@ -45,6 +50,9 @@ class InstanceRefinement(nn.Module):
         lambda_reg: weight of the diffusion regulariser (field in full-grid voxels).
         lambda_jac: weight of the Jacobian fold penalty.
         level: image down-sampling factor for the loss (1 = full resolution).
+
+    Pairs of a batch are independent: the loss is the sum of per-pair losses, so a pair is refined
+    exactly as it would be in a batch of one (a slice inside its stack as alone).
 
     ``forward(moving, fixed, ddf)`` with images ``(B, 1, *S)`` and ``ddf`` ``(B, D, *S)`` (voxels,
     MONAI ``Warp`` convention) returns the refined ``(B, D, *S)`` field (no gradient).
@@ -99,12 +107,14 @@ class InstanceRefinement(nn.Module):
             for _ in range(self.iterations):
                 field = base + _resize(v, full)  # the regularisers see the full-grid field the caller gets
                 coarse_field = field if self.level == 1 else _resize(field, level_size) * axis_scale
-                loss = -local_ncc(warp_image(m, coarse_field, "bilinear", "border"), f, self.window).mean()
+                loss = -_per_sample_mean(local_ncc(warp_image(m, coarse_field, "bilinear", "border"), f, self.window))
                 if self.lambda_reg:
                     loss = loss + self.lambda_reg * _diffusion(field)
                 if self.lambda_jac:
-                    loss = loss + self.lambda_jac * torch.relu(-jacobian_determinant(field)).mean()  # JacobianFoldLoss
+                    loss = loss + self.lambda_jac * _per_sample_mean(torch.relu(-jacobian_determinant(field)))  # JacobianFoldLoss
                 opt.zero_grad(set_to_none=True)
-                loss.backward()  # Adam normalises per element: each pair's residual takes its own step size
+                # the sum of per-pair losses: each pair's residual gets exactly the gradient (and, Adam being
+                # per element, the steps) it would get alone, so a slice registers the same inside its stack
+                loss.sum().backward()
                 opt.step()
         return (base + _resize(v.detach(), full)).detach()

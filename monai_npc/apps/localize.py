@@ -1,0 +1,100 @@
+"""Label-free localisation of the moving region of interest in a pair of stacks.
+
+A cardiac pair (two frames of one cine) differs where the heart beats: blood pools fill and
+empty and the myocardium thickens, while the chest wall, liver and lungs barely change within a
+breath-hold. :func:`motion_centre` finds that region from the two images alone (no label, no
+detector to train): the in-plane point where the smoothed absolute frame difference, summed over
+the slices, peaks. It is what :mod:`monai_npc.apps.registration` centres the model's field of view
+on for models trained on heart-centred crops (``meta["field_of_view"] == "heart"``).
+
+Measured on the 70 ACDC patients of ``../shared/data/acdc_ssl4mis`` (whole stacks, ED/ES; no
+label used, the labels only score it; ``benchmarks/localisation.py``): with 20 mm smoothing and the
+centroid above 0.7 of the peak, the centre is a median 9.7 voxels (max 31) from the centre of the
+ED/ES label box, and a 128 x 128 window on it holds at least 88 % (mean 99.7 %) of the label voxels.
+
+Arrays are in array order ``(Z, H, W)``; ``spacing`` is in mm per array axis of a slice
+``(H, W)``; the centre is returned in fractional voxel indices ``(row, col)`` of that grid.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = ["robust_unit", "gaussian_smooth", "motion_map", "motion_centre"]
+
+#: Gaussian smoothing of the frame difference (mm): about the size of a ventricle
+SMOOTHING_MM = 20.0
+#: the centre is the weighted centroid of the map above this fraction of its peak (the two ventricles
+#: and the myocardium, rather than the single voxel where the left ventricle empties most)
+PEAK_FRACTION = 0.7
+
+
+def robust_unit(stack: np.ndarray, low: float = 1.0, high: float = 99.0) -> np.ndarray:
+    """``(Z, H, W)`` -> each slice mapped to ``[0, 1]`` by its ``low``/``high`` percentiles (clipped);
+    NaN (outside the image) becomes 0. Percentiles, not min/max: a few bright voxels (fat, flow
+    artefacts) must not flatten the contrast of the heart."""
+    out = np.zeros(stack.shape, np.float32)
+    for z, sl in enumerate(stack):
+        finite = np.isfinite(sl)
+        if not finite.any():
+            continue
+        lo, hi = np.percentile(sl[finite], [low, high])
+        if hi > lo:
+            out[z] = np.where(finite, np.clip((sl - lo) / (hi - lo), 0.0, 1.0), 0.0)
+    return out
+
+
+def gaussian_smooth(image: np.ndarray, sigma: Sequence[float]) -> np.ndarray:
+    """``(H, W)`` image smoothed by a Gaussian of ``sigma`` voxels per axis, zero outside the image
+    (so a peak near the border is damped: the region of interest is rarely at the image's edge).
+    Separable torch convolutions (the register path imports no scipy)."""
+    out = torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32))[None, None]
+    for axis, s in enumerate(sigma):
+        radius = int(np.ceil(4.0 * float(s)))
+        if radius < 1:
+            continue
+        x = torch.arange(-radius, radius + 1, dtype=torch.float32)
+        kernel = torch.exp(-0.5 * (x / float(s)) ** 2)
+        kernel = (kernel / kernel.sum()).view(1, 1, -1, 1) if axis == 0 else (kernel / kernel.sum()).view(1, 1, 1, -1)
+        out = F.conv2d(out, kernel, padding=(radius, 0) if axis == 0 else (0, radius))
+    return out[0, 0].numpy()
+
+
+def motion_map(moving: np.ndarray, fixed: np.ndarray, spacing: Sequence[float], smoothing_mm: float = SMOOTHING_MM) -> np.ndarray:
+    """``(H, W)`` map of how much the two stacks differ, smoothed and summed over slices.
+
+    Args:
+        moving, fixed: ``(Z, H, W)`` stacks on one grid (NaN outside an image counts as no change).
+        spacing: in-plane voxel size ``(row, col)`` in mm.
+        smoothing_mm: Gaussian standard deviation of the smoothing, mm.
+    """
+    if moving.shape != fixed.shape or moving.ndim != 3:
+        raise ValueError(f"motion_map needs two (Z, H, W) stacks of one shape, got {moving.shape} and {fixed.shape}.")
+    both = np.isfinite(moving) & np.isfinite(fixed)
+    diff = np.where(both, np.abs(robust_unit(moving) - robust_unit(fixed)), 0.0)
+    sigma = [smoothing_mm / max(float(s), 1e-6) for s in spacing]
+    return gaussian_smooth(diff.sum(0), sigma)  # smoothing is linear: smoothing the sum = summing the smoothed slices
+
+
+def motion_centre(
+    moving: np.ndarray,
+    fixed: np.ndarray,
+    spacing: Sequence[float],
+    smoothing_mm: float = SMOOTHING_MM,
+    peak_fraction: float = PEAK_FRACTION,
+) -> Tuple[float, float]:
+    """In-plane ``(row, col)`` voxel index of the region where the frames differ most: the weighted
+    centroid of :func:`motion_map` above ``peak_fraction`` of its peak.
+
+    Falls back to the grid's centre when the stacks are identical (no motion to find).
+    """
+    score = motion_map(moving, fixed, spacing, smoothing_mm)
+    if not np.isfinite(score).all() or score.max() <= 0:
+        return (score.shape[0] - 1) / 2.0, (score.shape[1] - 1) / 2.0
+    weight = np.where(score >= peak_fraction * score.max(), score, 0.0)
+    rows, cols = np.indices(score.shape)
+    return float((rows * weight).sum() / weight.sum()), float((cols * weight).sum() / weight.sum())

@@ -1,0 +1,396 @@
+"""The input path of one registration, top to bottom: read -> canonical geometry -> localise ->
+model grid -> register -> paste back.
+
+:func:`monai_npc.register` (``monai_npc.interop.api``) reads the inputs and checks them, then calls
+:func:`run_pipeline`; everything a model needs of its inputs comes from its weights' metadata
+through :func:`model_profile` and two registries, so the core never imports an extra:
+
+- :data:`PREPROCESSING`: ``meta["preprocessing"]`` -> the function that turns resampled slices into
+  network inputs (``"minmax"``: each slice to ``[0, 1]``; ``"sar"``: the SAR extra's
+  log-amplitude preprocessing, imported by name only when a SAR model asks for it).
+- :data:`FIELDS_OF_VIEW`: ``meta["field_of_view"]`` -> how the model grid is placed on the fixed
+  image. ``"image"``: the whole fixed field of view fitted into ``size x size`` (brain slices,
+  echo sectors, SAR tiles). ``"heart"``: models trained on heart-centred crops at the scanner's
+  own pixel size (ACDC): a ``size x size`` window at the native in-plane spacing (clamped to
+  ``meta["spacing_mm"]``) centred on where the two frames differ most
+  (:func:`~monai_npc.apps.localize.motion_centre`; no label needed), the field tapered to zero
+  over the window's outer ``taper`` voxels and identity outside it.
+
+Units: images are SimpleITK images (mm, LPS); arrays are in array order ``(Z, H, W)``; a ddf is in
+voxels of its grid, MONAI ``Warp`` convention (channel ``k`` along array axis ``k``).
+Slices are registered independently: a slice gives the same field inside its stack as alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import SimpleITK as sitk
+import torch
+from torch import nn
+
+from monai_npc.apps.localize import motion_centre
+from monai_npc.functional import reliability_map, warp_image
+from monai_npc.interop.images import model_grid, resample, resample_model_field
+
+__all__ = [
+    "PREPROCESSING",
+    "FIELDS_OF_VIEW",
+    "ModelProfile",
+    "model_profile",
+    "minmax_slices",
+    "heart_grid",
+    "taper_window",
+    "constant_slices",
+    "PipelineResult",
+    "run_pipeline",
+]
+
+#: a slice whose intensity range is below this fraction of its largest magnitude counts as constant
+CONSTANT_RTOL = 1e-3
+
+
+# ------------------------------------------------------------------------------------- registries
+
+
+def minmax_slices(array: np.ndarray, meta: Optional[Mapping[str, Any]] = None) -> np.ndarray:
+    """Min-max each slice of ``(Z, H, W)`` to ``[0, 1]``; NaN (outside the image) becomes 0."""
+    out = np.zeros(array.shape, np.float32)
+    for z, sl in enumerate(array):
+        finite = np.isfinite(sl)
+        if not finite.any():
+            continue
+        lo, hi = float(sl[finite].min()), float(sl[finite].max())
+        out[z] = np.where(finite, (sl - lo) / (hi - lo) if hi > lo else 0.0, 0.0)
+    return out
+
+
+#: ``meta["preprocessing"]`` -> ``f((Z, H, W) array, meta) -> (Z, H, W) float32``; a ``"module:function"``
+#: string is imported on first use (extras register themselves by name, the core never imports them)
+PREPROCESSING: Dict[str, Union[Callable[[np.ndarray, Mapping[str, Any]], np.ndarray], str]] = {
+    "minmax": minmax_slices,
+    "sar": "monai_npc.extras.sar.preprocess:model_inputs",
+}
+
+#: field-of-view policies (see the module docstring)
+FIELDS_OF_VIEW = ("image", "heart", "image+heart")
+
+#: ``meta["bundle"]`` -> profile defaults for weights written before the profile keys existed
+_BUNDLE_DEFAULTS: Dict[str, Dict[str, Any]] = {
+    # the ACDC crops are 128 x 128 at the scanner's pixel size; ACDC spacing is 1.37-1.68 mm (train and test)
+    "npc_acdc": {"field_of_view": "heart", "spacing_mm": [1.3, 1.9]},
+}
+
+
+def _preprocessing(name: str) -> Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]:
+    entry = PREPROCESSING.get(name)
+    if entry is None:
+        raise ValueError(f"unknown model preprocessing {name!r} in the weights' meta; known: {sorted(PREPROCESSING)}.")
+    if isinstance(entry, str):
+        module, _, attr = entry.partition(":")
+        entry = getattr(importlib.import_module(module), attr)
+        PREPROCESSING[name] = entry
+    return entry
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What a network needs of its inputs (from its weights' ``meta``).
+
+    Attributes:
+        input_size: in-plane grid size the network was trained at (voxels).
+        preprocessing: key of :data:`PREPROCESSING`.
+        field_of_view: one of :data:`FIELDS_OF_VIEW`.
+        spacing_mm: ``(low, high)`` in-plane voxel sizes (mm) the network was trained at
+            (``"heart"``: the window's spacing is the fixed image's, clamped to this range).
+        taper: voxels over which a ``"heart"`` window's field falls to zero at its edge.
+    """
+
+    input_size: int = 128
+    preprocessing: str = "minmax"
+    field_of_view: str = "image"
+    spacing_mm: Tuple[float, float] = (0.0, math.inf)
+    taper: int = 24
+
+    def inputs(self, array: np.ndarray, meta: Mapping[str, Any]) -> np.ndarray:
+        """``(Z, H, W)`` resampled slices -> network inputs."""
+        return _preprocessing(self.preprocessing)(array, meta)
+
+
+def model_profile(net: nn.Module, size: Optional[int] = None, field_of_view: Optional[str] = None) -> ModelProfile:
+    """The :class:`ModelProfile` of ``net`` from ``net.meta`` (keys ``input_size``, ``preprocessing``,
+    ``field_of_view``, ``spacing_mm``, ``taper``; older shipped weights get their bundle's defaults).
+
+    ``size`` / ``field_of_view`` override the weights' values (``register(size=..., field_of_view=...)``).
+    """
+    meta = dict(_BUNDLE_DEFAULTS.get(str((getattr(net, "meta", None) or {}).get("bundle")), {}))
+    meta.update(getattr(net, "meta", None) or {})
+    fov = str(field_of_view or meta.get("field_of_view", "image"))
+    if fov not in FIELDS_OF_VIEW:
+        raise ValueError(f"field_of_view must be one of {FIELDS_OF_VIEW}, got {fov!r}.")
+    low, high = meta.get("spacing_mm", (0.0, math.inf))
+    profile = ModelProfile(
+        input_size=int(size or meta.get("input_size", 128)),
+        preprocessing=str(meta.get("preprocessing", "minmax")),
+        field_of_view=fov,
+        spacing_mm=(float(low), float(high)),
+        taper=int(meta.get("taper", 24)),
+    )
+    _preprocessing(profile.preprocessing)  # an unknown name fails before any work
+    return profile
+
+
+# ------------------------------------------------------------------------------------ model grids
+
+
+def heart_grid(fixed: sitk.Image, centre: Sequence[float], size: int, spacing_mm: Tuple[float, float]) -> sitk.Image:
+    """A ``size x size`` in-plane window on ``fixed``'s slices, centred on ``centre``.
+
+    Args:
+        fixed: the fixed image (2-D or 3-D); the window keeps its direction and slices.
+        centre: ``(row, col)`` fractional voxel index of the fixed image (array order ``H, W``).
+        size: window size in voxels per in-plane axis.
+        spacing_mm: ``(low, high)``: the window's isotropic in-plane spacing is the fixed image's
+            (the mean of its two in-plane spacings) clamped to this range.
+
+    When the clamped spacing equals the fixed image's, the window's voxels are fixed voxels
+    (origin snapped to a fixed voxel), so resampling onto it interpolates nothing.
+    """
+    dims = fixed.GetDimension()
+    sp = np.asarray(fixed.GetSpacing(), dtype=np.float64)
+    new_sp = sp.copy()
+    new_sp[:2] = float(np.clip(sp[:2].mean(), *spacing_mm))
+    half = (size - 1) / 2.0 * new_sp[:2] / sp[:2]  # half window in fixed voxels (x, y)
+    corner = np.asarray([centre[1], centre[0]], dtype=np.float64) - half  # index (x, y) of the window's voxel 0
+    if np.allclose(new_sp[:2], sp[:2]):
+        corner = np.round(corner)
+    index = np.zeros(dims)
+    index[:2] = corner
+    direction = np.asarray(fixed.GetDirection(), dtype=np.float64).reshape(dims, dims)
+    origin = np.asarray(fixed.GetOrigin(), dtype=np.float64) + direction @ (sp * index)
+    n = list(fixed.GetSize())
+    n[:2] = [size, size]
+    grid = sitk.Image([int(v) for v in n], sitk.sitkFloat32)
+    grid.SetSpacing([float(v) for v in new_sp])
+    grid.SetOrigin([float(v) for v in origin])
+    grid.SetDirection(fixed.GetDirection())
+    return grid
+
+
+def taper_window(shape: Sequence[int], margin: int) -> torch.Tensor:
+    """``(H, W)`` weight: 1 inside, falling to 0 at the border over ``margin`` voxels (raised cosine).
+
+    Multiplying a smooth field by it keeps the field smooth and makes it vanish at the window's
+    edge, so a window's field pasted into a larger grid with identity outside has no seam.
+    """
+    axes = []
+    for n in shape:
+        d = torch.minimum(torch.arange(n, dtype=torch.float64), torch.arange(n - 1, -1, -1, dtype=torch.float64))
+        t = (d / max(margin, 1)).clamp(0, 1) if margin > 0 else torch.ones(n, dtype=torch.float64)
+        axes.append(0.5 - 0.5 * torch.cos(math.pi * t))
+    return axes[0][:, None] * axes[1][None, :]
+
+
+def constant_slices(array: np.ndarray, rtol: float = CONSTANT_RTOL) -> np.ndarray:
+    """``(Z,)`` bool: slices of ``(Z, H, W)`` whose finite values span less than ``rtol`` of their magnitude (or none are finite)."""
+    out = np.zeros(array.shape[0], bool)
+    for z, sl in enumerate(array):
+        finite = sl[np.isfinite(sl)]
+        if finite.size == 0:
+            out[z] = True
+            continue
+        lo, hi = float(finite.min()), float(finite.max())
+        out[z] = hi - lo <= rtol * max(abs(lo), abs(hi)) or hi == lo
+    return out
+
+
+def _stack(array: np.ndarray, dims: int) -> np.ndarray:
+    """Array-order image -> ``(Z, H, W)``."""
+    return array[None] if dims == 2 else array
+
+
+# --------------------------------------------------------------------------------------- network
+
+
+def _net_dtype(net: nn.Module) -> torch.dtype:
+    for p in net.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
+
+
+@torch.inference_mode()
+def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: int = 16):
+    """``(Z, 1, h, w)`` pairs -> ``ddf (Z, 2, h, w)`` (model voxels), ``warped``, ``reliability (Z, 1, h, w)`` or ``None``.
+
+    Each slice is one independent pair of the batch (chunks of ``chunk`` slices).
+    """
+    ddfs, warps, rels = [], [], []
+    for start in range(0, moving.shape[0], chunk):
+        m, f = moving[start : start + chunk], fixed[start : start + chunk]
+        if hasattr(net, "register"):
+            warped, ddf, diagnostics = net.register(m, f, return_diagnostics=True)
+            if diagnostics:
+                last = diagnostics[-1]
+                rels.append(reliability_map(last["residual"], last["mask"], size=list(m.shape[2:])))
+        else:
+            ddf = net(torch.cat([m, f], 1))
+            warped = warp_image(m, ddf, "bilinear", "border")
+        ddfs.append(ddf.float())
+        warps.append(warped.float())
+    rel = torch.cat(rels).float() if rels and len(rels) == len(ddfs) else None
+    return torch.cat(ddfs), torch.cat(warps), rel
+
+
+# -------------------------------------------------------------------------------------- pipeline
+
+
+@dataclass
+class PipelineResult:
+    """What :func:`run_pipeline` computes.
+
+    Attributes:
+        ddf: ``(D, *S)`` float64 on the fixed grid, fixed voxels, array order (3-D: channel 0, the
+            through-plane component, is 0).
+        ddf_model: ``(Z, 2, h, w)`` on the model grid (model voxels), tapered for ``"heart"``.
+        grid: the model grid (SimpleITK image, no pixels used).
+        moving_model, fixed_model: ``(Z, h, w)`` network inputs; ``warped_model`` ``(Z, 1, h, w)``.
+        reliability: ``(Z, H, W)`` on the fixed grid, or ``None`` for networks without one.
+        still: ``(Z,)`` slices left at the identity (constant in either image).
+        overlap_percent: share of the fixed image's voxels that the moving image covers.
+        centre: ``(row, col)`` of the ``"heart"`` window in fixed voxels, else ``None``.
+        seconds_network: time in the network.
+    """
+
+    ddf: np.ndarray
+    ddf_model: torch.Tensor
+    grid: sitk.Image
+    moving_model: np.ndarray
+    fixed_model: np.ndarray
+    warped_model: torch.Tensor
+    reliability: Optional[np.ndarray]
+    still: np.ndarray
+    overlap_percent: float
+    centre: Optional[Tuple[float, float]]
+    seconds_network: float
+
+
+def run_pipeline(
+    net: nn.Module,
+    moving: sitk.Image,
+    fixed: sitk.Image,
+    profile: ModelProfile,
+    keep_aspect: bool = True,
+    device: Union[str, torch.device] = "cpu",
+) -> PipelineResult:
+    """Localise, build the model grid, register every slice and paste the field back onto ``fixed``.
+
+    Args:
+        net: a network in eval mode, ``(B, 2, h, w) -> (B, 2, h, w)`` or with ``register``.
+        moving, fixed: float32 images of one dimensionality (checked by the caller), mm / LPS.
+        profile: :func:`model_profile` of ``net``.
+        keep_aspect: ``"image"`` field of view: isotropic grid (pad the short side).
+        device: torch device of ``net``.
+    """
+    dims = fixed.GetDimension()
+    nan = float("nan")
+    # 1. canonical geometry: the moving image on the fixed grid (NaN outside it)
+    moving_on_fixed = _stack(resample(moving, fixed, "linear", nan), dims)
+    in_moving = np.isfinite(moving_on_fixed)
+    overlap = float(100.0 * in_moving.mean())
+    # 2. localise and place the model grid(s)
+    centre = None
+    grids: List[Tuple[sitk.Image, bool]] = []  # (grid, is a heart window)
+    if profile.field_of_view in ("image", "image+heart"):
+        grids.append((model_grid(fixed, profile.input_size, keep_aspect), False))
+    if profile.field_of_view in ("heart", "image+heart"):
+        fixed_arr = _stack(sitk.GetArrayFromImage(fixed), dims)
+        spacing = tuple(fixed.GetSpacing()[1::-1])  # (row, col) mm
+        centre = motion_centre(moving_on_fixed, fixed_arr, spacing)
+        grids.append((heart_grid(fixed, centre, profile.input_size, profile.spacing_mm), True))
+    # 3-5. register on each grid and paste back; a heart window's field blends into the whole-image one
+    runs = [_register_on_grid(net, moving, fixed, grid, window, profile, device) for grid, window in grids]
+    main = runs[-1]
+    ddf_f, rel = main.ddf_fixed, main.reliability
+    if len(runs) == 2:
+        weight = runs[1].weight  # (Z, 1, H, W): 1 inside the window, tapered to 0 at its edge
+        ddf_f = runs[0].ddf_fixed + 0.5 * weight * (runs[1].ddf_fixed - runs[0].ddf_fixed)
+    ddf_out = ddf_f.permute(1, 0, 2, 3).numpy()  # (2, Z, H, W)
+    ddf_out = np.concatenate([np.zeros_like(ddf_out[:1]), ddf_out], 0) if dims == 3 else ddf_out[:, 0]
+    return PipelineResult(
+        ddf=np.ascontiguousarray(ddf_out), ddf_model=main.ddf_model, grid=main.grid, moving_model=main.moving_model,
+        fixed_model=main.fixed_model, warped_model=main.warped_model, reliability=rel, still=main.still,
+        overlap_percent=overlap, centre=centre, seconds_network=sum(r.seconds_network for r in runs),
+    )
+
+
+@dataclass
+class _GridRun:
+    grid: sitk.Image
+    moving_model: np.ndarray
+    fixed_model: np.ndarray
+    still: np.ndarray
+    ddf_model: torch.Tensor
+    warped_model: torch.Tensor
+    ddf_fixed: torch.Tensor  # (Z, 2, H, W) fixed voxels
+    weight: Optional[torch.Tensor]  # (Z, 1, H, W) window weight on the fixed grid (windows only)
+    reliability: Optional[np.ndarray]
+    seconds_network: float
+
+
+def _register_on_grid(net, moving, fixed, grid, window: bool, profile: ModelProfile, device) -> _GridRun:
+    """Steps 3-5 of :func:`run_pipeline` on one model grid."""
+    import time
+
+    dims = fixed.GetDimension()
+    nan = float("nan")
+    # 3. model inputs
+    fixed_raw = _stack(resample(fixed, grid, "linear", nan), dims)
+    moving_raw = _stack(resample(moving, grid, "linear", nan), dims)
+    meta = getattr(net, "meta", None) or {}
+    fixed_m, moving_m = profile.inputs(fixed_raw, meta), profile.inputs(moving_raw, meta)
+    still = constant_slices(fixed_raw) | constant_slices(moving_raw)
+    # 4. every slice, independently
+    t_net = time.perf_counter()
+    dtype = _net_dtype(net)
+    m_t = torch.from_numpy(np.ascontiguousarray(moving_m))[:, None].to(device=device, dtype=dtype)
+    f_t = torch.from_numpy(np.ascontiguousarray(fixed_m))[:, None].to(device=device, dtype=dtype)
+    z, h, w = moving_m.shape
+    ddf_m, warped_m = torch.zeros(z, 2, h, w), m_t.detach().float().cpu().clone()
+    rel_m: Optional[torch.Tensor] = None
+    active = np.flatnonzero(~still)
+    if active.size:
+        d, wp, r = _predict(net, m_t[active], f_t[active])
+        ddf_m[active], warped_m[active] = d.cpu(), wp.cpu()
+        if r is not None:
+            rel_m = torch.zeros(z, 1, h, w)
+            rel_m[active] = r.cpu()
+    elif hasattr(net, "register"):
+        rel_m = torch.zeros(z, 1, h, w)
+    seconds_network = time.perf_counter() - t_net
+    ddf_m = ddf_m.double()
+    weight = None
+    if window:
+        taper = taper_window((h, w), profile.taper)
+        ddf_m = ddf_m * taper
+        weight = resample_model_field(taper.expand(z, 1, h, w).contiguous(), grid, fixed) * torch.from_numpy(_inside(grid, fixed))[:, None]
+    # 5. paste back: ddf in fixed voxels on the whole fixed grid (0 outside a window)
+    ddf_f = resample_model_field(ddf_m, grid, fixed, displacement=True)  # (Z, 2, H, W)
+    rel = None
+    if rel_m is not None:
+        rel = resample_model_field(rel_m.double(), grid, fixed)[:, 0].float().numpy()
+        if window:
+            rel = rel * _inside(grid, fixed)
+        rel[still] = 0.0
+    return _GridRun(grid, moving_m, fixed_m, still, ddf_m, warped_m, ddf_f, weight, rel, seconds_network)
+
+
+def _inside(grid: sitk.Image, fixed: sitk.Image) -> np.ndarray:
+    """``(Z, H, W)`` float64: 1 where a fixed voxel lies inside the model grid, else 0."""
+    ones = sitk.Image(grid.GetSize(), sitk.sitkFloat32) + 1.0
+    ones.CopyInformation(grid)
+    return _stack(resample(ones, fixed, "nearest", 0.0), fixed.GetDimension()).astype(np.float64)

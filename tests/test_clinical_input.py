@@ -1,0 +1,195 @@
+"""The clinical input path (issue 24): label-free localisation, the heart window pasted back on the
+whole fixed grid, slices registered independently, and the same result whatever form the images
+come in (file path, SimpleITK, nibabel, MONAI ``LoadImage`` MetaTensor with or without channel)."""
+
+import math
+
+import nibabel as nib
+import numpy as np
+import pytest
+import SimpleITK as sitk
+import torch
+from torch import nn
+
+import monai_npc
+from monai_npc.apps.localize import motion_centre
+from monai_npc.apps.registration import PREPROCESSING, ModelProfile, heart_grid, model_profile, run_pipeline, taper_window
+from monai_npc.data.phantoms import cardiac_pair
+from monai_npc.functional import jacobian_determinant
+from monai_npc.networks.nets import NPCNet
+from tests.conftest import SHARED
+
+
+class ConstantShift(nn.Module):
+    """``(B, 2, h, w) -> (B, 2, h, w)``: the same displacement everywhere (model voxels)."""
+
+    def __init__(self, shift=(2.0, -3.0)):
+        super().__init__()
+        self.register_buffer("shift", torch.tensor(shift).view(1, 2, 1, 1))
+
+    def forward(self, image):
+        return self.shift.expand(image.shape[0], 2, *image.shape[2:]).clone()
+
+
+def _stack_image(slices, spacing=(1.5, 1.5, 10.0), origin=(10.0, -20.0, 5.0), angle=0.3):
+    image = sitk.GetImageFromArray(np.asarray(slices, dtype=np.float32))
+    c, s = math.cos(angle), math.sin(angle)
+    image.SetSpacing(spacing)
+    image.SetOrigin(origin)
+    image.SetDirection((c, -s, 0, s, c, 0, 0, 0, 1))
+    return image
+
+
+def _beating_stack(size=200, centre=(120, 80), slices=3, seed=0):
+    """A textured static background and a disc at ``centre`` (row, col) whose radius changes between frames."""
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(0.2, 0.4, (size, size)).astype(np.float32)
+    rows, cols = np.indices((size, size))
+    r = np.hypot(rows - centre[0], cols - centre[1])
+    ed = np.stack([np.where(r < 22, 1.0, base) for _ in range(slices)])
+    es = np.stack([np.where(r < 14, 1.0, base) for _ in range(slices)])
+    return ed, es
+
+
+def test_motion_centre_finds_the_beating_region_without_labels():
+    ed, es = _beating_stack(centre=(120, 80))
+    row, col = motion_centre(ed, es, (1.5, 1.5))
+    assert abs(row - 120) < 3 and abs(col - 80) < 3
+    # no motion: the grid's centre
+    assert motion_centre(ed, ed, (1.5, 1.5)) == pytest.approx(((200 - 1) / 2, (200 - 1) / 2))
+
+
+def test_taper_window_is_one_inside_zero_at_the_edge_and_gentle():
+    w = taper_window((64, 48), 12)
+    assert w.shape == (64, 48)
+    assert float(w[12:-12, 12:-12].min()) == 1.0
+    assert float(w[0].max()) == 0.0 and float(w[:, -1].max()) == 0.0
+    slope = float(w.diff(dim=0).abs().max())
+    assert slope <= math.pi / (2 * 12) + 1e-9  # raised cosine: at most pi / (2 margin) per voxel
+
+
+def test_heart_grid_keeps_native_voxels_and_clamps_spacing():
+    fixed = _stack_image(np.zeros((3, 200, 180)))
+    grid = heart_grid(fixed, (100.3, 60.8), 64, (1.3, 1.9))
+    assert grid.GetSize() == (64, 64, 3) and grid.GetSpacing() == pytest.approx(fixed.GetSpacing())
+    assert grid.GetDirection() == pytest.approx(fixed.GetDirection())
+    # native spacing: the window's voxel 0 is a fixed voxel (no interpolation) ...
+    index = fixed.TransformPhysicalPointToContinuousIndex(grid.GetOrigin())
+    assert index == pytest.approx([round(v) for v in index], abs=1e-6)
+    # ... and the window is centred on the requested point (within half a voxel)
+    centre = grid.TransformContinuousIndexToPhysicalPoint([31.5, 31.5, 0])
+    assert fixed.TransformPhysicalPointToContinuousIndex(centre)[:2] == pytest.approx([60.8, 100.3], abs=0.51)
+    # a high-resolution image (0.7 mm) is seen at the spacing the model was trained at
+    fine = _stack_image(np.zeros((2, 300, 300)), spacing=(0.7, 0.7, 8.0))
+    assert heart_grid(fine, (150, 150), 64, (1.3, 1.9)).GetSpacing()[:2] == pytest.approx((1.3, 1.3))
+
+
+def test_heart_window_field_is_pasted_back_with_identity_outside_and_no_fold():
+    ed, es = _beating_stack(size=200, centre=(120, 80))
+    fixed, moving = _stack_image(es), _stack_image(ed)
+    profile = ModelProfile(input_size=96, field_of_view="heart", spacing_mm=(1.3, 1.9), taper=16)
+    result = run_pipeline(ConstantShift((2.0, -3.0)), moving, fixed, profile)
+    ddf = result.ddf  # (3, Z, H, W): through-plane 0, then rows, cols
+    assert ddf.shape == (3, 3, 200, 200) and np.abs(ddf[0]).max() == 0
+    row, col = (int(round(v)) for v in result.centre)
+    assert ddf[1, :, row, col] == pytest.approx(2.0) and ddf[2, :, row, col] == pytest.approx(-3.0)
+    assert np.abs(ddf[1:, :, :, :20]).max() == 0 and np.abs(ddf[1:, :, :20]).max() == 0  # far from the heart: identity
+    jac = jacobian_determinant(torch.from_numpy(ddf[1:]).permute(1, 0, 2, 3))
+    assert float(jac.min()) > 0.5  # the taper adds no fold
+
+
+def test_shipped_cardiac_model_uses_the_heart_window_and_others_the_whole_image():
+    from monai_npc.networks.nets.pretrained import load_pretrained
+
+    assert model_profile(load_pretrained("acdc")).field_of_view == "heart"
+    assert model_profile(load_pretrained("camus")).field_of_view == "image"
+    assert model_profile(nn.Identity()).field_of_view == "image"
+    assert model_profile(nn.Identity(), field_of_view="heart").field_of_view == "heart"
+    with pytest.raises(ValueError, match="field_of_view"):
+        model_profile(nn.Identity(), field_of_view="chest")
+    net = nn.Identity()
+    net.meta = {"preprocessing": "unheard-of"}
+    with pytest.raises(ValueError, match="unheard-of"):
+        model_profile(net)
+    assert isinstance(PREPROCESSING["minmax"], type(taper_window))
+
+
+def test_a_slice_gives_the_same_field_inside_its_stack_as_alone():
+    """Slices are independent pairs, refinement included (its loss is a sum of per-slice losses)."""
+    torch.manual_seed(0)
+    net = NPCNet(kernel_size=8, stride=4, num_pairs=8, top_k=4, gate_dim=8, hidden_dim=8, num_pe=8, num_steps=2,
+                 refine_iterations=10).eval()
+    slices = [cardiac_pair(size=64, seed=s) for s in range(3)]
+    moving = _stack_image([p["moving"] for p in slices])
+    fixed = _stack_image([p["fixed"] for p in slices])
+    stack = monai_npc.register(moving, fixed, model=net, threads=1).ddf  # (3, Z, H, W)
+    for z in range(3):
+        alone = monai_npc.register(moving[:, :, z : z + 1], fixed[:, :, z : z + 1], model=net, threads=1).ddf
+        assert float((stack[:, z] - alone[:, 0]).abs().max()) < 0.01
+
+
+@pytest.fixture(scope="module")
+def rotated_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("geometry")
+    paths = []
+    for key in ("moving", "fixed"):
+        p = cardiac_pair(size=64, seed=1)[key]
+        image = _stack_image(np.stack([p, 0.9 * p, 1.1 * p]) * 300, spacing=(1.6, 1.4, 8.0))
+        paths.append(str(folder / f"{key}.nii.gz"))
+        sitk.WriteImage(image, paths[-1])
+    return paths
+
+
+def test_every_input_kind_gives_the_same_registration(rotated_files):
+    from monai.transforms import LoadImage
+
+    kinds = {
+        "path": lambda p: p,
+        "SimpleITK": sitk.ReadImage,
+        "nibabel": nib.load,
+        "MetaTensor": LoadImage(image_only=True),
+        "MetaTensor channel-first": LoadImage(image_only=True, ensure_channel_first=True),
+    }
+    results = {k: monai_npc.register(conv(rotated_files[0]), conv(rotated_files[1]), model="phase-correlation") for k, conv in kinds.items()}
+    ref = results["path"].warped
+    assert ref.GetSize() == (64, 64, 3)
+    for kind, r in results.items():
+        for a, b in ((r.warped.GetSpacing(), ref.GetSpacing()), (r.warped.GetOrigin(), ref.GetOrigin()),
+                     (r.warped.GetDirection(), ref.GetDirection())):
+            assert np.asarray(a) == pytest.approx(np.asarray(b), abs=1e-6), kind
+        assert np.abs(sitk.GetArrayFromImage(r.warped) - sitk.GetArrayFromImage(ref)).max() < 1e-4, kind
+        assert float((r.ddf - results["path"].ddf).abs().max()) < 1e-5, kind
+
+
+def test_nibabel_follows_itk_when_the_sform_scales_disagree_with_pixdim(tmp_path):
+    """The official ACDC files: sform with 1 mm scales, pixdim the real 1.5625 mm (ITK uses the latter)."""
+    data = np.random.default_rng(0).uniform(size=(40, 36, 4)).astype(np.float32)
+    img = nib.Nifti1Image(data, np.diag([-1.0, -1.0, 1.0, 1.0]))
+    img.header.set_zooms((1.5625, 1.5625, 10.0))
+    img.header.set_sform(np.diag([-1.0, -1.0, 1.0, 1.0]), code=2)
+    img.header.set_qform(None, code=0)
+    path = tmp_path / "acdc_like.nii.gz"
+    nib.save(img, str(path))
+    from monai_npc.interop.images import nibabel_to_sitk
+
+    itk = sitk.ReadImage(str(path))
+    ours = nibabel_to_sitk(nib.load(str(path)))
+    assert ours.GetSpacing() == pytest.approx(itk.GetSpacing(), abs=1e-5)
+    assert ours.GetOrigin() == pytest.approx(itk.GetOrigin(), abs=1e-5)
+    assert ours.GetDirection() == pytest.approx(itk.GetDirection(), abs=1e-6)
+    assert np.array_equal(sitk.GetArrayFromImage(ours), sitk.GetArrayFromImage(itk))
+
+
+@pytest.mark.skipif(not (SHARED / "data" / "acdc_official_test").is_dir(), reason="../shared/data/acdc_official_test is absent")
+def test_unlabelled_official_stack_registers_on_its_own_grid():
+    """A real held-out stack, no label anywhere: the field lives on the fixed file's grid, identity far from the heart."""
+    folder = SHARED / "data" / "acdc_official_test" / "testing" / "patient101"
+    ed, es = sorted(str(p) for p in folder.glob("patient101_frame??.nii.gz"))
+    r = monai_npc.register(ed, es, model="acdc", refine_iterations=0, threads=1)
+    fixed = sitk.ReadImage(es)
+    assert r.warped.GetSize() == fixed.GetSize() and r.warped.GetSpacing() == pytest.approx(fixed.GetSpacing())
+    assert r.summary["model_grid"]["field_of_view"] == "heart"
+    assert r.summary["model_grid"]["spacing_mm"][:2] == pytest.approx(fixed.GetSpacing()[:2])
+    ddf = r.ddf.numpy()
+    assert np.abs(ddf[:, :, :8]).max() == 0 and np.abs(ddf[:, :, :, :8]).max() == 0  # image border: identity
+    assert np.abs(ddf).max() > 0.5 and r.summary["folding_percent"] < 0.5
