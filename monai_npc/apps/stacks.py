@@ -35,6 +35,7 @@ import logging
 import math
 import re
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -323,9 +324,7 @@ def label_metrics(
     p = torch.from_numpy(np.ascontiguousarray(pred, dtype=np.float32))[None, None]
     t = torch.from_numpy(np.ascontiguousarray(target, dtype=np.float32))[None, None]
     dice = dice_per_structure(p, t, values)[0].numpy()
-    import warnings
-
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # MONAI warns about empty structures: they are NaN here
         warnings.simplefilter("ignore")
         hd = hd95_per_structure(p, t, values, spacing=[float(s) for s in spacing])[0].numpy()
     out: Dict[str, float] = {}
