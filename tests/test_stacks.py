@@ -251,3 +251,39 @@ def test_real_official_stack_runs(tmp_path):
     fixed = sitk.ReadImage(str(OFFICIAL_TEST / "testing" / "patient101" / "patient101_frame14.nii.gz"))
     warped = sitk.ReadImage(str(tmp_path / "out" / "patient101" / "ED_to_ES" / "warped_label.nii.gz"))
     assert warped.GetSize() == fixed.GetSize() and np.allclose(warped.GetSpacing(), fixed.GetSpacing())
+
+
+def test_dicom_cine_study(tmp_path):
+    """A cine DICOM series (2 slice positions x 3 phases) with Info.cfg ED: 1, ES: 3: phases 0 and 2 are registered."""
+    from tests.dicom_writer import write_dicom
+
+    from monai_npc.interop.api import as_image
+
+    src = tmp_path / "phantom"
+    (folder,) = write_acdc_phantom(src, patients=1, first_id=105, max_slices=2, progress=False)
+    es = int(read_acdc_info(folder / "Info.cfg")["ES"])
+    ed_img = sitk.ReadImage(str(folder / f"{folder.name}_frame01.nii.gz"))
+    ed, es_arr = sitk.GetArrayFromImage(ed_img), sitk.GetArrayFromImage(sitk.ReadImage(str(folder / f"{folder.name}_frame{es:02d}.nii.gz")))
+    noise = np.random.default_rng(1).uniform(0, 900, ed.shape)
+    dz, pix = ed_img.GetSpacing()[2], ed_img.GetSpacing()[0]
+    cine = tmp_path / "root" / "cine01"
+    cine.mkdir(parents=True)
+    number = 0
+    for phase, volume in enumerate((ed, noise, es_arr)):
+        for z in range(volume.shape[0]):
+            number += 1
+            write_dicom(np.clip(volume[z], 0, None), cine / f"im{number:03d}.dcm", position=(0.0, 0.0, dz * z), spacing=(pix, pix),
+                        series="1.2.3.4", study="1.2.3", number=number, trigger=40.0 * phase)
+    (cine / "Info.cfg").write_text("ED: 1\nES: 3\n")
+    (study,) = stacks.find_studies(tmp_path / "root")
+    assert study.kind == "dicom" and [p.fixed.select for p in study.pairs] == ["phase=2", "phase=0"]
+    summary = stacks.infer_studies(tmp_path / "root", tmp_path / "out", directions=("ED->ES",), overview=False, **FAST)
+    assert summary["n_done"] == 1, summary
+    fixed = as_image(cine, select="phase=2")
+    moving = sitk.GetArrayFromImage(as_image(cine, select="phase=0"))
+    warped_img = sitk.ReadImage(str(tmp_path / "out" / "cine01" / "ED_to_ES" / "warped.nii.gz"))
+    assert warped_img.GetSize() == fixed.GetSize() and np.allclose(warped_img.GetOrigin(), fixed.GetOrigin(), atol=1e-4)
+    target = sitk.GetArrayFromImage(fixed)
+    np.testing.assert_allclose(target, np.clip(es_arr, 0, None), atol=0.5)  # phase 2 is ES, not the noise
+    err_before = np.abs(moving - target).mean()
+    assert np.abs(sitk.GetArrayFromImage(warped_img) - target).mean() < 0.8 * err_before
