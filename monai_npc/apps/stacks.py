@@ -615,9 +615,9 @@ def group_figure(summary: Mapping[str, Any], path: PathLike) -> Path:
     init = [summary[methods[0]]["overall"] if g == "all" else summary[methods[0]]["groups"][g] for g in groups]
     ax.plot(x, [c["dice_mean_initial"] for c in init], "k_", ms=25, mew=2, label="initial")
     ax.set_xticks(x, [f"{g}\n{c['n']} pairs" for g, c in zip(groups, init)])
-    ax.set_ylim(0.4, 1.0)
+    ax.set_ylim(0.4, 1.05)
     ax.set_ylabel("3-D Dice (mean of RV, Myo, LV)")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", ncol=len(methods) + 1)
     return save_figure(fig, path, title="whole stacks, fixed grid: mean Dice per pathology group")
 
 
