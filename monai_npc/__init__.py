@@ -18,6 +18,9 @@ Quick start (in memory, like ``ants.registration``)::
     reg = monai_npc.register("ED.nii.gz", "ES.nii.gz", model="acdc")  # or SimpleITK images / arrays
     reg.warped, reg.transform, reg.ddf, reg.summary; reg.save("result")
 
+Cines: ``monai_npc.track("patient_4d.nii.gz", "ED_gt.nii.gz", reference_frame=0)`` carries a label
+to every frame (:mod:`monai_npc.tracking`: volumes, EF, LV mass).
+
 ``import monai_npc`` stays light: :func:`register` and :class:`Registration` are imported on first use.
 """
 
@@ -25,13 +28,17 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["register", "Registration", "__version__"]
+__all__ = ["register", "Registration", "track", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    """Lazy top-level API: ``monai_npc.register`` / ``monai_npc.Registration`` (torch and SimpleITK load on first use)."""
+    """Lazy top-level API: ``monai_npc.register`` / ``monai_npc.Registration`` / ``monai_npc.track`` (torch and SimpleITK load on first use)."""
     if name in ("register", "Registration"):
         from monai_npc.interop import api
 
         return getattr(api, name)
+    if name == "track":
+        from monai_npc.tracking.track import track
+
+        return track
     raise AttributeError(f"module 'monai_npc' has no attribute {name!r}")

@@ -193,3 +193,18 @@ def test_unlabelled_official_stack_registers_on_its_own_grid():
     ddf = r.ddf.numpy()
     assert np.abs(ddf[:, :, :8]).max() == 0 and np.abs(ddf[:, :, :, :8]).max() == 0  # image border: identity
     assert np.abs(ddf).max() > 0.5 and r.summary["folding_percent"] < 0.5
+
+
+def test_a_volume_seen_through_plane_is_warned_about_by_name():
+    """Slices of index axes 0-1 that are coarser than the slice axis: the 2-D model would register reformats."""
+    p = cardiac_pair(size=48, seed=2)
+    stack = np.stack([p["moving"]] * 4) * 100
+    good = _stack_image(stack, spacing=(1.5, 1.5, 8.0))
+    sideways = _stack_image(stack, spacing=(4.0, 1.0, 0.8))
+    with pytest.warns(RuntimeWarning, match=r"fixed image <in-memory Image>.*4 x 1 mm.*0\.8 mm"):
+        monai_npc.register(good, sideways, model="phase-correlation")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        monai_npc.register(good, good, model="phase-correlation")

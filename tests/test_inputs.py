@@ -171,7 +171,7 @@ def test_threads(monkeypatch):
     with runtime.use_threads(1) as n:
         assert n == 1 and torch.get_num_threads() == 1 and sitk.ProcessObject.GetGlobalDefaultNumberOfThreads() == 1
     assert torch.get_num_threads() == before
-    reg = monai_npc.register(np.zeros((8, 32)) + np.arange(32), np.zeros((8, 32)) + np.arange(32), "phase-correlation", threads=1)
+    reg = monai_npc.register(np.zeros((16, 32)) + np.arange(32), np.zeros((16, 32)) + np.arange(32), "phase-correlation", threads=1)
     assert reg.summary["identity_slices"] == [] and torch.get_num_threads() == before
 
 

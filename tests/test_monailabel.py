@@ -1,54 +1,76 @@
-"""The MONAI Label example's registration (label propagation) task, called directly (no server).
+"""The MONAI Label example's registration (label propagation) task.
 
-Runs with or without ``monailabel`` installed: the task falls back to a stand-in base class.
+The task itself is called directly (no server; runs with or without ``monailabel``: the task falls
+back to a stand-in base class). ``test_server_smoke`` starts a real MONAI Label server with the
+example's ``smoke_test.py`` and is skipped where ``monailabel`` is not installed.
 """
 
 import importlib.util
 import json
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import SimpleITK as sitk
 
 from monai_npc.data.phantoms import cardiac_pair
 
-TASK = Path(__file__).resolve().parents[1] / "examples/monailabel/npc_registration/lib/infers/npc_registration.py"
+APP = Path(__file__).resolve().parents[1] / "examples/monailabel/npc_registration"
 
 
-def _load_task_module():
-    spec = importlib.util.spec_from_file_location("npc_monailabel_task", TASK)
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
+def _load_task_module():
+    return _load("npc_monailabel_task", APP / "lib/infers/npc_registration.py")
+
+
 def _write(arr, path, pixel=sitk.sitkFloat32):
     image = sitk.Cast(sitk.GetImageFromArray(arr), pixel)
-    image.SetSpacing((1.4, 1.4))
-    image.SetOrigin((-50.0, 20.0))
+    image.SetSpacing((1.4, 1.4, 8.0)[: image.GetDimension()])
+    image.SetOrigin((-50.0, 20.0, 0.0)[: image.GetDimension()])
     sitk.WriteImage(image, str(path))
     return str(path)
 
 
 class _Datastore:
-    """The two datastore calls the task makes (``LocalDatastore`` API)."""
+    """The two datastore calls the task makes (``LocalDatastore`` API: ``""`` for an unknown id)."""
 
     def __init__(self, folder):
         self.folder = Path(folder)
 
     def get_image_uri(self, image_id):
-        return str(self.folder / f"{image_id}.nii.gz")
+        path = self.folder / f"{image_id}.nii.gz"
+        return str(path) if path.is_file() else ""
 
     def get_label_uri(self, label_id, label_tag):
-        return str(self.folder / "labels" / label_tag / f"{label_id}.nii.gz")
+        path = self.folder / "labels" / label_tag / f"{label_id}.nii.gz"
+        return str(path) if path.is_file() else ""
+
+
+def _refused(task, request, status, text):
+    module = type(task).__module__
+    with pytest.raises(ValueError) as info:
+        task(request)
+    err = info.value
+    assert type(err).__name__ == "RequestError" and type(err).__module__ == module
+    assert err.status_code == status and text in err.detail, (err.status_code, err.detail)
 
 
 def test_label_propagation_task(tmp_path):
     module = _load_task_module()
-    try:  # with monailabel installed the task is a real MONAI Label InferTask
+    try:  # with monailabel installed the task is a real MONAI Label InferTask and errors are HTTPExceptions
+        from fastapi import HTTPException
         from monailabel.interfaces.tasks.infer_v2 import InferTask
 
-        assert issubclass(module.NPCRegistration, InferTask)
+        assert issubclass(module.NPCRegistration, InferTask) and issubclass(module.RequestError, HTTPException)
     except ImportError:
         pass
     pair = cardiac_pair(size=64, seed=3)
@@ -56,33 +78,50 @@ def test_label_propagation_task(tmp_path):
     fixed = _write(pair["fixed"], tmp_path / "es.nii.gz")
     _write(pair["moving"], tmp_path / "ed.nii.gz")
     _write(pair["moving_label"], tmp_path / "labels" / "final" / "ed.nii.gz", sitk.sitkUInt8)
-    fixed_label = _write(pair["fixed_label"], tmp_path / "es_gt.nii.gz", sitk.sitkUInt8)
+    _write(pair["fixed_label"], tmp_path / "labels" / "final" / "es.nii.gz", sitk.sitkUInt8)
+    _write(pair["moving"][None].repeat(2, 0), tmp_path / "vol.nii.gz")  # 3-D
+    (tmp_path / "broken.nii.gz").write_bytes(b"\x1f\x8b\x08\x00 not a NIfTI file")
+    results = tmp_path / "results"
+    results.mkdir()
 
-    task = module.NPCRegistration(model="phase-correlation", datastore=_Datastore(tmp_path), output_root=str(tmp_path))
+    task = module.NPCRegistration(model="phase-correlation", datastore=_Datastore(tmp_path), output_root=str(results))
     assert task.is_valid() and task.info()["type"] == "segmentation" and task.info()["dimension"] == 2
     assert not module.NPCRegistration(model="acdc-does-not-exist").is_valid()
-    # MONAI Label resolves "image" to a path; "moving" is a datastore id, its label the "final" one.
-    # The server sets "model" to the task's name and may pass its own "device": neither is the NPC model.
     assert task.config() == {"npc_model": "phase-correlation", "moving": "", "moving_label": "", "fixed_label": ""}
-    request = {"model": "npc_registration", "device": "cuda", "image": fixed, "moving": "ed", "fixed_label": fixed_label}
+    # MONAI Label resolves "image" to a path; "moving" is a datastore id, its label the "final" one;
+    # the server sets "model" to the task's name and may pass its own "device": neither is the NPC model.
+    request = {"model": "npc_registration", "device": "cuda", "image": fixed, "moving": "ed", "fixed_label": "es"}
     label_file, result = task(request)
+    assert Path(label_file).parent == results and Path(label_file).name.startswith("npc_result_")
     warped = sitk.ReadImage(label_file)
     assert warped.GetSize() == (64, 64) and np.allclose(warped.GetSpacing(), (1.4, 1.4))
+    assert np.allclose(warped.GetOrigin(), (-50.0, 20.0))
     assert set(np.unique(sitk.GetArrayFromImage(warped))) <= {0, 1, 2, 3}
-    for key in ("transform", "displacement", "transform_slicer", "warped", "overview", "summary"):
-        assert Path(result[key]).is_file(), key
-    assert sitk.ReadTransform(result["transform"]).GetName() == "DisplacementFieldTransform"
-    assert result["model"] == "phase-correlation" and 0.0 <= result["dice_mean"] <= 1.0
-    assert result["folding_percent"] == 0.0 and result["seconds"] > 0
+    assert result["result"] == "label" and result["model"] == "phase-correlation"
+    assert 0.0 <= result["dice_mean"] <= 1.0 and result["folding_percent"] == 0.0 and result["seconds"] > 0
+    assert "outputs" not in result and "output_dir" not in result  # nothing but the label file is written
+    assert sorted(p.name for p in results.iterdir()) == [Path(label_file).name]
     json.dumps(result)  # MONAI Label sends it to the client as JSON
-    summary = json.loads(Path(result["summary"]).read_text())
-    assert summary["dice_mean"] == result["dice_mean"]
-    # plain paths work without a datastore
-    label_file, result = module.NPCRegistration(model="phase-correlation")(
-        {"image": fixed, "moving": str(tmp_path / "ed.nii.gz"), "moving_label": str(tmp_path / "labels/final/ed.nii.gz"),
-         "output_dir": str(tmp_path / "direct")}
+
+    # no moving label: the warped moving image comes back; output_dir keeps the transform files
+    label_file, result = module.NPCRegistration(model="phase-correlation", output_root=str(results))(
+        {"image": fixed, "moving": str(tmp_path / "ed.nii.gz"), "output_dir": str(tmp_path / "direct")}
     )
-    assert Path(label_file) == tmp_path / "direct" / "warped_label.nii.gz" and result["dice_mean"] is None
+    assert result["result"] == "image" and "dice_mean" not in result
+    assert sitk.ReadImage(label_file).GetPixelID() == sitk.sitkFloat32
+    assert result["output_dir"] == str(tmp_path / "direct")
+    assert sitk.ReadTransform(str(tmp_path / "direct" / result["outputs"]["transform"])).GetName() == "DisplacementFieldTransform"
+
+    # bad requests: RequestError (HTTP 4xx under MONAI Label) naming what is wrong
+    _refused(task, {"image": fixed}, 400, "'moving'")
+    _refused(task, {"image": "", "moving": "ed"}, 400, "'image'")
+    _refused(task, {"image": fixed, "moving": "no_such_image"}, 404, "no_such_image")
+    _refused(task, {"image": fixed, "moving": "ed", "moving_label": "no_such_label"}, 404, "no_such_label")
+    _refused(task, {"image": fixed, "moving": "vol"}, 422, "3-D")
+    _refused(task, {"image": fixed, "moving": "broken"}, 422, "broken.nii.gz")
+    _refused(task, {"image": fixed, "moving": "ed", "npc_model": "no_such_model"}, 404, "no_such_model")
+    _refused(task, {"image": fixed, "moving": "ed", "npc_refine": "many"}, 400, "npc_refine")
+    assert len(list(results.iterdir())) == 2  # refused requests leave no file behind
 
 
 def test_task_model_comes_from_npc_model_not_from_monailabel_model(tmp_path):
@@ -96,9 +135,27 @@ def test_task_model_comes_from_npc_model_not_from_monailabel_model(tmp_path):
     task = module.NPCRegistration(model="acdc", output_root=str(tmp_path))
     assert task.is_valid() and task.labels == {"rv": 1, "myocardium": 2, "lv": 3}
     base = {"model": "npc_registration", "image": fixed, "moving": moving, "moving_label": moving_label, "fixed_label": fixed_label}
-    _, result = task(dict(task.config(), **base))  # the Slicer client sends the task config with the request
+    label_file, result = task(dict(task.config(), **base))  # the Slicer client sends the task config with the request
     assert result["model"] == "acdc" and result["dice_mean"] > result["dice_mean_initial"] + 0.05
-    _, result = task(dict(base, npc_model="phase-correlation"))
+    os.remove(label_file)
+    label_file, result = task(dict(base, npc_model="phase-correlation", npc_refine=0))
     assert result["model"] == "phase-correlation"
+    os.remove(label_file)
+    assert len(task._nets) == 2  # each network is loaded once and reused
     camus = module.NPCRegistration(model="camus")
     assert camus.is_valid() and camus.labels == {"lv": 1, "myocardium": 2, "la": 3}
+
+
+def test_server_smoke(tmp_path):
+    """A real MONAI Label server (``smoke_test.py``): one registration of a real pair, malformed requests.
+
+    The ACDC pair of ``../shared`` when present (10 slices), else a 2-slice phantom; ``npc_refine=0``
+    (the network without test-time refinement) keeps it near 30 s on one thread.
+    """
+    pytest.importorskip("monailabel")
+    pytest.importorskip("requests_toolbelt")
+    smoke = _load("npc_monailabel_smoke", APP / "smoke_test.py")
+    result = smoke.run_smoke_test(tmp_path / "work", refine=0, report=lambda line: None)
+    assert result.params["result"] == "label" and result.params["dice_mean"] > result.params["dice_mean_initial"]
+    assert [status for _, status, _ in result.malformed] == [status for *_, status, _ in smoke.MALFORMED]
+    assert not list((tmp_path / "work" / "app_data").glob("**/npc_result_*"))  # results deleted after sending

@@ -36,6 +36,7 @@ from torch import nn
 from monai_npc.apps.localize import motion_centre
 from monai_npc.functional import reliability_map, warp_image
 from monai_npc.interop.images import model_grid, resample, resample_model_field
+from monai_npc.interop.transforms import displacement_field_transform
 
 __all__ = [
     "PREPROCESSING",
@@ -77,7 +78,7 @@ PREPROCESSING: Dict[str, Union[Callable[[np.ndarray, Mapping[str, Any]], np.ndar
 }
 
 #: field-of-view policies (see the module docstring)
-FIELDS_OF_VIEW = ("image", "heart", "image+heart")
+FIELDS_OF_VIEW = ("image", "heart", "image+heart", "image>heart")
 
 #: ``meta["bundle"]`` -> profile defaults for weights written before the profile keys existed
 _BUNDLE_DEFAULTS: Dict[str, Dict[str, Any]] = {
@@ -313,19 +314,37 @@ def run_pipeline(
         centre = motion_centre(moving_on_fixed, fixed_arr, spacing)
         grids.append((heart_grid(fixed, centre, profile.input_size, profile.spacing_mm), True))
     # 3-5. register on each grid and paste back; a heart window's field blends into the whole-image one
+    if profile.field_of_view == "image>heart":  # coarse to fine: the window registers the coarsely warped moving image
+        coarse = _register_on_grid(net, moving, fixed, model_grid(fixed, profile.input_size, keep_aspect), False, profile, device)
+        fixed_arr = _stack(sitk.GetArrayFromImage(fixed), dims)
+        centre = motion_centre(moving_on_fixed, fixed_arr, tuple(fixed.GetSpacing()[1::-1]))
+        grid = heart_grid(fixed, centre, profile.input_size, profile.spacing_mm)
+        pre = sitk.Resample(moving, fixed, displacement_field_transform(_with_z(coarse.ddf_fixed, dims), fixed), sitk.sitkLinear, nan, sitk.sitkFloat32)
+        fine = _register_on_grid(net, pre, fixed, grid, True, profile, device)
+        ddf_f = fine.ddf_fixed + warp_image(coarse.ddf_fixed, fine.ddf_fixed, "bilinear", "border")  # u_c(x + u_f(x)) + u_f(x)
+        return PipelineResult(
+            ddf=_with_z(ddf_f, dims), ddf_model=fine.ddf_model, grid=grid, moving_model=fine.moving_model,
+            fixed_model=fine.fixed_model, warped_model=fine.warped_model, reliability=coarse.reliability, still=fine.still | coarse.still,
+            overlap_percent=overlap, centre=centre, seconds_network=coarse.seconds_network + fine.seconds_network,
+        )
     runs = [_register_on_grid(net, moving, fixed, grid, window, profile, device) for grid, window in grids]
     main = runs[-1]
     ddf_f, rel = main.ddf_fixed, main.reliability
     if len(runs) == 2:
         weight = runs[1].weight  # (Z, 1, H, W): 1 inside the window, tapered to 0 at its edge
         ddf_f = runs[0].ddf_fixed + 0.5 * weight * (runs[1].ddf_fixed - runs[0].ddf_fixed)
-    ddf_out = ddf_f.permute(1, 0, 2, 3).numpy()  # (2, Z, H, W)
-    ddf_out = np.concatenate([np.zeros_like(ddf_out[:1]), ddf_out], 0) if dims == 3 else ddf_out[:, 0]
     return PipelineResult(
-        ddf=np.ascontiguousarray(ddf_out), ddf_model=main.ddf_model, grid=main.grid, moving_model=main.moving_model,
+        ddf=_with_z(ddf_f, dims), ddf_model=main.ddf_model, grid=main.grid, moving_model=main.moving_model,
         fixed_model=main.fixed_model, warped_model=main.warped_model, reliability=rel, still=main.still,
         overlap_percent=overlap, centre=centre, seconds_network=sum(r.seconds_network for r in runs),
     )
+
+
+def _with_z(ddf_f: torch.Tensor, dims: int) -> np.ndarray:
+    """``(Z, 2, H, W)`` in-plane field -> ``(D, *S)`` array-order ddf of the fixed image (3-D: a zero through-plane channel first)."""
+    out = ddf_f.permute(1, 0, 2, 3).numpy()  # (2, Z, H, W)
+    out = np.concatenate([np.zeros_like(out[:1]), out], 0) if dims == 3 else out[:, 0]
+    return np.ascontiguousarray(out)
 
 
 @dataclass

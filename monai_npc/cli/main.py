@@ -21,7 +21,7 @@ from typing import List, Optional
 from monai_npc import runtime
 
 #: subcommand modules, in the order ``--help`` lists them
-SUBCOMMANDS: List[str] = ["quickstart", "demo", "phantom", "qho", "register", "sar", "brain"]
+SUBCOMMANDS: List[str] = ["quickstart", "demo", "phantom", "qho", "register", "track", "sar", "brain"]
 
 
 def _positive_int(text: str) -> int:
@@ -73,9 +73,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.threads = getattr(args, "threads", None) or runtime.default_threads()
         torch.set_num_threads(args.threads)
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as err:  # clear message, no traceback, for user errors
-        print(f"monai-npc {args.command}: error: {err}", file=sys.stderr)
+    except (ValueError, OSError) as err:  # clear message, no traceback, for user errors and failed writes
+        print(f"monai-npc {args.command}: error: {error_line(err)}", file=sys.stderr)
         return 1
+
+
+def error_line(err: BaseException) -> str:
+    """One line for a user-facing error: an operating-system error with a path gets the path and its
+    cause (:func:`monai_npc.io_safety.describe_os_error`: disk full, permission...), any other
+    error its message; line breaks become spaces."""
+    if isinstance(err, OSError) and err.errno is not None and err.filename:
+        from monai_npc.io_safety import describe_os_error
+
+        text = f"{err.filename}: {describe_os_error(err)}"
+    else:
+        text = str(err) or type(err).__name__
+    return " ".join(line.strip() for line in text.strip().splitlines() if line.strip())
 
 
 if __name__ == "__main__":

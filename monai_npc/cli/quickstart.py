@@ -6,7 +6,8 @@ registers each pair with a shipped model exactly as ``monai-npc register`` does 
 label, ITK / ANTs / Slicer transforms, Jacobian, reliability, summary), and writes
 ``OUT/metrics.json`` (Dice before -> after per pair and on average, folding, seconds) and
 ``OUT/overview.png`` (the first pair: moving, fixed, warped with label contours, difference,
-deformed grid).
+deformed grid). Every file is written all or nothing (a temporary name, flushed and read back, then
+renamed); the previous run's ``metrics.json`` is removed first, so a failed run leaves none.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def write_phantom_pair(folder, name: str, seed: int, spacing: float = 1.5):
     import SimpleITK as sitk
 
     from monai_npc.data.phantoms import cardiac_pair
+    from monai_npc.io_safety import atomic_write
 
     pair = cardiac_pair(128, seed=seed)
     folder = Path(folder)
@@ -51,26 +53,25 @@ def write_phantom_pair(folder, name: str, seed: int, spacing: float = 1.5):
         image = sitk.Cast(sitk.GetImageFromArray(pair[key]), pixel)
         image.SetSpacing((spacing, spacing))
         path = folder / f"{name}_{suffix}.nii.gz"
-        sitk.WriteImage(image, str(path))
+        atomic_write(path, lambda tmp, image=image: sitk.WriteImage(image, str(tmp)))
         paths.append(path)
     return tuple(paths)
 
 
 def run(args: argparse.Namespace) -> int:
     import json
-    import shutil
     import time
-    from pathlib import Path
 
     import numpy as np
 
     from monai_npc.interop.register import register_files, resolve_model
+    from monai_npc.io_safety import atomic_copy, atomic_write_text, make_folder, remove_stale
 
     if args.pairs < 1:
         raise ValueError(f"--pairs must be >= 1, got {args.pairs}.")
     start = time.perf_counter()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_folder(args.out)
+    remove_stale([out / "metrics.json", out / "overview.png"])  # a failed run leaves none as if current
     net, name = resolve_model(args.model)  # loaded once for all pairs
     rows = []
     for i in range(args.pairs):
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         )
         rows.append({"pair": pair, "dice_initial": s["dice_mean_initial"], "dice": s["dice_mean"],
                      "folding_percent": s["folding_percent"], "seconds": s["seconds"]})
-    shutil.copyfile(out / "registered" / "pair00" / "overview.png", out / "overview.png")
+    atomic_copy(out / "registered" / "pair00" / "overview.png", out / "overview.png")
     metrics = {
         "model": name,
         "n_pairs": len(rows),
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         "pairs": rows,
         "data": "cardiac cine MRI phantoms (monai_npc.data.phantoms.cardiac_pair, 128 x 128, 1.5 mm), ED -> ES",
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
     print(
         f"registered {len(rows)} phantom ED -> ES pairs with {name}: Dice {metrics['dice_mean_initial']:.3f} -> "
         f"{metrics['dice_mean']:.3f}, folding {metrics['folding_percent']:.3f} %, {metrics['seconds_per_pair']:.2f} s/pair; "

@@ -5,8 +5,9 @@ warped_label.nii.gz (with --moving-label), transform.h5 (ITK displacement field 
 fixed -> moving points; resampling the moving image with it gives warped.nii.gz exactly),
 displacement.nii.gz (the same field as an ANTs *Warp.nii.gz), transform_slicer.h5 (2-D inputs:
 one-slice 3-D transform for 3D Slicer), jacobian.nii.gz, reliability.nii.gz, overview.png and
-summary.json. --out is checked before any work and written all at once (a previous run's folder
-is replaced). Cine DICOM folders: pick a phase with --moving-select phase=K (or trigger_time=MS,
+summary.json. --out is checked before any work and written all or nothing: every file is flushed
+and read back, then the folder replaces a previous run's as a whole (never missing, even after a
+kill); a failure (disk full, permission) keeps the previous result and exits 1 with one line. Cine DICOM folders: pick a phase with --moving-select phase=K (or trigger_time=MS,
 slice=K, instance=N). See docs/interop.md.
 """
 
@@ -58,9 +59,19 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=None,
                    help="model grid size in-plane (default: the size the weights were trained at, from their meta; else 128)")
     p.add_argument("--stretch", action="store_true", help="stretch the field of view to the square model grid instead of padding")
+    p.add_argument(
+        "--field-of-view", choices=("image", "heart", "image+heart", "image>heart"), default=None,
+        help="where the model grid goes: 'heart' (a window at the native pixel size on the region where the frames "
+        "differ, found without labels; identity outside it), 'image' (the whole field of view), or a mix; "
+        "default: the weights' own ('heart' for acdc, 'image' for the others)",
+    )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--no-overview", action="store_true", help="do not write overview.png")
     p.add_argument("--no-progress", action="store_true", help="hide the batch progress bar")
+    p.add_argument(
+        "--strict", action="store_true",
+        help="batch mode: stop at the first bad pair (default: report it in batch_summary.csv and go on)",
+    )
     add_runtime_options(p, argparse.SUPPRESS)
     p.set_defaults(func=run)
     return p
@@ -89,13 +100,16 @@ def run(args: argparse.Namespace) -> int:
         size=args.size, keep_aspect=not args.stretch, device=args.device, overview=not args.no_overview,
         threads=getattr(args, "threads", None), pixel_space=args.pixel_space,
         moving_select=args.moving_select, fixed_select=args.fixed_select, refine_iterations=args.refine,
+        field_of_view=args.field_of_view,
     )
     if args.batch:
         if args.moving or args.fixed:
             raise ValueError("use either --batch or --moving/--fixed, not both")
         progress = not (args.no_progress or getattr(args, "quiet", False))
-        results = _logged(register_batch, args.batch, model=args.model, out=args.out, progress=progress, **options)
-        failed = [r for r in results if "error" in r]
+        results = _logged(
+            register_batch, args.batch, model=args.model, out=args.out, progress=progress, strict=args.strict, **options
+        )
+        failed = [r for r in results if r.get("status") != "ok"]
         for r in failed:
             print(f"failed: {r['moving']} -> {r['fixed']}: {r['error']}")
         print(f"registered {len(results) - len(failed)} of {len(results)} pair(s)")

@@ -10,7 +10,7 @@ import torch
 from ignite.engine import Engine
 from ignite.metrics import Metric
 
-__all__ = ["PairMeanMetric", "pair_records", "summarize_pair_metrics", "direction_tag"]
+__all__ = ["PairMeanMetric", "pair_records", "nonfinite_pairs", "summarize_pair_metrics", "direction_tag"]
 
 #: columns of a per-pair record that identify the pair (the rest are metrics)
 ID_COLUMNS = ("patient", "view", "slice", "direction")
@@ -52,6 +52,23 @@ def pair_records(output: Mapping[str, Any]) -> List[Dict[str, Any]]:
         row["seconds"] = seconds
         rows.append(row)
     return rows
+
+
+def nonfinite_pairs(output: Mapping[str, Any], keys: Sequence[str] = ("moving", "fixed")) -> Dict[int, str]:
+    """``{pair index: reason}`` for the pairs of a batch whose input images hold NaN or Inf values.
+
+    Their metrics would be meaningless (or silently averaged): writers skip them and say why.
+    """
+    bad: Dict[int, str] = {}
+    for key in keys:
+        value = output.get(key)
+        if not torch.is_tensor(value) or value.dim() == 0 or not value.is_floating_point():
+            continue
+        count = (~torch.isfinite(value.detach())).reshape(value.shape[0], -1).sum(1)
+        for i in torch.nonzero(count).flatten().tolist():
+            note = f"{key} image has {int(count[i])} non-finite (NaN/Inf) value(s)"
+            bad[i] = f"{bad[i]}; {note}" if i in bad else note
+    return bad
 
 
 class PairMeanMetric(Metric):

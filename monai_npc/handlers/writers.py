@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import math
@@ -13,7 +14,9 @@ import numpy as np
 import torch
 from ignite.engine import Engine, Events
 
-from .metrics import ID_COLUMNS, _item, pair_records, summarize_pair_metrics
+from monai_npc.io_safety import atomic_write, atomic_write_text, remove_stale
+
+from .metrics import ID_COLUMNS, _item, nonfinite_pairs, pair_records, summarize_pair_metrics
 
 __all__ = ["RegistrationMetricsWriter", "RegistrationWriter", "pair_name"]
 
@@ -53,6 +56,13 @@ class RegistrationMetricsWriter:
       ``sdlogj`` x1e-2, ``ndv`` per 10k foreground voxels, ``folding_percent``, ...) plus
       ``extra`` (e.g. the checkpoint and data folder) and a ``units`` note. NaN is written as ``null``.
 
+    Both files are written all or nothing (:func:`~monai_npc.io_safety.atomic_write`); the ones of
+    a previous run are removed when the engine starts, so a failed run never leaves an old
+    ``metrics.json`` as if current. Pairs whose input images hold NaN/Inf values are left out of
+    the metrics and listed under ``skipped`` (``{"item", "reason"}``, with ``n_skipped``), as are
+    items a data stage reports in ``engine.state.output["skipped"]`` or ``engine.state.skipped``
+    (lists of such dicts); ``strict=True`` makes the first bad pair an error instead.
+
     The summary is also kept as ``self.summary`` and logged.
     """
 
@@ -63,8 +73,11 @@ class RegistrationMetricsWriter:
         csv_filename: Optional[str] = "metrics_per_pair.csv",
         label_names: Sequence[str] = (),
         extra: Optional[Mapping[str, Any]] = None,
+        strict: bool = False,
     ) -> None:
         self.output_dir = Path(str(output_dir))
+        self.strict = bool(strict)
+        self.skipped: List[Dict[str, str]] = []
         self.filename = filename
         self.csv_filename = csv_filename
         self.label_names = [str(n) for n in label_names]
@@ -73,26 +86,48 @@ class RegistrationMetricsWriter:
         self.summary: Optional[Dict[str, Any]] = None
 
     def attach(self, engine: Engine) -> None:
+        engine.add_event_handler(Events.STARTED, self._remove_stale)
         engine.add_event_handler(Events.EPOCH_STARTED, self._reset)
         engine.add_event_handler(Events.ITERATION_COMPLETED, self._collect)
         engine.add_event_handler(Events.EPOCH_COMPLETED, self._write)
 
+    def _remove_stale(self, engine: Engine) -> None:
+        if _rank_and_world()[0] == 0:
+            remove_stale(self.output_dir / name for name in (self.filename, self.csv_filename) if name)
+
     def _reset(self, engine: Engine) -> None:
         self.rows = []
+        self.skipped = []
 
     def _collect(self, engine: Engine) -> None:
-        self.rows.extend(pair_records(engine.state.output))
+        output = engine.state.output
+        records = pair_records(output)
+        bad = nonfinite_pairs(output)
+        meta = output.get("meta", {}) or {}
+        for i, reason in sorted(bad.items()):
+            item = pair_name(meta, i, len(self.rows) + len(self.skipped))
+            if self.strict:
+                raise ValueError(f"pair {item}: {reason} (strict=True: the first bad pair stops the run).")
+            self.skipped.append({"item": item, "reason": reason})
+        self.rows.extend(r for i, r in enumerate(records) if i not in bad)
+        self.skipped.extend(_skip_records(output.get("skipped")))
+
+    def _skipped(self, engine: Engine) -> List[Dict[str, str]]:
+        return self.skipped + _skip_records(getattr(engine.state, "skipped", None))
 
     def _write(self, engine: Engine) -> None:
         rank, world = _rank_and_world()
-        rows = self.rows
+        rows, skipped = self.rows, self._skipped(engine)
         if world > 1:
             gathered: List[Any] = [None] * world
-            torch.distributed.all_gather_object(gathered, rows)
-            rows = [r for part in gathered for r in part]
+            torch.distributed.all_gather_object(gathered, (rows, skipped))
+            rows = [r for part in gathered for r in part[0]]
+            skipped = [r for part in gathered for r in part[1]]
         if rank != 0:
             return
-        summary = summarize_pair_metrics(rows, self.label_names)
+        summary = summarize_pair_metrics(rows, self.label_names) if rows else {"n_pairs": 0}
+        summary["n_skipped"] = len(skipped)
+        summary["skipped"] = skipped
         summary["units"] = {
             "dice": "fraction in [0, 1]; dice_mean = mean over structures, averaged over pairs",
             "hd95": "voxels (of the 2-D arrays the network sees), mean over structures",
@@ -103,17 +138,9 @@ class RegistrationMetricsWriter:
             "seconds_per_pair": "network time per pair on the run's device",
         }
         summary.update(self.extra)
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.output_dir / self.filename, "w") as f:
-            json.dump(_json_safe(summary), f, indent=2)
-        if self.csv_filename:
-            columns = [c for c in ID_COLUMNS if any(c in r for r in rows)]
-            columns += [c for c in rows[0] if c not in columns]
-            with open(self.output_dir / self.csv_filename, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-                writer.writeheader()
-                for r in rows:
-                    writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+        if self.csv_filename and rows:
+            atomic_write_text(self.output_dir / self.csv_filename, _rows_csv(rows))
+        atomic_write_text(self.output_dir / self.filename, json.dumps(_json_safe(summary), indent=2))
         self.summary = summary
         keys = ["n_pairs", "dice_mean", "dice_ed_es", "dice_es_ed", "hd95", "sdlogj", "ndv", "folding_percent"]
         logger.info(
@@ -121,6 +148,30 @@ class RegistrationMetricsWriter:
             self.output_dir / self.filename,
             ", ".join(f"{k} {summary[k]:.4g}" for k in keys if isinstance(summary.get(k), (int, float))),
         )
+
+
+def _skip_records(items: Any) -> List[Dict[str, str]]:
+    """``[{"item", "reason"}]`` from what a data stage reports (dicts, or ``(item, reason)`` pairs)."""
+    out = []
+    for entry in items or []:
+        if isinstance(entry, Mapping):
+            out.append({"item": str(entry.get("item", entry.get("file", "?"))), "reason": str(entry.get("reason", entry.get("error", "")))})
+        else:
+            item, reason = entry
+            out.append({"item": str(item), "reason": str(reason)})
+    return out
+
+
+def _rows_csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The per-pair CSV text: id columns first, floats with 6 significant digits."""
+    columns = [c for c in ID_COLUMNS if any(c in r for r in rows)]
+    columns += [c for c in rows[0] if c not in columns]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    return buf.getvalue()
 
 
 def pair_name(meta: Mapping[str, Any], i: int, fallback: int) -> str:
@@ -171,6 +222,10 @@ class RegistrationWriter:
     - ``STEM_panel.png``: moving, fixed, warped, difference and deformed grid
       (:func:`~monai_npc.viz.registration_panel`), label contours and Dice in the captions.
 
+    Every file is written all or nothing (:func:`~monai_npc.io_safety.atomic_write`: a temporary
+    name, flushed and read back, then renamed): a failure (disk full...) leaves no partial file
+    and raises :class:`~monai_npc.io_safety.OutputError` naming the file and the cause.
+
     NIfTI arrays are stored in array order (axis 0 = rows) with the pair's in-plane ``spacing``
     (mm) on the affine diagonal when known, else 1.
 
@@ -203,7 +258,7 @@ class RegistrationWriter:
         if vector:
             img.header.set_intent("vector", (), name="ddf_voxels")
         img.header["descrip"] = b"monai_npc registration output"
-        nib.save(img, str(path))
+        atomic_write(path, lambda tmp: nib.save(img, str(tmp)))
         self.written.append(path)
 
     def __call__(self, engine: Engine) -> None:
@@ -243,9 +298,9 @@ class RegistrationWriter:
                         f"folding {float(metrics['folding_percent'][i]):.2f} %" if "folding_percent" in metrics else "",
                     ]
                 path = self.output_dir / f"{stem}_panel.png"
-                registration_panel(
-                    out["moving"][i, 0].cpu(), out["fixed"][i, 0].cpu(), out["warped"][i, 0].cpu(), d, path,
+                atomic_write(path, lambda tmp: registration_panel(
+                    out["moving"][i, 0].cpu(), out["fixed"][i, 0].cpu(), out["warped"][i, 0].cpu(), d, tmp,
                     title=stem, labels=labels, captions=captions,
-                )
+                ))
                 self.written.append(path)
             self.count += 1

@@ -34,11 +34,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import threading
 import time
-import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,8 +47,10 @@ import torch
 from torch import nn
 
 from monai_npc.functional import jacobian_determinant, warp_image
+from monai_npc.io_safety import AtomicFolder, recover_folder
 from monai_npc.runtime import use_threads
 
+from .checks import check_inputs, check_tensor, input_warnings
 from .images import check_image, check_label, check_same_dims, read_image, resample
 from .transforms import ddf_to_physical, displacement_field_transform, write_ants_warp, write_slicer_transform
 
@@ -149,6 +148,7 @@ def as_image(image: ImageLike, what: str = "image", spacing: Optional[Sequence[f
         return check_image(to_grayscale(image) if image.GetNumberOfComponentsPerPixel() in (3, 4) else image, what)
     if isinstance(image, (str, os.PathLike)):
         return read_image(image, what, select)
+    check_tensor(image, what)
     if isinstance(image, torch.Tensor) and "direction" in (getattr(image, "meta", None) or {}):
         from .images import to_sitk
 
@@ -246,67 +246,31 @@ def _describe(x: Any) -> Optional[str]:
 # ----------------------------------------------------------------------------------------- outputs
 
 
-class OutputFolder:
-    """An output folder written all at once: files go to a temporary sibling folder, then replace ``out``.
+class OutputFolder(AtomicFolder):
+    """The output folder of :meth:`Registration.save`, written all at once (:class:`~monai_npc.io_safety.AtomicFolder`).
 
     Created *before* any work, so that a bad ``out`` (an existing file, a folder holding other
     files, a parent that is not writable) fails at once with a ``ValueError`` naming it. An
     existing ``out`` may only hold files of a previous run (:data:`OUTPUTS`); it is replaced as a
-    whole by :meth:`commit`, so no stale file survives and two runs into one ``out`` never mix
-    (the last to finish wins). :meth:`discard` removes the temporary folder after a failure.
+    whole by :meth:`commit` (never missing, even after a kill), so no stale file survives and two
+    runs into one ``out`` never mix (the last to finish wins). :meth:`discard` removes the
+    temporary folder after a failure.
     """
 
     def __init__(self, out: PathLike) -> None:
-        self.out = Path(out)
-        if self.out.exists() and not self.out.is_dir():
-            raise ValueError(f"output folder {self.out} is an existing file; give a folder path for --out.")
-        if self.out.is_dir():
-            foreign = sorted(p.name for p in self.out.iterdir() if p.name not in OUTPUTS.values())
+        out = Path(out)
+        recover_folder(out)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"output folder {out} is an existing file; give a folder path for --out.")
+        if out.is_dir():
+            foreign = sorted(p.name for p in out.iterdir() if p.name not in OUTPUTS.values())
             if foreign:
                 shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
                 raise ValueError(
-                    f"output folder {self.out} holds files that are not outputs of a previous run ({shown}); "
+                    f"output folder {out} holds files that are not outputs of a previous run ({shown}); "
                     "it would be replaced as a whole: give a new or empty folder."
                 )
-        parent = self.out.absolute().parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=parent))
-        except OSError as err:
-            raise ValueError(f"cannot write output folder {self.out}: {err.strerror or err} ({parent}).") from None
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.tmp, 0o777 & ~umask)
-
-    def path(self, name: str) -> Path:
-        return self.tmp / name
-
-    def commit(self) -> Path:
-        """Move the temporary folder to ``out`` (replacing a previous run's folder); returns ``out``."""
-        for _ in range(20):
-            try:
-                os.rename(self.tmp, self.out)
-                return self.out
-            except OSError:
-                if not self.out.is_dir():
-                    if self.out.exists():
-                        self.discard()
-                        raise ValueError(f"output folder {self.out} became a file while registering.") from None
-                    continue
-                old = self.out.parent / f".{self.out.name}.old-{uuid.uuid4().hex[:8]}"
-                try:
-                    os.rename(self.out, old)
-                except FileNotFoundError:  # another run moved it first
-                    continue
-                if old.is_symlink():  # ``out`` was a link to a folder: drop the link, keep what it points to
-                    old.unlink()
-                else:
-                    shutil.rmtree(old, ignore_errors=True)
-        self.discard()
-        raise ValueError(f"could not move the results into {self.out} (another process keeps replacing it).")
-
-    def discard(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        super().__init__(out)
 
 
 @dataclass
@@ -338,8 +302,13 @@ class Registration:
     _figure: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     def save(self, out: Union[PathLike, OutputFolder], overview: bool = True) -> Dict[str, Any]:
-        """Write :data:`OUTPUTS` into ``out`` (replacing a previous run's folder as a whole, see
-        :class:`OutputFolder`) and return the summary written to ``summary.json``."""
+        """Write :data:`OUTPUTS` into ``out`` all or nothing and return the summary written to ``summary.json``.
+
+        Every file is flushed and read back before ``out`` is replaced as a whole (see
+        :class:`OutputFolder`); a failure (disk full, permission...) removes the partial files,
+        keeps the previous ``out`` and raises :class:`~monai_npc.io_safety.OutputError`, one line
+        naming the file and the cause.
+        """
         t0 = time.perf_counter()
         folder = out if isinstance(out, OutputFolder) else OutputFolder(out)
         try:
@@ -347,7 +316,7 @@ class Registration:
             summary = dict(self.summary)
             summary["seconds"] = summary.get("seconds", 0.0) + time.perf_counter() - t0
             summary["outputs"] = files
-            folder.path(OUTPUTS["summary"]).write_text(json.dumps(summary, indent=2))
+            folder.put(OUTPUTS["summary"], lambda p: p.write_text(json.dumps(summary, indent=2)))
             folder.commit()
         except BaseException:
             folder.discard()
@@ -357,27 +326,30 @@ class Registration:
     def _write_files(self, folder: OutputFolder, overview: bool) -> Dict[str, str]:
         files: Dict[str, str] = {}
 
-        def put(key: str) -> Path:
+        def put(key: str, writer) -> None:
             files[key] = OUTPUTS[key]
-            return folder.path(OUTPUTS[key])
+            folder.put(OUTPUTS[key], writer)
+
+        def image(img: sitk.Image):
+            return lambda p: sitk.WriteImage(img, str(p), True)
 
         ddf = self.ddf.double().numpy()
-        sitk.WriteImage(self.warped, str(put("warped")), True)
+        put("warped", image(self.warped))
         if self.warped_label is not None:
             arr = sitk.GetArrayFromImage(self.warped_label)
             label = sitk.GetImageFromArray(arr.astype(_label_dtype(arr)))
             label.CopyInformation(self.warped_label)
-            sitk.WriteImage(label, str(put("warped_label")), True)
+            put("warped_label", image(label))
         with _HDF5_LOCK:
-            sitk.WriteTransform(self.transform, str(put("transform")))
+            put("transform", lambda p: sitk.WriteTransform(self.transform, str(p)))
             if self.fixed.GetDimension() == 2:
-                write_slicer_transform(ddf, self.fixed, put("transform_slicer"))
-        write_ants_warp(ddf, self.fixed, put("displacement"))
-        sitk.WriteImage(self.jacobian, str(put("jacobian")), True)
+                put("transform_slicer", lambda p: write_slicer_transform(ddf, self.fixed, p))
+        put("displacement", lambda p: write_ants_warp(ddf, self.fixed, p))
+        put("jacobian", image(self.jacobian))
         if self.reliability is not None:
-            sitk.WriteImage(self.reliability, str(put("reliability")), True)
+            put("reliability", image(self.reliability))
         if overview and self._figure:
-            self._overview(put("overview"))
+            put("overview", self._overview)
         files["summary"] = OUTPUTS["summary"]
         return files
 
@@ -482,6 +454,11 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         raise ValueError(
             f"fixed image {_describe(fixed)} has {fixed_img.GetSize()[2]} slices but moving image {_describe(moving)} has one."
         )
+    check_inputs(moving_img, fixed_img, _describe(moving), _describe(fixed), size or model_input_size(net), keep_aspect)
+    notes: List[str] = input_warnings(moving_img, fixed_img, _describe(moving), _describe(fixed), moving_lab, fixed_lab,
+                                      f"moving label {_describe(moving_label)}", f"fixed label {_describe(fixed_label)}")
+    for note in notes:
+        warnings.warn(note, RuntimeWarning, stacklevel=3)
 
     # 1-5. canonical geometry, localisation, model grid, every slice, field pasted back on the fixed grid
     from monai_npc.apps.registration import model_profile, run_pipeline
@@ -496,7 +473,6 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
             f"{tuple(round(v, 2) for v in fixed_img.GetOrigin())} mm, LPS); check their origins and directions, "
             "or register in pixel space (pixel_space=True, --pixel-space)."
         )
-    notes: List[str] = []
     if still.any():
         which = "the images are" if still.all() else f"slice(s) {np.flatnonzero(still).tolist()} are"
         notes.append(f"{which} constant (or nearly) in the moving or fixed image: identity transform, reliability 0 there.")

@@ -10,6 +10,7 @@ The output folder is checked before any work and written all at once
 from __future__ import annotations
 
 import csv
+import io
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
@@ -17,11 +18,17 @@ from typing import Any, Dict, List, Optional, Union
 import torch
 from torch import nn
 
+from monai_npc.io_safety import atomic_write_text, make_folder, remove_stale
+
 from .api import OUTPUTS, PHASE_CORRELATION, OutputFolder, register, resolve_model
 
-__all__ = ["PHASE_CORRELATION", "OUTPUTS", "resolve_model", "register_files", "register_batch", "read_pairs_csv"]
+__all__ = [
+    "PHASE_CORRELATION", "OUTPUTS", "BATCH_COLUMNS", "resolve_model", "register_files", "register_batch", "read_pairs_csv",
+    "duplicate_outs",
+]
 
 PathLike = Union[str, os.PathLike]
+
 
 def register_files(
     moving: PathLike,
@@ -100,37 +107,70 @@ def read_pairs_csv(path: PathLike) -> List[Dict[str, Optional[str]]]:
     return rows
 
 
+def duplicate_outs(rows: List[Dict[str, Optional[str]]], csv_path: PathLike = "pairs CSV") -> None:
+    """``ValueError`` naming both rows (CSV line numbers) when two rows write the same ``out`` folder."""
+    seen: Dict[str, int] = {}
+    for k, row in enumerate(rows):
+        key = os.path.normcase(os.path.abspath(str(row["out"])))
+        if key in seen:
+            raise ValueError(
+                f"pairs CSV {csv_path}: rows {seen[key] + 2} and {k + 2} write the same output folder {row['out']}; "
+                "the second would overwrite the first: give each row its own 'out'."
+            )
+        seen[key] = k
+
+
+#: columns of ``batch_summary.csv``
+BATCH_COLUMNS = ("moving", "fixed", "out", "status", "error", "seconds", "folding_percent", "dice_mean")
+
+
+def _error_line(err: BaseException) -> str:
+    """One line for a failed pair: the message of a user error, else the type and first line."""
+    lines = str(err).strip().splitlines() or [""]
+    return lines[0] if isinstance(err, (ValueError, FileNotFoundError)) else f"{type(err).__name__}: {lines[0]}"
+
+
+def _batch_csv(results: List[Dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(BATCH_COLUMNS)
+    for s in results:
+        writer.writerow([s.get(c, "") if s.get(c) is not None else "" for c in BATCH_COLUMNS])
+    return buf.getvalue()
+
+
 def register_batch(
     pairs_csv: PathLike,
     model: Union[str, PathLike, nn.Module] = "acdc",
     out: Optional[PathLike] = None,
     progress: bool = True,
     on_error: str = "skip",
+    strict: bool = False,
     **kwargs: Any,
 ) -> List[Dict[str, Any]]:
     """Register every row of ``pairs_csv`` (:func:`read_pairs_csv`) with a tqdm progress bar.
 
-    The model is loaded once. ``on_error="skip"`` records a failing pair's error (``"error"`` in
-    its summary; a bad row ``out`` included) and goes on; ``"raise"`` stops. With ``out``,
-    ``out/batch_summary.csv`` lists every pair (seconds, folding %, mean Dice, error); ``out`` is
-    checked before the first pair. ``kwargs`` go to :func:`register_files`.
+    Before any work: the rows are read, two rows with one ``out`` folder are an error naming both
+    (:func:`duplicate_outs`), ``out`` is checked and a previous ``out/batch_summary.csv`` removed
+    (so a failed run never leaves an old one as if current). The model is loaded once.
+
+    One bad pair (a corrupt or missing file, NaN values, a bad row ``out``...) does not stop the
+    others: its summary gets ``status="failed"`` and ``error`` (file name and reason, one line);
+    good pairs get ``status="ok"``. ``strict=True`` (or ``on_error="raise"``) makes the first bad
+    pair fatal instead. With ``out``, ``out/batch_summary.csv`` lists every pair
+    (:data:`BATCH_COLUMNS`), written all or nothing at the end. ``kwargs`` go to :func:`register_files`.
     """
     from tqdm.auto import tqdm
 
     if on_error not in ("skip", "raise"):
         raise ValueError(f"on_error must be 'skip' or 'raise', got {on_error!r}.")
+    strict = strict or on_error == "raise"
+    rows = read_pairs_csv(pairs_csv)
+    duplicate_outs(rows, pairs_csv)
     report = None
     if out is not None:
-        report = Path(out)
-        if report.exists() and not report.is_dir():
-            raise ValueError(f"batch output folder {report} is an existing file; give a folder path for --out.")
-        try:
-            report.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise ValueError(f"cannot create batch output folder {report}: {err.strerror or err}.") from None
-        if not os.access(report, os.W_OK):
-            raise ValueError(f"batch output folder {report} is not writable.")
-    rows = read_pairs_csv(pairs_csv)
+        report = make_folder(out, "batch output folder")
+        remove_stale([report / "batch_summary.csv"])
     net, name = resolve_model(model, kwargs.get("device", "cpu"), kwargs.pop("refine_iterations", None))
     results: List[Dict[str, Any]] = []
     for row in tqdm(rows, desc="register", unit="pair", disable=not progress):
@@ -139,19 +179,13 @@ def register_batch(
                 row["moving"], row["fixed"], row["out"], row["moving_label"], row["fixed_label"],
                 model=net, model_name=name, **kwargs,
             )
-        except (ValueError, FileNotFoundError, OSError, RuntimeError) as err:
-            if on_error == "raise":
+            summary["status"] = "ok"
+        except Exception as err:  # noqa: BLE001 - one bad pair of many is reported, not fatal
+            if strict:
                 raise
-            message = str(err) if isinstance(err, (ValueError, FileNotFoundError)) else f"{type(err).__name__}: {err}"
-            summary = {"moving": row["moving"], "fixed": row["fixed"], "error": message}
+            summary = {"moving": row["moving"], "fixed": row["fixed"], "status": "failed", "error": _error_line(err)}
         summary["out"] = row["out"]
         results.append(summary)
     if report is not None:
-        tmp = report / f".batch_summary.csv.tmp-{os.getpid()}"
-        with tmp.open("w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["moving", "fixed", "out", "seconds", "folding_percent", "dice_mean", "error"])
-            for s in results:
-                writer.writerow([s.get("moving"), s.get("fixed"), s.get("out"), s.get("seconds"), s.get("folding_percent"), s.get("dice_mean"), s.get("error", "")])
-        os.replace(tmp, report / "batch_summary.csv")
+        atomic_write_text(report / "batch_summary.csv", _batch_csv(results))
     return results

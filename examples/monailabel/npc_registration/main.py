@@ -1,10 +1,11 @@
 """MONAI Label app: NPC registration for label propagation.
 
-Run in a separate environment with ``monailabel`` (see README.md beside this file: it must not
-replace the ``torch`` and ``numpy`` of your ``monai_npc`` environment)::
+Start it with ``serve.py`` beside this file (it runs ``monailabel start_server`` on a copy of this
+app in a temporary folder, so that nothing is written into the repository), in an environment
+with ``monailabel`` (see README.md: a separate one, it must not replace the ``torch`` and
+``numpy`` of your ``monai_npc`` environment)::
 
-    monailabel start_server --app examples/monailabel/npc_registration --studies /path/to/images \
-        --conf npc_model acdc
+    python examples/monailabel/npc_registration/serve.py --studies /path/to/images --conf npc_model acdc
 
 ``npc_model``: ``acdc``, ``camus``, ``sar``, a ``save_pretrained`` file, a MONAI bundle folder or
 ``phase-correlation``; ``npc_device``: the torch device (default ``cpu``). The task reads its model
@@ -14,14 +15,18 @@ from ``npc_model``, never from MONAI Label's own request key ``model`` (the task
 from __future__ import annotations
 
 import logging
-from typing import Dict
+import os
+from typing import Any, Dict, Optional
 
 from monailabel.interfaces.app import MONAILabelApp
 from monailabel.interfaces.tasks.infer_v2 import InferTask
 
-from lib.infers import NPCRegistration
+from lib.infers import NPCRegistration, RequestError
 
 logger = logging.getLogger(__name__)
+
+#: the app's one infer task (the ``{model}`` of ``POST /infer/{model}``)
+TASK = "npc_registration"
 
 
 class MyApp(MONAILabelApp):
@@ -40,5 +45,40 @@ class MyApp(MONAILabelApp):
     def init_infers(self) -> Dict[str, InferTask]:
         task = NPCRegistration(model=self.npc_model, datastore=self.datastore(), device=self.npc_device)
         if not task.is_valid():
-            logger.warning(f"NPC model {self.npc_model!r} not found; use --conf npc_model PATH or phase-correlation")
-        return {"npc_registration": task}
+            raise ValueError(
+                f"--conf npc_model {self.npc_model!r}: no such NPC model; use acdc, camus, sar, phase-correlation, "
+                "a file written by monai_npc.networks.nets.save_pretrained or a MONAI bundle folder."
+            )
+        return {TASK: task}
+
+    def infer(self, request: Dict[str, Any], datastore: Optional[Any] = None) -> Dict[str, Any]:
+        """MONAI Label's ``infer`` after checking the task name and the fixed image (4xx answers, not 500).
+
+        MONAI Label copies the request's ``params`` over the URL's task name, so a ``model`` key in
+        the params replaces it: a value that is not a task of this app is refused with 400 (or 404
+        when no ``params`` could have set it), naming ``npc_model`` as the key for the network.
+        """
+        try:
+            return self._checked_infer(request, datastore)
+        except RequestError as err:  # the client gets err.status_code and {"detail": err.detail}
+            logger.warning(f"Infer request refused ({err.status_code}): {err.detail}")
+            raise
+
+    def _checked_infer(self, request: Dict[str, Any], datastore: Optional[Any]) -> Dict[str, Any]:
+        model = request.get("model")
+        if model not in self._infers:
+            from monai_npc.networks.nets import available_models
+
+            network = str(model) in available_models() or str(model).lower() in ("phase-correlation", "phase_correlation")
+            raise RequestError(
+                400 if network else 404,
+                f"model {model!r} is not a task of this app (tasks: {', '.join(self._infers)}). "
+                + (f"{model!r} is an NPC network: send it as the parameter 'npc_model'; " if network else "")
+                + "a 'model' key in the request parameters replaces the task name of the URL (POST /infer/"
+                + f"{TASK}): leave it out.",
+            )
+        image = request.get("image")
+        store = datastore or self.datastore()
+        if isinstance(image, str) and image and not os.path.exists(image) and not store.get_image_uri(image):
+            raise RequestError(404, f"image {image!r} is neither an image id of the datastore nor a file on the server.")
+        return super().infer(request, datastore)

@@ -1,3 +1,3 @@
-from .npc_registration import NPCRegistration
+from .npc_registration import MODEL_LABELS, NPCRegistration, RequestError
 
-__all__ = ["NPCRegistration"]
+__all__ = ["MODEL_LABELS", "NPCRegistration", "RequestError"]

@@ -1,22 +1,34 @@
 """MONAI Label infer task: label propagation by NPC registration.
 
 The fixed image is the one open in the viewer (``request["image"]``). The task registers a
-``moving`` image onto it, warps the moving image's label map with the result and returns the
-warped label as the task's label file. Its JSON carries the transform files (ITK ``.h5``, ANTs
-``.nii.gz``, the one-slice 3-D Slicer transform for 2-D images) and quality figures (folding %,
-residual reliability, Dice when a fixed label is given, seconds).
+``moving`` image onto it with :func:`monai_npc.register` (in memory) and returns, as MONAI Label
+infer tasks do, one result file plus JSON params:
 
-Request keys (MONAI Label merges the client's ``params``, i.e. the task's ``config``, into the request):
+- the file: the moving image's label map warped onto the fixed image (``result: "label"``), or,
+  when the moving image has no label map, the warped moving image (``result: "image"``); a
+  temporary NIfTI file on the fixed image's grid, which the server streams back and then deletes;
+- the params: the registration summary (model, Dice before/after when a fixed label is given,
+  folding %, Jacobian minimum, displacement in mm, reliability, seconds, warnings).
 
-- ``image``: fixed image path (MONAI Label resolves the datastore id);
-- ``moving``: moving image path or datastore id;
-- ``moving_label``: its label map path or datastore id (default: the datastore's ``final`` label
-  of ``moving``);
-- ``fixed_label`` (optional), ``output_dir`` (optional);
-- ``npc_model`` (optional, overrides the task's model) and ``npc_device`` (optional).
+Request keys (MONAI Label merges the client's ``params`` into the request):
 
-The keys ``model`` and ``device`` belong to MONAI Label (the server sets ``model`` to the task's
-name, e.g. ``"npc_registration"``), so the task never reads its NPC model or device from them.
+- ``image``: the fixed image (MONAI Label resolves the datastore id to a path);
+- ``moving``: moving image, a datastore id or a path on the server;
+- ``moving_label`` (optional): its label map, a datastore id (the ``final`` label) or a path;
+  default: the datastore's ``final`` label of ``moving`` if there is one, else the warped image
+  is returned;
+- ``fixed_label`` (optional): datastore id or path of the fixed image's label map (for Dice);
+- ``npc_model`` (optional, overrides the task's model), ``npc_device`` (optional),
+  ``npc_refine`` (optional: test-time refinement steps, ``0`` for the network alone);
+- ``output_dir`` (optional): a folder *on the server* where all the files of
+  :meth:`monai_npc.Registration.save` are written (transforms for ITK/ANTs/Slicer, overview...).
+
+The keys ``model`` and ``device`` belong to MONAI Label (``model`` is the task's name), so the task
+never reads its NPC model or device from them.
+
+A bad request raises :class:`RequestError` (an ``HTTPException`` under MONAI Label), so the
+client gets a 4xx answer whose body (``{"detail": ...}``) says what is wrong; failures of the
+server itself stay 500.
 
 The task runs with or without ``monailabel`` installed (without it, a minimal stand-in base
 class is used), so it can be called directly, e.g. from tests or scripts.
@@ -26,6 +38,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
@@ -57,6 +71,30 @@ except ImportError:  # pragma: no cover - exercised when monailabel is absent
 
     SEGMENTATION = "segmentation"
 
+try:  # MONAI Label answers a raised HTTPException with its status code and {"detail": message}
+    from fastapi import HTTPException as _HTTPError
+except ImportError:  # pragma: no cover - exercised when fastapi (monailabel) is absent
+
+    class _HTTPError(Exception):
+        def __init__(self, status_code: int, detail: str) -> None:
+            super().__init__(status_code, detail)
+            self.status_code = status_code
+            self.detail = detail
+
+
+class RequestError(_HTTPError, ValueError):
+    """A bad request: an HTTP 4xx ``status_code`` and a ``detail`` message saying what is wrong.
+
+    Under MONAI Label it is a ``fastapi.HTTPException``: the client gets ``status_code`` and the
+    body ``{"detail": detail}``. It is also a ``ValueError`` for direct (server-less) callers.
+    """
+
+    def __init__(self, status_code: int, detail: str) -> None:
+        super().__init__(status_code=status_code, detail=detail)
+
+    def __str__(self) -> str:
+        return f"{self.status_code}: {self.detail}"
+
 
 #: label names of the shipped models' training data (the default ``labels`` for those models)
 MODEL_LABELS = {
@@ -64,18 +102,27 @@ MODEL_LABELS = {
     "camus": {"lv": 1, "myocardium": 2, "la": 3},
 }
 
+def _model_help() -> str:
+    from monai_npc.interop.api import PHASE_CORRELATION
+    from monai_npc.networks.nets import available_models
+
+    return (
+        f"a shipped model ({', '.join(available_models())}), {PHASE_CORRELATION}, a file written by "
+        "monai_npc.networks.nets.save_pretrained or a MONAI bundle folder on the server"
+    )
+
 
 class NPCRegistration(InferTask):
-    """Propagate a moving image's label map onto the open (fixed) image with ``monai_npc.interop.register_files``.
+    """Propagate a moving image's label map onto the open (fixed) image with :func:`monai_npc.register`.
 
     Args:
-        model: a model argument of ``monai_npc.networks.nets.load_pretrained`` (``"acdc"``, ``"camus"``,
-            ``"sar"``, a ``save_pretrained`` file, a MONAI bundle folder or its ``models/model.pt``)
-            or ``"phase-correlation"``.
+        model: a model argument of ``monai_npc.register`` (``"acdc"``, ``"camus"``, ``"sar"``, a
+            ``save_pretrained`` file, a MONAI bundle folder or its ``models/model.pt``) or
+            ``"phase-correlation"``.
         labels: label names, e.g. ``{"rv": 1, "myocardium": 2, "lv": 3}`` (default: those of the
             model's data, :data:`MODEL_LABELS`, else ACDC's).
-        datastore: optional MONAI Label datastore to resolve ``moving`` / ``moving_label`` ids.
-        output_root: folder for per-request outputs (default: a temporary folder).
+        datastore: optional MONAI Label datastore to resolve ``moving`` / label ids.
+        output_root: folder for the temporary result files (default: the system's temporary folder).
         device: torch device.
     """
 
@@ -99,59 +146,122 @@ class NPCRegistration(InferTask):
         self.datastore = datastore
         self.output_root = output_root
         self.device = device
+        self._nets: Dict[Tuple[str, str, Optional[int]], Any] = {}
+        self._nets_lock = threading.Lock()
 
     def is_valid(self) -> bool:
-        from monai_npc.interop.register import PHASE_CORRELATION
+        from monai_npc.interop.api import PHASE_CORRELATION
         from monai_npc.networks.nets import available_models
 
         path = Path(str(self.model))
         bundle = (path / "configs" / "inference.json").is_file() and (path / "models" / "model.pt").is_file()
         return self.model == PHASE_CORRELATION or path.is_file() or bundle or self.model in available_models()
 
-    def _image(self, value: str) -> str:
-        if value and (os.path.exists(value) or self.datastore is None):
-            return value
-        return self.datastore.get_image_uri(value)
+    # ---------------------------------------------------------------------------------- inputs
 
-    def _label(self, value: Optional[str], image_id: str) -> Optional[str]:
-        if value and (os.path.exists(value) or self.datastore is None):
+    def _image(self, value: Any, key: str) -> str:
+        """Path of the image named by request key ``key`` (a path on the server or a datastore id)."""
+        value = "" if value is None else str(value)
+        if not value:
+            raise RequestError(400, f"NPC registration needs {key!r} (a datastore image id or a path on the server) in the request.")
+        if os.path.exists(value):
             return value
-        if self.datastore is None:
+        uri = self.datastore.get_image_uri(value) if self.datastore is not None else ""
+        if not uri or not os.path.exists(uri):
+            raise RequestError(404, f"{key} {value!r} is neither an image id of the datastore nor a file on the server.")
+        return uri
+
+    def _label(self, value: Any, key: str, image_id: Optional[str] = None) -> Optional[str]:
+        """Path of the label map named by ``key`` (path or datastore id of a ``final`` label), or
+        ``None`` when the request leaves it out and ``image_id`` has no ``final`` label."""
+        value = "" if value is None else str(value)
+        if value and os.path.exists(value):
+            return value
+        uri = ""
+        if self.datastore is not None and (value or image_id):
+            uri = self.datastore.get_label_uri(value or image_id, "final") or ""
+        if uri and os.path.exists(uri):
+            return uri
+        if value:
+            raise RequestError(404, f"{key} {value!r} is neither the id of a final label in the datastore nor a file on the server.")
+        return None
+
+    def _network(self, spec: str, device: str, refine: Optional[int]):
+        """``(network, name)`` for ``spec``, loaded once per (model, device, refinement) and reused."""
+        from monai_npc.interop.api import resolve_model
+
+        key = (spec, device, refine)
+        with self._nets_lock:
+            if key not in self._nets:
+                try:
+                    self._nets[key] = resolve_model(spec, device, refine)
+                except (FileNotFoundError, ValueError) as err:
+                    status = 404 if isinstance(err, FileNotFoundError) else 400
+                    raise RequestError(status, f"npc_model {spec!r}: {err} Use {_model_help()}.") from None
+            return self._nets[key]
+
+    @staticmethod
+    def _refine(value: Any) -> Optional[int]:
+        """``npc_refine`` as a number of refinement steps (``None``: the weights' own setting)."""
+        if value is None or value == "":
             return None
-        return self.datastore.get_label_uri(value or image_id, "final")
+        try:
+            refine = int(str(value).strip())
+        except ValueError:
+            refine = -1
+        if refine < 0:
+            raise RequestError(400, f"npc_refine must be a whole number >= 0 (refinement steps), got {value!r}.")
+        return refine
+
+    # ------------------------------------------------------------------------------------ call
 
     def __call__(self, request: Dict[str, Any]) -> Tuple[Optional[str], Dict[str, Any]]:
-        from monai_npc.interop.register import register_files
+        """Register ``request["moving"]`` onto ``request["image"]``; returns ``(result file, params)``.
 
-        fixed = request.get("image")
+        The result file is a new temporary NIfTI file (the caller, e.g. the MONAI Label server,
+        deletes it); ``params`` is JSON-serialisable. Raises :class:`RequestError` for bad requests.
+        """
+        import SimpleITK as sitk
+
+        import monai_npc
+
+        t0 = time.perf_counter()
+        fixed = self._image(request.get("image"), "image")
         moving_id = request.get("moving")
-        if not fixed or not moving_id:
-            raise ValueError("NPC registration needs 'image' (fixed) and 'moving' in the request.")
-        moving = self._image(str(moving_id))
-        moving_label = self._label(request.get("moving_label"), str(moving_id))
-        if not moving_label:
-            raise ValueError(f"NPC registration needs a 'moving_label' for {moving} to propagate.")
-        out = request.get("output_dir") or tempfile.mkdtemp(prefix="npc_", dir=self.output_root)
-        summary = register_files(
-            moving, fixed, out, moving_label=moving_label, fixed_label=request.get("fixed_label") or None,
-            # not request["model"]: MONAI Label sets it to this task's name
-            model=request.get("npc_model") or self.model, device=request.get("npc_device") or self.device,
+        moving = self._image(moving_id, "moving")
+        moving_label = self._label(request.get("moving_label"), "moving_label", str(moving_id))
+        fixed_label = self._label(request.get("fixed_label"), "fixed_label")
+        # not request["model"] / ["device"]: MONAI Label's own keys (the task name, the server's device)
+        spec = str(request.get("npc_model") or self.model)
+        device = str(request.get("npc_device") or self.device)
+        net, name = self._network(spec, device, self._refine(request.get("npc_refine")))
+        try:
+            reg = monai_npc.register(moving, fixed, model=net, moving_label=moving_label, fixed_label=fixed_label,
+                                     device=device, model_name=name)
+        except FileNotFoundError as err:
+            raise RequestError(404, str(err)) from None
+        except (ValueError, TypeError) as err:  # unreadable files, 2-D vs 3-D, no overlap, label off its grid...
+            raise RequestError(422, str(err)) from None
+
+        summary = dict(reg.summary)  # JSON-ready: what summary.json holds
+        if request.get("output_dir"):
+            try:
+                saved = reg.save(str(request["output_dir"]))
+            except ValueError as err:
+                raise RequestError(400, f"output_dir: {err}") from None
+            summary["output_dir"] = str(request["output_dir"])
+            summary["outputs"] = saved["outputs"]
+        result_image = reg.warped_label if reg.warped_label is not None else reg.warped
+        handle, label_file = tempfile.mkstemp(prefix="npc_result_", suffix=".nii.gz", dir=self.output_root)
+        os.close(handle)
+        try:
+            sitk.WriteImage(result_image, label_file, True)
+        except BaseException:
+            os.remove(label_file)
+            raise
+        summary.update(
+            result="label" if reg.warped_label is not None else "image",
+            label_names=self.labels,
+            seconds_request=time.perf_counter() - t0,
         )
-        files = {key: str(Path(out) / name) for key, name in summary["outputs"].items()}
-        result = {
-            "model": summary["model"],
-            "transform": files["transform"],
-            "displacement": files["displacement"],
-            "transform_slicer": files.get("transform_slicer"),
-            "warped": files["warped"],
-            "overview": files.get("overview"),
-            "summary": files["summary"],
-            "folding_percent": summary["folding_percent"],
-            "jacobian_min": summary["jacobian_min"],
-            "reliability_mean": summary.get("reliability_mean"),
-            "dice_mean": summary.get("dice_mean"),
-            "dice_mean_initial": summary.get("dice_mean_initial"),
-            "seconds": summary["seconds"],
-            "label_names": self.labels,
-        }
-        return files["warped_label"], result
+        return label_file, summary

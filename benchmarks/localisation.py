@@ -1,0 +1,138 @@
+"""Label-free heart localisation and the model's field of view on whole ACDC stacks (issue 24, item 1).
+
+    python benchmarks/localisation.py [--data-dir ../shared/data/acdc_ssl4mis] [--dice] [--variants image,heart,image+heart]
+
+Whole short-axis stacks are rebuilt from the SSL4MIS slice files (full field of view, every
+slice; that copy stores no spacing, so the in-plane spacing is taken as 360 mm / the larger
+side, ACDC's typical field of view). Two measurements:
+
+1. Localisation (all 70 patients; :func:`monai_npc.apps.localize.motion_centre` uses no label,
+   the labels only score it): distance from the centre it finds to the centre of the ED/ES label
+   box, and the share of label voxels a 128 x 128 window on it holds.
+2. ``--dice``: whole-stack 3-D Dice (RV/Myo/LV) of the moving label carried to the fixed frame by
+   ``monai_npc.register(model="acdc")`` with each ``field_of_view`` variant, both directions, on
+   the validation and test patients of ``bundles/npc_acdc/configs/acdc70_split.json`` (26
+   patients, 52 pairs; none trained on; the official ACDC test set is never used here), by
+   initial-Dice bucket, with folding and seconds per pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "acdc_ssl4mis"
+SPLIT = ROOT / "bundles" / "npc_acdc" / "configs" / "acdc70_split.json"
+
+
+def read_stack(data: Path, patient: str, frame: int) -> Tuple[np.ndarray, np.ndarray]:
+    """``(Z, H, W)`` image and label of one frame from the SSL4MIS slice files."""
+    import h5py
+
+    files = sorted(data.glob(f"{patient}_frame{frame:02d}_slice_*.h5"), key=lambda f: int(re.search(r"slice_(\d+)", f.name).group(1)))
+    if not files:
+        raise FileNotFoundError(f"no slice files for {patient} frame {frame} in {data}")
+    images, labels = [], []
+    for f in files:
+        with h5py.File(f, "r") as h:
+            images.append(h["image"][()])
+            labels.append(h["label"][()])
+    return np.stack(images).astype(np.float32), np.stack(labels).astype(np.int32)
+
+
+def as_sitk(array: np.ndarray):
+    import SimpleITK as sitk
+
+    image = sitk.GetImageFromArray(array.astype(np.float32))
+    s = 360.0 / max(array.shape[1:])
+    image.SetSpacing((s, s, 10.0))
+    return image
+
+
+def dice3(a: np.ndarray, b: np.ndarray) -> List[float]:
+    return [float(2 * ((a == v) & (b == v)).sum() / max(int((a == v).sum() + (b == v).sum()), 1)) for v in (1, 2, 3)]
+
+
+def localisation(data: Path, patients: List[str]) -> Dict[str, float]:
+    from monai_npc.apps.localize import motion_centre
+
+    errors, coverage = [], []
+    for p in patients:
+        (ed, edl), (es, esl) = read_stack(data, p, 1), read_stack(data, p, 2)
+        s = 360.0 / max(ed.shape[1:])
+        row, col = motion_centre(ed, es, (s, s))
+        union = (edl > 0) | (esl > 0)
+        rr, cc = np.nonzero(union.any(0))
+        errors.append(float(np.hypot(row - (rr.min() + rr.max()) / 2, col - (cc.min() + cc.max()) / 2)))
+        r0, c0 = int(round(row)) - 64, int(round(col)) - 64
+        coverage.append(float(union[:, max(r0, 0) : r0 + 128, max(c0, 0) : c0 + 128].sum() / union.sum()))
+    e, c = np.asarray(errors), np.asarray(coverage)
+    return {"patients": len(patients), "centre_error_px_median": float(np.median(e)), "centre_error_px_max": float(e.max()),
+            "coverage_min": float(c.min()), "coverage_mean": float(c.mean()), "coverage_below_0.99": int((c < 0.99).sum())}
+
+
+def dice_by_variant(data: Path, patients: List[str], variants: List[str]) -> List[dict]:
+    import SimpleITK as sitk
+    from tqdm.auto import tqdm
+
+    import monai_npc
+    from monai_npc.networks.nets.pretrained import load_pretrained
+
+    net = load_pretrained("acdc")
+    rows = []
+    for p in tqdm(patients, desc="patients"):
+        (ed, edl), (es, esl) = read_stack(data, p, 1), read_stack(data, p, 2)
+        for direction, (m, ml, f, fl) in {"ED->ES": (ed, edl, es, esl), "ES->ED": (es, esl, ed, edl)}.items():
+            row = {"patient": p, "direction": direction, "initial": float(np.mean(dice3(ml, fl)))}
+            for v in variants:
+                t0 = time.perf_counter()
+                r = monai_npc.register(as_sitk(m), as_sitk(f), model=net, moving_label=as_sitk(ml), field_of_view=v, threads=1)
+                row[v] = float(np.mean(dice3(sitk.GetArrayFromImage(r.warped_label), fl)))
+                row[f"{v}_folding"] = r.summary["folding_percent"]
+                row[f"{v}_seconds"] = time.perf_counter() - t0
+            rows.append(row)
+    return rows
+
+
+def summarise(rows: List[dict], variants: List[str]) -> str:
+    init = np.asarray([r["initial"] for r in rows])
+    buckets = {"large (<0.55)": init < 0.55, "medium": (init >= 0.55) & (init < 0.70), "small (>=0.70)": init >= 0.70}
+    lines = ["| field of view | mean Dice | " + " | ".join(f"{k} ({int(m.sum())})" for k, m in buckets.items()) + " | folding % | s/pair |",
+             "|---|---|" + "---|" * len(buckets) + "---|---|"]
+    for v in variants:
+        d = np.asarray([r[v] for r in rows])
+        lines.append(f"| {v} | {d.mean():.4f} | " + " | ".join(f"{d[m].mean():.4f}" for m in buckets.values())
+                     + f" | {np.mean([r[v + '_folding'] for r in rows]):.4f} | {np.mean([r[v + '_seconds'] for r in rows]):.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--dice", action="store_true", help="also register every pair with each --variants field of view")
+    parser.add_argument("--variants", default="image,heart,image+heart")
+    parser.add_argument("--out", type=Path, default=None, help="write the per-pair rows (JSON) here")
+    args = parser.parse_args(argv)
+    data = args.data_dir / "data" if (args.data_dir / "data").is_dir() else args.data_dir
+    split = json.loads(SPLIT.read_text())
+    print(json.dumps(localisation(data, split["train"] + split["val"] + split["test"]), indent=2))
+    if args.dice:
+        variants = args.variants.split(",")
+        rows = dice_by_variant(data, split["val"] + split["test"], variants)
+        if args.out:
+            args.out.write_text(json.dumps(rows, indent=1))
+        print(summarise(rows, variants))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

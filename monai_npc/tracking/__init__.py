@@ -1,0 +1,33 @@
+"""Cine tracking and cardiac function (issue 26).
+
+- :mod:`~monai_npc.tracking.cine`: 4-D short-axis cines (NIfTI ``(X, Y, Z, T)``, cine DICOM
+  folders, arrays) as a list of 3-D frames on one grid, and back to a 4-D image.
+- :mod:`~monai_npc.tracking.track`: :func:`track`, a label on one frame carried to every frame
+  with :func:`monai_npc.register` (schemes ``direct``, ``sequential``, ``average``, ``bidirectional``).
+- :mod:`~monai_npc.tracking.function`: volumes, ED/ES, EDV/ESV/SV/EF, LV mass (pure functions).
+- :mod:`~monai_npc.tracking.figures`: volume curve + contour strip, Bland-Altman.
+
+Names are imported lazily (``import monai_npc.tracking.function`` needs numpy only).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "cine": ("Cine", "read_cine"),
+    "schemes": ("SCHEMES", "DEFAULT_SCHEME"),
+    "track": ("Tracking", "track", "track_schemes"),
+    "outputs": ("write_tracking",),
+    "function": ("cardiac_function", "volume_curves", "find_ed_es", "ejection_fraction", "myocardial_mass", "agreement"),
+    "figures": ("function_figure", "bland_altman_figure"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

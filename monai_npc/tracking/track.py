@@ -1,0 +1,305 @@
+"""``monai_npc.track``: a label on one frame of a cine carried to every frame with :func:`monai_npc.register`.
+
+Every frame shares the cine's grid, so displacements are composed in frame voxels (MONAI
+``Warp`` convention: ``label_t(x) = label_ref(x + ddf_t(x))``, channel ``k`` = array axis ``k``,
+channel 0 (through-plane) zero since the models are 2-D). With ``r`` the reference frame,
+``T`` frames and ``k = (t - r) mod T`` the offset of frame ``t`` along the cycle:
+
+- ``direct``: ``ddf_t`` = registration of frame ``r`` onto frame ``t`` (``T - 1`` registrations);
+- ``sequential``: registrations of consecutive frames composed along the cycle,
+  ``U_k(x) = s_k(x) + U_{k-1}(x + s_k(x))`` (``T`` registrations, the last one closes the cycle
+  and measures the drift);
+- ``average``: the mean of the ``direct`` and ``sequential`` fields;
+- ``bidirectional``: the forward chain (``r -> r+1 -> ... -> t``) and the backward chain
+  (``r -> r-1 -> ... -> t``, round the cycle) weighted by the other chain's length
+  (``2 T`` registrations).
+
+Labels are warped as one-hot maps with linear interpolation, then ``argmax`` (smoother
+contours and volumes than nearest neighbour). The default scheme was chosen by measurement
+(docs/tracking.md).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import SimpleITK as sitk
+import torch
+
+from monai_npc.functional import warp_image
+
+from .cine import Cine, read_cine, read_frame_label
+from .function import ACDC_STRUCTURES, cardiac_function, volume_curves
+from .schemes import DEFAULT_SCHEME, SCHEMES
+
+__all__ = ["SCHEMES", "DEFAULT_SCHEME", "Tracking", "track", "track_schemes", "compose", "warp_label", "label_dice"]
+
+
+def compose(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
+    """The displacement of ``x`` through ``then`` and then ``first``: ``then(x) + first(x + then(x))``.
+
+    Both ``(Z, 2, H, W)`` in-plane voxels (Warp convention: a field maps a point of the fixed
+    frame to its point in the moving frame). With ``then`` from registering frame ``t-1`` onto
+    ``t`` and ``first`` the field of frame ``t-1`` to the reference, the result is the field of
+    frame ``t`` to the reference. Outside the grid ``first`` takes its border values.
+    """
+    return then + warp_image(first, then, "bilinear", "border")
+
+
+def warp_label(label: np.ndarray, ddf: torch.Tensor, values: Sequence[int]) -> np.ndarray:
+    """``label`` ``(Z, H, W)`` sampled at ``x + ddf(x)`` (``ddf`` ``(Z, 2, H, W)`` voxels): one-hot
+    linear interpolation of each value in ``values`` (and background), then ``argmax``; 0 outside."""
+    lab = torch.from_numpy(np.asarray(label))
+    values = [0] + [int(v) for v in values if int(v) != 0]
+    onehot = torch.stack([(lab == v).float() for v in values], 1)  # (Z, C, H, W)
+    prob = warp_image(onehot, ddf.float(), "bilinear", "zeros")
+    prob[:, 0] += 1e-3  # ties (outside the image: all 0) go to background
+    return np.asarray(values, np.int32)[prob.argmax(1).numpy()]
+
+
+def label_dice(a: np.ndarray, b: np.ndarray, structures: Dict[str, int] = ACDC_STRUCTURES) -> Dict[str, float]:
+    """3-D Dice per structure (NaN when absent from both)."""
+    out = {}
+    for name, v in structures.items():
+        pa, pb = a == v, b == v
+        total = int(pa.sum() + pb.sum())
+        out[name] = float(2.0 * np.logical_and(pa, pb).sum() / total) if total else float("nan")
+    return out
+
+
+@dataclass
+class Tracking:
+    """The result of :func:`track`.
+
+    Attributes:
+        labels: ``(T, Z, H, W)`` int32, the reference label carried to every frame (cine grid).
+        ddf: ``(T, 3, Z, H, W)`` float32 frame voxels, ``label_t(x) = label_ref(x + ddf[t](x))``
+            (MONAI Warp convention; channel 0, through-plane, is zero).
+        volumes: ``{"lv", "rv", "myo"}`` -> ``(T,)`` mL per frame.
+        function: :func:`~monai_npc.tracking.function.cardiac_function` of ``volumes``
+            (ED/ES from the LV curve; EDV/ESV/SV mL, EF %, LV mass g).
+        reference_frame: the frame whose label was given (0-based).
+        scheme: the tracking scheme.
+        drift: Dice per structure of the reference label carried once round the cycle by the
+            consecutive-frame chain, against itself (``sequential`` / ``bidirectional``; 1 = no drift),
+            else ``None``.
+        seconds: wall time; ``seconds_per_frame`` = seconds / (T - 1).
+        cine: the input.
+    """
+
+    labels: np.ndarray
+    ddf: torch.Tensor
+    volumes: Dict[str, np.ndarray]
+    function: Dict[str, float]
+    reference_frame: int
+    scheme: str
+    drift: Optional[Dict[str, float]]
+    seconds: float
+    cine: Cine = field(repr=False)
+    registrations: int = 0
+
+    @property
+    def seconds_per_frame(self) -> float:
+        return self.seconds / max(len(self.cine) - 1, 1)
+
+    @property
+    def label_image(self) -> sitk.Image:
+        """The tracked labels as a 4-D ``sitk.Image`` (uint8, int32 beyond 255) with the cine's geometry."""
+        small = self.labels.min(initial=0) >= 0 and self.labels.max(initial=0) < 256
+        return self.cine.to_4d(self.labels.astype(np.uint8 if small else np.int32))
+
+    @property
+    def summary(self) -> Dict[str, Any]:
+        """JSON-ready figures: function, ED/ES, drift, volumes per frame, timings."""
+        return {
+            "cine": self.cine.source, "frames": len(self.cine), "reference_frame": self.reference_frame,
+            "scheme": self.scheme, "function": self.function, "drift_dice": self.drift,
+            "volumes_ml": {k: v.tolist() for k, v in self.volumes.items()},
+            "registrations": self.registrations, "seconds": self.seconds, "seconds_per_frame": self.seconds_per_frame,
+            "convention": "ddf in frame voxels, label_t(x) = label_ref(x + ddf_t(x)); frames 0-based",
+        }
+
+
+class _Fields:
+    """Pairwise in-plane fields ``(Z, 2, H, W)`` (frame voxels) from :func:`monai_npc.register`, cached."""
+
+    def __init__(
+        self, cine: Cine, register_kwargs: Dict[str, Any], progress: Optional[Callable[[], None]] = None,
+        cache: Optional[Dict[Tuple[int, int], Tuple[torch.Tensor, float]]] = None,
+    ) -> None:
+        self.cine, self.kwargs, self.progress = cine, register_kwargs, progress
+        #: ``(moving, fixed)`` -> ``(field, seconds)``; may be shared between schemes
+        self.cache = {} if cache is None else cache
+        self.used: set = set()
+
+    def __call__(self, moving: int, fixed: int) -> torch.Tensor:
+        key = (moving % len(self.cine), fixed % len(self.cine))
+        if key not in self.cache:
+            import monai_npc
+
+            t0 = time.perf_counter()
+            if key[0] == key[1]:
+                z, (h, w) = self.cine.frames[0].GetSize()[2], self.cine.frames[0].GetSize()[1::-1]
+                field_ = torch.zeros(z, 2, h, w)
+            else:
+                reg = monai_npc.register(self.cine.frames[key[0]], self.cine.frames[key[1]], **self.kwargs)
+                field_ = reg.ddf[1:].permute(1, 0, 2, 3).contiguous().float()  # (3, Z, H, W) -> (Z, 2, H, W)
+            self.cache[key] = (field_, time.perf_counter() - t0)
+            if self.progress is not None and key[0] != key[1]:
+                self.progress()
+        self.used.add(key)
+        return self.cache[key][0]
+
+    @property
+    def seconds(self) -> float:
+        """Registration seconds of the pairs this scheme used."""
+        return float(sum(self.cache[k][1] for k in self.used))
+
+
+def _chain(fields: _Fields, ref: int, n: int, step: int) -> List[torch.Tensor]:
+    """Fields of the frames ``ref, ref + step, ..., ref + n step`` (mod T) to ``ref`` by composing consecutive registrations."""
+    out = [fields(ref, ref)]
+    for k in range(1, n + 1):
+        prev, cur = ref + (k - 1) * step, ref + k * step
+        out.append(compose(out[-1], fields(prev, cur)))
+    return out
+
+
+def scheme_fields(fields: _Fields, scheme: str, ref: int, frames: int) -> Tuple[List[torch.Tensor], Optional[torch.Tensor]]:
+    """``(per-frame fields to the reference in frame order, cycle field or None)`` for ``scheme``."""
+    t_of = [(ref + k) % frames for k in range(frames)]  # frame at offset k
+    by_offset: List[torch.Tensor]
+    cycle = None
+    if scheme == "direct":
+        by_offset = [fields(ref, t) for t in t_of]
+    elif scheme in ("sequential", "average"):
+        chain = _chain(fields, ref, frames, +1)
+        cycle, by_offset = chain[-1], chain[:-1]
+        if scheme == "average":
+            by_offset = [0.5 * (c + fields(ref, t)) for c, t in zip(by_offset, t_of)]
+    elif scheme == "bidirectional":
+        fwd, bwd = _chain(fields, ref, frames, +1), _chain(fields, ref, frames, -1)
+        cycle = fwd[-1]
+        by_offset = [fwd[k] * ((frames - k) / frames) + bwd[frames - k] * (k / frames) for k in range(frames)]
+    else:
+        raise ValueError(f"scheme {scheme!r} is not one of {SCHEMES}.")
+    out: List[Optional[torch.Tensor]] = [None] * frames
+    for k, t in enumerate(t_of):
+        out[t] = by_offset[k]
+    return out, cycle  # type: ignore[return-value]
+
+
+def _prepare(cine: Any, label: Any, reference_frame: int, spacing) -> Tuple[Cine, int, np.ndarray]:
+    data = cine if isinstance(cine, Cine) else read_cine(cine, spacing)
+    ref = int(reference_frame)
+    return data, ref, read_frame_label(label, data, ref)
+
+
+def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _Fields, ed_frame, es_frame) -> Tracking:
+    """Compose ``scheme``'s fields (registering what the cache lacks) into a :class:`Tracking`."""
+    t0 = time.perf_counter()
+    cached = set(fields.cache)
+    values = sorted(int(v) for v in np.unique(ref_label) if v != 0)
+    per_frame, cycle = scheme_fields(fields, scheme, ref, len(data))
+    labels = np.stack([ref_label if t == ref else warp_label(ref_label, f, values) for t, f in enumerate(per_frame)])
+    drift = label_dice(warp_label(ref_label, cycle, values), ref_label) if cycle is not None else None
+    ddf = torch.stack([torch.cat([torch.zeros_like(f[:, :1]), f], 1).permute(1, 0, 2, 3) for f in per_frame])  # (T, 3, Z, H, W)
+    volumes = volume_curves(labels, data.spacing)
+    function = cardiac_function(volumes, ed_frame, es_frame)
+    # registration seconds of every pair the scheme uses (also those cached by another scheme) + composition
+    new = sum(sec for key, (_, sec) in fields.cache.items() if key not in cached)
+    seconds = fields.seconds + (time.perf_counter() - t0) - new
+    return Tracking(labels=labels, ddf=ddf.float(), volumes=volumes, function=function, reference_frame=ref, scheme=scheme,
+                    drift=drift, seconds=seconds, cine=data, registrations=sum(k[0] != k[1] for k in fields.used))
+
+
+def _bar(progress: bool, total: int, desc: str):
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="frame")
+
+
+def track(
+    cine: Any,
+    label: Any,
+    reference_frame: int = 0,
+    scheme: str = DEFAULT_SCHEME,
+    model: Any = "acdc",
+    *,
+    spacing: Optional[Sequence[float]] = None,
+    refine_iterations: Optional[int] = None,
+    ed_frame: Optional[int] = None,
+    es_frame: Optional[int] = None,
+    progress: bool = True,
+    **register_kwargs: Any,
+) -> Tracking:
+    """Carry the label of one frame of a 4-D short-axis cine to every frame.
+
+    Args:
+        cine: a 4-D file (NIfTI ``(X, Y, Z, T)``), a cine DICOM folder, a 4-D ``sitk.Image``, a
+            ``(T, Z, H, W)`` array (with ``spacing``) or a list of 3-D frames (:func:`read_cine`).
+        label: the label map (0 bg, 1 RV, 2 Myo, 3 LV) of frame ``reference_frame``: a file,
+            ``sitk.Image`` or ``(Z, H, W)`` array on the frame grid (a 4-D label: that frame of it).
+        reference_frame: 0-based frame the label belongs to (ED by default = 0; ACDC's
+            ``Info.cfg`` ``ED: n`` is frame ``n - 1``).
+        scheme: one of :data:`SCHEMES` (module docstring).
+        model, refine_iterations, **register_kwargs: passed to :func:`monai_npc.register`
+            (``threads``, ``device``, ``size``...).
+        spacing: mm per array axis ``(Z, H, W)`` for array inputs.
+        ed_frame, es_frame: override the ED / ES frames the function figures use (default: the
+            largest and the smallest tracked LV volume).
+        progress: a tqdm bar over the registrations.
+
+    Returns:
+        :class:`Tracking` (labels and displacements on every frame, volumes, function, drift).
+
+    Raises:
+        FileNotFoundError: a missing cine or label file.
+        ValueError: a 3-D input, a label frame out of range, a label off the frame grid, an unknown scheme.
+    """
+    return track_schemes(cine, label, reference_frame, (scheme,), model, spacing=spacing, refine_iterations=refine_iterations,
+                         ed_frame=ed_frame, es_frame=es_frame, progress=progress, **register_kwargs)[scheme]
+
+
+def track_schemes(
+    cine: Any,
+    label: Any,
+    reference_frame: int = 0,
+    schemes: Sequence[str] = SCHEMES,
+    model: Any = "acdc",
+    *,
+    spacing: Optional[Sequence[float]] = None,
+    refine_iterations: Optional[int] = None,
+    ed_frame: Optional[int] = None,
+    es_frame: Optional[int] = None,
+    progress: bool = True,
+    **register_kwargs: Any,
+) -> Dict[str, Tracking]:
+    """:func:`track` with several schemes sharing their registrations (``{scheme: Tracking}``);
+    each result's ``seconds`` counts every registration its scheme uses, as if run alone."""
+    if not schemes:
+        raise ValueError(f"no scheme given; use one or more of {SCHEMES}.")
+    for s in schemes:
+        if s not in SCHEMES:
+            raise ValueError(f"scheme {s!r} is not one of {SCHEMES}.")
+    data, ref, ref_label = _prepare(cine, label, reference_frame, spacing)
+    kwargs = dict(model=model, refine_iterations=refine_iterations, **register_kwargs)
+    frames = len(data)
+    needed = {(ref, t) for t in range(frames)} if any(s in ("direct", "average") for s in schemes) else set()
+    if any(s != "direct" for s in schemes):
+        needed |= {(t, (t + 1) % frames) for t in range(frames)}
+    if "bidirectional" in schemes:
+        needed |= {(t, (t - 1) % frames) for t in range(frames)}
+    bar = _bar(progress, sum(m != f for m, f in needed), f"track ({', '.join(schemes)})")
+    cache: Dict[Tuple[int, int], Tuple[torch.Tensor, float]] = {}
+    try:
+        return {s: _result(data, ref, ref_label, s, _Fields(data, kwargs, bar.update if bar else None, cache), ed_frame, es_frame)
+                for s in schemes}
+    finally:
+        if bar is not None:
+            bar.close()

@@ -1,0 +1,224 @@
+"""Cine tracking (monai_npc.track), cardiac function, the phantom cine and ``monai-npc track``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+import torch
+
+from monai_npc.data.phantom_cine import cardiac_cine, contraction_curve
+from monai_npc.tracking.cine import read_cine
+from monai_npc.tracking.function import (
+    agreement, cardiac_function, ejection_fraction, find_ed_es, myocardial_mass, structure_volumes, volume_curves, voxel_volume_ml,
+)
+from monai_npc.tracking.track import compose, label_dice, track_schemes
+
+FRAMES = 5  # ES = frame 2
+
+
+@pytest.fixture(scope="module")
+def cine():
+    return cardiac_cine(frames=FRAMES, levels=(0.2, 0.55), seed=3)
+
+
+def _write_4d(c, path, spacing=(1.9, 2.1, 8.0, 35.0), origin=(-90.0, 12.0, 40.0, 0.0)):
+    """The phantom as a 4-D NIfTI (X, Y, Z, T) with a non-trivial header; returns the image."""
+    img = sitk.JoinSeries([sitk.GetImageFromArray(f) for f in c["image"]])  # (T, Z, H, W) -> size (W, H, Z, T)
+    img.SetSpacing(spacing)
+    img.SetOrigin(origin)
+    d = np.eye(4)
+    d[:2, :2] = [[0.0, -1.0], [1.0, 0.0]]
+    img.SetDirection(d.ravel().tolist())
+    sitk.WriteImage(img, str(path))
+    return sitk.ReadImage(str(path))
+
+
+def _frame_label(c, reference, t=0):
+    lab = sitk.GetImageFromArray(c["label"][t].astype(np.int16))
+    lab.CopyInformation(read_cine(reference).frames[t])
+    return lab
+
+
+# ------------------------------------------------------------------------------ function (exact)
+
+
+def test_function_on_analytic_volumes():
+    curves = {"lv": [150.0, 120.0, 60.0, 90.0], "rv": [160.0, 140.0, 100.0, 150.0], "myo": [100.0, 98.0, 95.0, 99.0]}
+    f = cardiac_function(curves)
+    assert (f["ed_frame"], f["es_frame"]) == (0, 2)
+    assert f["lv_edv"] == 150.0 and f["lv_esv"] == 60.0 and f["lv_sv"] == 90.0
+    assert f["lv_ef"] == pytest.approx(60.0, abs=1e-12)
+    assert f["rv_sv"] == 60.0 and f["rv_ef"] == pytest.approx(37.5, abs=1e-12)
+    assert f["lv_mass_g"] == pytest.approx(105.0, abs=1e-12)  # myocardium at ED x 1.05 g/mL
+    g = cardiac_function(curves, ed=1, es=3)  # frames given override the curve
+    assert g["lv_ef"] == pytest.approx(25.0) and g["lv_mass_g"] == pytest.approx(98.0 * 1.05)
+    assert ejection_fraction(0.0, 0.0) != ejection_fraction(0.0, 0.0)  # NaN for an empty LV
+    assert myocardial_mass(10.0) == pytest.approx(10.5)
+    assert find_ed_es([3.0, 5.0, 1.0, 5.0]) == (1, 2)
+    with pytest.raises(ValueError, match="2 frames"):
+        find_ed_es([1.0])
+
+
+def test_volumes_from_voxel_counts():
+    lab = np.zeros((4, 10, 10), np.uint8)
+    lab[1:3, 2:6, 2:7] = 3  # 40 LV voxels
+    lab[0, 0, :3] = 1  # 3 RV voxels
+    spacing = (10.0, 1.5, 1.25)  # mm, (Z, H, W): 18.75 mm^3 per voxel
+    assert voxel_volume_ml(spacing) == pytest.approx(0.01875)
+    v = structure_volumes(lab, spacing)
+    assert v == pytest.approx({"rv": 3 * 0.01875, "myo": 0.0, "lv": 40 * 0.01875})
+    curves = volume_curves(np.stack([lab, np.zeros_like(lab)]), spacing)
+    np.testing.assert_allclose(curves["lv"], [0.75, 0.0])
+    with pytest.raises(ValueError, match="positive"):
+        voxel_volume_ml((1.0, 0.0, 1.0))
+
+
+def test_agreement_numbers():
+    a = agreement([52.0, 61.0, 40.0, 70.0], [50.0, 60.0, 45.0, 66.0])
+    d = np.array([2.0, 1.0, -5.0, 4.0])
+    assert a["n"] == 4 and a["bias"] == pytest.approx(0.5) and a["mae"] == pytest.approx(3.0)
+    assert a["loa_high"] - a["loa_low"] == pytest.approx(2 * 1.96 * d.std(ddof=1))
+    assert a["r"] == pytest.approx(np.corrcoef([52, 61, 40, 70], [50, 60, 45, 66])[0, 1])
+
+
+# ------------------------------------------------------------------------------ phantom cine
+
+
+def test_phantom_cine_truth(cine):
+    assert cine["image"].shape == (FRAMES, 2, 96, 96) and cine["label"].shape == cine["image"].shape
+    np.testing.assert_allclose(contraction_curve(10)[[0, 4]], [0.0, 1.0], atol=1e-12)
+    v = volume_curves(cine["label"], cine["spacing"])
+    ed, es = find_ed_es(v["lv"])
+    assert (ed, es) == (cine["ed"], cine["es"]) == (0, round(0.4 * FRAMES))
+    f = cardiac_function(v)
+    assert 25.0 < f["lv_ef"] < 50.0 and f["rv_ef"] > 5.0  # a beating heart
+    assert np.abs(cine["ddf"][0]).max() < 0.05 and np.abs(cine["ddf"][cine["es"]]).max() > 2.0  # ED still, ES moved (voxels)
+
+
+def test_compose_translations():
+    a = torch.zeros(2, 2, 16, 16)
+    b = torch.zeros(2, 2, 16, 16)
+    a[:, 0], b[:, 1] = 1.5, -2.0
+    np.testing.assert_allclose(compose(a, b)[:, :, 4:12, 4:12].numpy(), (a + b)[:, :, 4:12, 4:12].numpy(), atol=1e-5)
+
+
+# ------------------------------------------------------------------------------ tracking
+
+
+def test_track_phantom_accuracy(cine):
+    """NPC (acdc, no refinement) through the cycle against the true label of every frame."""
+    res = track_schemes(cine["image"], cine["label"][0], 0, ("direct", "sequential"), spacing=cine["spacing"],
+                        refine_iterations=0, threads=1, progress=False)
+    truth = volume_curves(cine["label"], cine["spacing"])
+    edv = truth["lv"][0]
+    for scheme, r in res.items():
+        assert r.labels.shape == cine["label"].shape and r.ddf.shape == (FRAMES, 3, 2, 96, 96)
+        assert float(r.ddf[:, 0].abs().max()) == 0.0  # no through-plane displacement
+        dice = [np.nanmean(list(label_dice(r.labels[t], cine["label"][t]).values())) for t in range(FRAMES)]
+        unregistered = [np.nanmean(list(label_dice(cine["label"][0], cine["label"][t]).values())) for t in range(FRAMES)]
+        assert min(dice) > 0.92, (scheme, dice)  # measured 0.946 (sequential), 0.952 (direct)
+        assert dice[cine["es"]] > unregistered[cine["es"]] + 0.3, (scheme, dice, unregistered)  # 0.95 vs 0.51
+        assert np.abs(r.volumes["lv"] - truth["lv"]).max() < 0.07 * edv, (scheme, r.volumes["lv"], truth["lv"])  # <= 1.3 of 28.5 mL
+        assert r.function["es_frame"] == cine["es"] and r.function["ed_frame"] == 0
+        assert abs(r.function["lv_ef"] - cardiac_function(truth)["lv_ef"]) < 5.0  # measured -2.4 / -3.4 points
+        assert abs(r.function["rv_ef"] - cardiac_function(truth)["rv_ef"]) < 5.0  # -1.2 / -2.5
+        assert r.registrations == (FRAMES - 1 if scheme == "direct" else FRAMES)
+    assert res["direct"].drift is None
+    assert np.nanmean(list(res["sequential"].drift.values())) > 0.9  # round the cycle back to ED: 0.957
+
+
+def test_cli_writes_4d_in_input_geometry(cine, tmp_path):
+    from monai_npc.cli.main import main
+
+    ref = _write_4d(cine, tmp_path / "cine_4d.nii.gz")
+    sitk.WriteImage(_frame_label(cine, ref, 2), str(tmp_path / "frame2_gt.nii.gz"))
+    out = tmp_path / "out"
+    rc = main(["--threads", "1", "--quiet", "track", "--cine", str(tmp_path / "cine_4d.nii.gz"), "--label",
+               str(tmp_path / "frame2_gt.nii.gz"), "--label-frame", "2", "--model", "phase-correlation", "--out", str(out),
+               "--no-progress"])
+    assert rc == 0
+    labels = sitk.ReadImage(str(out / "labels_4d.nii.gz"))
+    assert labels.GetSize() == ref.GetSize() and labels.GetDimension() == 4
+    np.testing.assert_allclose(labels.GetSpacing(), ref.GetSpacing(), rtol=1e-6)
+    np.testing.assert_allclose(labels.GetOrigin(), ref.GetOrigin(), atol=1e-4)
+    np.testing.assert_allclose(labels.GetDirection(), ref.GetDirection(), atol=1e-6)
+    arr = sitk.GetArrayFromImage(labels)  # (T, Z, H, W)
+    np.testing.assert_array_equal(arr[2], cine["label"][2])  # the reference frame keeps its label
+    rows = (out / "volumes.csv").read_text().splitlines()
+    assert rows[0] == "frame,lv_ml,rv_ml,myo_ml,phase" and len(rows) == FRAMES + 1
+    voxel_ml = 1.9 * 2.1 * 8.0 / 1000.0
+    assert float(rows[3].split(",")[1]) == pytest.approx((cine["label"][2] == 3).sum() * voxel_ml, abs=1e-3)
+    summary = json.loads((out / "function.json").read_text())
+    assert summary["reference_frame"] == 2 and summary["frames"] == FRAMES
+    assert {"lv_ef", "rv_ef", "lv_mass_g", "ed_frame", "es_frame"} <= set(summary["function"])
+    assert (out / "function.png").stat().st_size > 10_000
+    assert sorted(p.name for p in out.iterdir()) == ["function.json", "function.png", "labels_4d.nii.gz", "volumes.csv"]
+
+
+def test_bad_inputs(cine, tmp_path, capsys):
+    import monai_npc
+    from monai_npc.cli.main import main
+
+    ref = _write_4d(cine, tmp_path / "c_4d.nii.gz")
+    frame = read_cine(ref).frames[0]
+    sitk.WriteImage(frame, str(tmp_path / "one_frame.nii.gz"))
+    label = _frame_label(cine, ref)
+    with pytest.raises(ValueError, match=r"3-D .*a cine must be 4-D"):
+        monai_npc.track(tmp_path / "one_frame.nii.gz", label, model="phase-correlation", progress=False)
+    with pytest.raises(ValueError, match=r"label frame 5 is out of range.* 5 frames \(0\.\.4\)"):
+        monai_npc.track(ref, label, reference_frame=FRAMES, model="phase-correlation", progress=False)
+    shifted = sitk.Image(label)
+    shifted.SetOrigin((0.0, 0.0, 0.0))
+    with pytest.raises(ValueError, match="does not match the grid of frame 0"):
+        monai_npc.track(ref, shifted, model="phase-correlation", progress=False)
+    with pytest.raises(ValueError, match=r"shape \(2, 96, 95\)"):
+        monai_npc.track(ref, cine["label"][0][..., :95], model="phase-correlation", progress=False)
+    with pytest.raises(ValueError, match="scheme 'forward'"):
+        monai_npc.track(ref, label, scheme="forward", model="phase-correlation", progress=False)
+    with pytest.raises(ValueError, match=r"4-D array \(T, Z, H, W\)"):
+        monai_npc.track(cine["image"][0], label, model="phase-correlation", progress=False)
+    with pytest.raises(FileNotFoundError, match="nowhere_4d.nii.gz"):
+        monai_npc.track(tmp_path / "nowhere_4d.nii.gz", label, progress=False)
+    sitk.WriteImage(label, str(tmp_path / "gt.nii.gz"))
+    rc = main(["--quiet", "track", "--cine", str(tmp_path / "one_frame.nii.gz"), "--label", str(tmp_path / "gt.nii.gz"),
+               "--out", str(tmp_path / "o")])
+    assert rc == 1 and "a cine must be 4-D" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_read_cine_dicom_folder_and_array(tmp_path):
+    from tests.dicom_writer import write_dicom
+
+    rng = np.random.default_rng(0)
+    movie = rng.integers(0, 1000, (3, 2, 6, 7))  # (T, Z, H, W)
+    series, study = "1.2.3.4", "1.2.3"
+    for t in range(3):
+        for z in range(2):
+            write_dicom(movie[t, z], tmp_path / f"im{t}_{z}.dcm", position=(0.0, 0.0, 8.0 * z), series=series, study=study,
+                        number=1 + t + 3 * z, trigger=40.0 * t)
+    c = read_cine(tmp_path)
+    assert len(c) == 3 and c.spacing == pytest.approx((8.0, 0.8, 0.9))
+    np.testing.assert_array_equal(c.arrays(), movie)
+    assert c.to_4d(c.arrays()).GetSize() == (7, 6, 2, 3)
+    a = read_cine(movie.astype(np.float32), spacing=(8.0, 1.0, 1.5))
+    assert len(a) == 3 and a.spacing == pytest.approx((8.0, 1.0, 1.5)) and a.geometry4d is None
+
+
+def test_read_cine_metatensor_and_nibabel(cine, tmp_path):
+    """A 4-D NIfTI read by MONAI LoadImage or nibabel gives the frames SimpleITK reads from the file."""
+    import nibabel as nib
+    from monai.transforms import LoadImage
+
+    path = tmp_path / "c_4d.nii.gz"
+    _write_4d(cine, path)
+    ref = read_cine(path)
+    for other in (read_cine(LoadImage(image_only=True)(str(path))), read_cine(nib.load(str(path)))):
+        assert len(other) == FRAMES
+        for a, b in zip(other.frames, ref.frames):
+            np.testing.assert_allclose(a.GetOrigin(), b.GetOrigin(), atol=1e-3)
+            np.testing.assert_allclose(a.GetDirection(), b.GetDirection(), atol=1e-5)
+            np.testing.assert_allclose(a.GetSpacing(), b.GetSpacing(), rtol=1e-5)
+            np.testing.assert_allclose(sitk.GetArrayFromImage(a), sitk.GetArrayFromImage(b), atol=1e-5)
