@@ -266,7 +266,7 @@ MALFORMED = [
     ("track: label_frame out of range", TRACK_TASK, "cine", {"label": "es", "label_frame": 9}, None, 400,
      "label_frame 9 (from the request) is out of range"),
     ("track: label off the frame grid", TRACK_TASK, "cine", {"label": "es", "label_frame": 0}, None, 422, "grid"),
-    ("track: unreadable label file", TRACK_TASK, "cine", {}, "broken.nii.gz", 422, "not a readable image file"),
+    ("track: unreadable label file", TRACK_TASK, "cine", {}, "broken.nii.gz", 422, "cannot read label"),
 ]
 
 
