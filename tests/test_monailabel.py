@@ -154,10 +154,11 @@ def test_task_model_comes_from_npc_model_not_from_monailabel_model(tmp_path):
 
 
 def test_server_smoke(tmp_path):
-    """A real MONAI Label server (``smoke_test.py``): one registration of a real pair, malformed requests.
+    """A real MONAI Label server (``smoke_test.py``): one registration of a real pair, one tracking of a
+    phantom cine (label uploaded), malformed requests to both tasks.
 
-    The ACDC pair of ``../shared`` when present (10 slices), else a 2-slice phantom; ``npc_refine=0``
-    (the network without test-time refinement) keeps it near 30 s on one thread.
+    The ACDC pair of ``../shared`` when present (10 slices), else a 2-slice phantom; a 5-frame, 2-slice
+    64 x 64 cine; ``npc_refine=0`` (the network without test-time refinement) keeps it near 30 s on one thread.
     """
     pytest.importorskip("monailabel")
     pytest.importorskip("requests_toolbelt")
@@ -165,6 +166,9 @@ def test_server_smoke(tmp_path):
     result = smoke.run_smoke_test(tmp_path / "work", refine=0, report=lambda line: None)
     assert result.params["result"] == "label" and result.params["dice_mean"] > result.params["dice_mean_initial"]
     assert [status for _, status, _ in result.malformed] == [status for *_, status, _ in smoke.MALFORMED]
+    assert result.track_params["label_frame"] == smoke.CINE_LABEL_FRAME and len(result.track_dice) == 5
+    assert result.track_dice[smoke.CINE_LABEL_FRAME] == 1.0 and min(result.track_dice) > 0.85  # against the phantom's truth
+    assert 10 < result.track_params["function"]["lv_ef"] < 70
     assert not list((tmp_path / "work" / "app_data").glob("**/npc_result_*"))  # results deleted after sending
 
 

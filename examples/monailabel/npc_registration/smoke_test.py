@@ -329,8 +329,8 @@ def run_smoke_test(workdir: Optional[Path] = None, phantom: bool = False, model:
         if pair is None:
             (work / "pair").mkdir(parents=True, exist_ok=True)
             pair = phantom_pair(work / "pair")
-        (work / "cine").mkdir(parents=True, exist_ok=True)
-        cine = phantom_cine(work / "cine")
+        (work / "phantom_cine").mkdir(parents=True, exist_ok=True)  # not "cine": the server (cwd work) takes existing paths as paths
+        cine = phantom_cine(work / "phantom_cine")
         make_studies(studies, pair, cine["cine"])
         result = SmokeResult(pair=name)
         server = Server(studies, work / "app_data", free_port(), {"npc_model": model}, work / "server.log")
