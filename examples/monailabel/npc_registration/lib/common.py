@@ -105,6 +105,9 @@ def whole_number(value: Any, key: str, what: str) -> Optional[int]:
 class NPCInferTask(InferTask):
     """Base of the app's infer tasks: an NPC ``model``, an optional datastore, a folder for results.
 
+    Subclasses set :attr:`what`, :attr:`task_dimension`, :attr:`default_description` and
+    :meth:`request_config` (the request keys a client may set, shown in the task's ``config``).
+
     Args:
         model: a model argument of ``monai_npc.register`` (``"acdc"``, ``"camus"``, ``"sar"``, a
             ``save_pretrained`` file, a MONAI bundle folder or its ``models/model.pt``) or
@@ -114,36 +117,41 @@ class NPCInferTask(InferTask):
         datastore: optional MONAI Label datastore to resolve image / label ids.
         output_root: folder for the temporary result files (default: the system's temporary folder).
         device: torch device.
-        dimension, description, config: of the MONAI Label task (``config``: the keys a client may set).
-        what: the task's name in error messages (e.g. ``"NPC registration"``).
+        description: of the MONAI Label task (default: :attr:`default_description`).
     """
+
+    #: the task's name in error messages
+    what = "NPC task"
+    #: MONAI Label's ``dimension`` of the task
+    task_dimension = 2
+    default_description = "Neural Phase Correlation"
 
     def __init__(
         self,
-        model: str,
-        labels: Optional[Dict[str, int]],
-        datastore,
-        output_root: Optional[str],
-        device: str,
-        dimension: int,
-        description: str,
-        config: Dict[str, Any],
-        what: str,
+        model: str = "acdc",
+        labels: Optional[Dict[str, int]] = None,
+        datastore=None,
+        output_root: Optional[str] = None,
+        device: str = "cpu",
+        description: Optional[str] = None,
     ) -> None:
         super().__init__(
             type=SEGMENTATION,
             labels=labels or MODEL_LABELS.get(str(model), MODEL_LABELS["acdc"]),
-            dimension=dimension,
-            description=description,
-            config=dict({"npc_model": model}, **config),
+            dimension=self.task_dimension,
+            description=description or self.default_description,
+            config=dict({"npc_model": model}, **self.request_config()),
         )
         self.model = model
         self.datastore = datastore
         self.output_root = output_root
         self.device = device
-        self.what = what
         self._nets: Dict[Tuple[str, str, Optional[int]], Any] = {}
         self._nets_lock = threading.Lock()
+
+    def request_config(self) -> Dict[str, Any]:
+        """The task's own request keys and their defaults (MONAI Label's task ``config``, besides ``npc_model``)."""
+        return {}
 
     def is_valid(self) -> bool:
         """Whether ``model`` names a network this server can load."""

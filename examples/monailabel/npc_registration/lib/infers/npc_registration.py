@@ -48,20 +48,15 @@ class NPCRegistration(NPCInferTask):
     """Propagate a moving image's label map onto the open (fixed) image with :func:`monai_npc.register`.
 
     Args: those of :class:`~lib.common.NPCInferTask` (``model``, ``labels``, ``datastore``, ``output_root``,
-    ``device``) and the task's ``description``.
+    ``device``, ``description``).
     """
 
-    def __init__(
-        self,
-        model: str = "acdc",
-        labels: Optional[Dict[str, int]] = None,
-        datastore=None,
-        output_root: Optional[str] = None,
-        device: str = "cpu",
-        description: str = "Label propagation by Neural Phase Correlation registration (moving label -> open image)",
-    ) -> None:
-        super().__init__(model, labels, datastore, output_root, device, dimension=2, description=description,
-                         config={"moving": "", "moving_label": "", "fixed_label": ""}, what="NPC registration")
+    what = "NPC registration"
+    task_dimension = 2
+    default_description = "Label propagation by Neural Phase Correlation registration (moving label -> open image)"
+
+    def request_config(self) -> Dict[str, Any]:
+        return {"moving": "", "moving_label": "", "fixed_label": ""}
 
     # ------------------------------------------------------------------------------------ call
 

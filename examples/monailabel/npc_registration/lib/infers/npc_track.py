@@ -32,7 +32,6 @@ file, a 3-D image instead of a 4-D cine, a label off the frame grid).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from ..common import NPCInferTask, RequestError, whole_number
@@ -43,25 +42,23 @@ __all__ = ["NPCTrack"]
 class NPCTrack(NPCInferTask):
     """Carry the label of one frame of the open 4-D cine to every frame with :func:`monai_npc.track`.
 
-    Args: those of :class:`~lib.common.NPCInferTask` (``model``, ``labels``, ``datastore``, ``output_root``,
-    ``device``), ``scheme`` (the default tracking scheme) and the task's ``description``.
+    Args: ``model`` and ``scheme`` (the default tracking scheme, :data:`monai_npc.tracking.DEFAULT_SCHEME` when
+    ``None``); ``options``: the other arguments of :class:`~lib.common.NPCInferTask` (``labels``, ``datastore``,
+    ``output_root``, ``device``, ``description``).
     """
 
-    def __init__(
-        self,
-        model: str = "acdc",
-        labels: Optional[Dict[str, int]] = None,
-        datastore=None,
-        output_root: Optional[str] = None,
-        device: str = "cpu",
-        scheme: Optional[str] = None,
-        description: str = "Label propagation through a 4-D cine by NPC registration (one labelled frame -> every frame; volumes, EF)",
-    ) -> None:
+    what = "NPC tracking"
+    task_dimension = 3
+    default_description = "Label propagation through a 4-D cine by NPC registration (one labelled frame -> every frame; volumes, EF)"
+
+    def __init__(self, model: str = "acdc", scheme: Optional[str] = None, **options: Any) -> None:
         from monai_npc.tracking.schemes import DEFAULT_SCHEME
 
         self.scheme = scheme or DEFAULT_SCHEME
-        super().__init__(model, labels, datastore, output_root, device, dimension=3, description=description,
-                         config={"label": "", "label_frame": "", "scheme": self.scheme}, what="NPC tracking")
+        super().__init__(model, **options)
+
+    def request_config(self) -> Dict[str, Any]:
+        return {"label": "", "label_frame": "", "scheme": self.scheme}
 
     def _scheme(self, value: Any) -> str:
         from monai_npc.tracking.schemes import SCHEMES
@@ -76,7 +73,7 @@ class NPCTrack(NPCInferTask):
         from monai_npc.tracking.cine import read_cine
 
         try:
-            return read_cine(path, what=f"image {image_id or Path(path).name!r} ({path})")
+            return read_cine(path, what=f"image {image_id!r}:" if image_id else "image")
         except FileNotFoundError as err:
             raise RequestError(404, str(err)) from None
         except (ValueError, TypeError) as err:  # unreadable, 3-D instead of 4-D, frames off one grid
