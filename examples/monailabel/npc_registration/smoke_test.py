@@ -223,13 +223,13 @@ class Server:
         self._log_file.close()
 
 
-def _infer(url: str, image: str, params: Dict[str, Any], timeout: float = 300.0, task: str = TASK,
+def _infer(url: str, image: str, params: Any, timeout: float = 300.0, task: str = TASK,
            label: Optional[Path] = None):
-    """``POST /infer/{task}?image=...`` with ``params`` (and ``label`` uploaded as the form field ``label``)."""
+    """``POST /infer/{task}?image=...`` with ``params`` (a dict, or a string sent as is) and ``label`` uploaded as the form field ``label``."""
     import requests
 
     files = {"label": (label.name, label.read_bytes(), "application/octet-stream")} if label is not None else None
-    return requests.post(f"{url}/infer/{task}", params={"image": image}, data={"params": json.dumps(params)},
+    return requests.post(f"{url}/infer/{task}", params={"image": image}, data={"params": params if isinstance(params, str) else json.dumps(params)},
                          files=files, timeout=timeout)
 
 
@@ -261,6 +261,7 @@ MALFORMED = [
     ("unknown npc_model", TASK, "es", {"moving": "ed", "npc_model": "no_such_model"}, None, 404, "no_such_model"),
     ("track: request 'model' naming the other task", TRACK_TASK, "cine", {"model": TASK, "label": "es"}, None, 400,
      f"URL's task '{TRACK_TASK}'"),
+    ("track: params not JSON", TRACK_TASK, "cine", '{"label_frame": 1', None, 400, "params is not valid JSON"),
     ("track: 3-D image instead of a 4-D cine", TRACK_TASK, "es", {}, None, 422, "a cine must be 4-D"),
     ("track: no label", TRACK_TASK, "cine", {}, None, 400, "form field 'label'"),
     ("track: label_frame out of range", TRACK_TASK, "cine", {"label": "es", "label_frame": 9}, None, 400,
