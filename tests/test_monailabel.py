@@ -1,10 +1,11 @@
-"""The MONAI Label example's registration (label propagation) task.
+"""The MONAI Label example's tasks: registration (label propagation) and cine tracking.
 
-The task itself is called directly (no server; runs with or without ``monailabel``: the task falls
+The tasks themselves are called directly (no server; runs with or without ``monailabel``: the task falls
 back to a stand-in base class). ``test_server_smoke`` starts a real MONAI Label server with the
 example's ``smoke_test.py`` and is skipped where ``monailabel`` is not installed.
 """
 
+import importlib
 import importlib.util
 import json
 import os
@@ -16,6 +17,7 @@ import pytest
 import SimpleITK as sitk
 
 from monai_npc.data.phantoms import cardiac_pair
+from monai_npc.tracking.cine import read_cine
 
 APP = Path(__file__).resolve().parents[1] / "examples/monailabel/npc_registration"
 
@@ -28,8 +30,14 @@ def _load(name, path):
     return module
 
 
-def _load_task_module():
-    return _load("npc_monailabel_task", APP / "lib/infers/npc_registration.py")
+def _load_task_module(name="npc_registration"):
+    """The app's ``lib.infers.<name>`` module, its ``lib`` package loaded as ``npc_monailabel_lib`` (relative imports)."""
+    package = "npc_monailabel_lib"
+    if package not in sys.modules:
+        spec = importlib.util.spec_from_file_location(package, APP / "lib/__init__.py", submodule_search_locations=[str(APP / "lib")])
+        sys.modules[package] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[package])
+    return importlib.import_module(f"{package}.infers.{name}")
 
 
 def _write(arr, path, pixel=sitk.sitkFloat32):
@@ -56,11 +64,10 @@ class _Datastore:
 
 
 def _refused(task, request, status, text):
-    module = type(task).__module__
     with pytest.raises(ValueError) as info:
         task(request)
     err = info.value
-    assert type(err).__name__ == "RequestError" and type(err).__module__ == module
+    assert type(err) is sys.modules[type(task).__module__].RequestError  # the app's one RequestError (lib/common.py)
     assert err.status_code == status and text in err.detail, (err.status_code, err.detail)
 
 
@@ -147,10 +154,11 @@ def test_task_model_comes_from_npc_model_not_from_monailabel_model(tmp_path):
 
 
 def test_server_smoke(tmp_path):
-    """A real MONAI Label server (``smoke_test.py``): one registration of a real pair, malformed requests.
+    """A real MONAI Label server (``smoke_test.py``): one registration of a real pair, one tracking of a
+    phantom cine (label uploaded), malformed requests to both tasks.
 
-    The ACDC pair of ``../shared`` when present (10 slices), else a 2-slice phantom; ``npc_refine=0``
-    (the network without test-time refinement) keeps it near 30 s on one thread.
+    The ACDC pair of ``../shared`` when present (10 slices), else a 2-slice phantom; a 5-frame, 2-slice
+    64 x 64 cine; ``npc_refine=0`` (the network without test-time refinement) keeps it near 30 s on one thread.
     """
     pytest.importorskip("monailabel")
     pytest.importorskip("requests_toolbelt")
@@ -158,4 +166,99 @@ def test_server_smoke(tmp_path):
     result = smoke.run_smoke_test(tmp_path / "work", refine=0, report=lambda line: None)
     assert result.params["result"] == "label" and result.params["dice_mean"] > result.params["dice_mean_initial"]
     assert [status for _, status, _ in result.malformed] == [status for *_, status, _ in smoke.MALFORMED]
+    assert result.track_params["label_frame"] == smoke.CINE_LABEL_FRAME and len(result.track_dice) == 5
+    assert result.track_dice[smoke.CINE_LABEL_FRAME] == 1.0 and min(result.track_dice) > 0.85  # against the phantom's truth
+    assert 10 < result.track_params["function"]["lv_ef"] < 70
     assert not list((tmp_path / "work" / "app_data").glob("**/npc_result_*"))  # results deleted after sending
+
+
+def _cine_study(folder):
+    """The smoke test's 4-D phantom cine (5 frames, 2 slices, 64 x 64) in ``folder``: paths and true labels."""
+    smoke = _load("npc_monailabel_smoke", APP / "smoke_test.py")
+    folder.mkdir(parents=True, exist_ok=True)
+    return smoke, smoke.phantom_cine(folder)
+
+
+def _dice(a, b):
+    return float(np.mean([2 * np.sum((a == v) & (b == v)) / (np.sum(a == v) + np.sum(b == v)) for v in (1, 2, 3)]))
+
+
+def test_track_task(tmp_path):
+    """A cine tracking request as the server sends it (uploaded label of frame 1), then bad requests."""
+    module = _load_task_module("npc_track")
+    smoke, cine = _cine_study(tmp_path)
+    truth = cine["labels"]
+    flat = _write(truth[0, 0].astype(np.float32), tmp_path / "flat.nii.gz")  # 2-D
+    _write(truth[0].astype(np.float32), tmp_path / "es.nii.gz")  # 3-D on its own grid
+    (tmp_path / "labels" / "final").mkdir(parents=True)
+    _write(truth[0], tmp_path / "labels" / "final" / "es.nii.gz", sitk.sitkUInt8)  # off the cine's grid
+    (tmp_path / "broken.nii.gz").write_bytes(b"\x1f\x8b\x08\x00 not a NIfTI file")
+    results = tmp_path / "results"
+    results.mkdir()
+
+    task = module.NPCTrack(model="acdc", datastore=_Datastore(tmp_path), output_root=str(results))
+    assert task.is_valid() and task.info()["type"] == "segmentation" and task.info()["dimension"] == 3
+    assert task.config() == {"npc_model": "acdc", "label": "", "label_frame": "", "scheme": "sequential"}
+    frame = smoke.CINE_LABEL_FRAME
+    request = {"model": "npc_track", "device": "cuda", "image": str(cine["cine"]), "npc_image_id": "cine",
+               "label": str(cine["label"]), "label_frame": str(frame), "npc_refine": 0}
+    label_file, params = task(dict(task.config(), **request))
+    assert Path(label_file).parent == results and Path(label_file).name.startswith("npc_result_")
+    tracked, source = sitk.ReadImage(label_file), sitk.ReadImage(str(cine["cine"]))
+    assert tracked.GetDimension() == 4 and tracked.GetSize() == source.GetSize() == (64, 64, 2, 5)
+    for what in ("Spacing", "Origin", "Direction"):
+        assert np.allclose(getattr(tracked, f"Get{what}")(), getattr(source, f"Get{what}")()), what
+    arr = sitk.GetArrayFromImage(tracked)
+    assert np.array_equal(arr[frame], truth[frame])
+    dice = [_dice(a, b) for a, b in zip(arr, truth)]
+    assert min(dice) > 0.85, dice  # phantom frames 0-4 (ES = 2), the network alone
+    assert params["result"] == "label" and params["model"] == "acdc" and params["scheme"] == "sequential"
+    assert params["label_frame"] == frame and params["label_frame_from"] == "request" and params["cine"] == "cine"
+    assert params["frames"] == 5 and params["registrations"] == 5 and params["size"] == [64, 64, 2, 5]
+    f, lv = params["function"], np.asarray(params["volumes_ml"]["lv"])
+    assert lv.shape == (5,) and f["ed_frame"] == int(lv.argmax()) and f["es_frame"] == int(lv.argmin())
+    voxel_ml = 2.5 * 2.5 * 8.0 / 1000.0
+    assert lv[frame] == pytest.approx(np.sum(truth[frame] == 3) * voxel_ml)  # the given frame keeps its label
+    assert f["lv_ef"] == pytest.approx(100 * (lv.max() - lv.min()) / lv.max()) and 10 < f["lv_ef"] < 70
+    assert f["lv_mass_g"] > 0 and "info_cfg" not in params
+    json.dumps(params)  # MONAI Label sends it to the client as JSON
+    assert sorted(p.name for p in results.iterdir()) == [Path(label_file).name]
+
+    base = {"image": str(cine["cine"]), "label": str(cine["label"]), "npc_refine": 0}
+    _refused(task, {"label": str(cine["label"])}, 400, "'image'")
+    _refused(task, dict(base, image="no_such_cine"), 404, "no_such_cine")
+    _refused(task, dict(base, image="es"), 422, "a cine must be 4-D")
+    _refused(task, dict(base, image=flat), 422, "2-D")
+    _refused(task, dict(base, image="broken"), 422, "broken.nii.gz")
+    _refused(task, dict(base, label=""), 400, "form field 'label'")
+    _refused(task, dict(base, label="no_such_label"), 404, "no_such_label")
+    _refused(task, dict(base, label_frame=5), 400, "label_frame 5 (from the request) is out of range")
+    _refused(task, dict(base, label_frame="first"), 400, "label_frame must be a whole number")
+    _refused(task, dict(base, label="es"), 422, "does not match the grid of frame")
+    _refused(task, dict(base, label=str(tmp_path / "broken.nii.gz")), 422, "cannot read label")
+    _refused(task, dict(base, scheme="zigzag"), 400, "zigzag")
+    _refused(task, dict(base, npc_refine="many"), 400, "npc_refine")
+    _refused(task, dict(base, npc_model="no_such_model"), 404, "no_such_model")
+    assert len(list(results.iterdir())) == 1  # refused requests leave no file behind
+    os.remove(label_file)
+
+
+def test_track_task_defaults_from_datastore_and_info_cfg(tmp_path):
+    """No label and no label_frame: the cine's final label in the datastore (4-D), the frame from Info.cfg's ED."""
+    module = _load_task_module("npc_track")
+    _, cine = _cine_study(tmp_path)
+    truth = cine["labels"]
+    labels = read_cine(cine["cine"]).to_4d(truth)  # a 4-D label with the cine's frames and geometry
+    (tmp_path / "labels" / "final").mkdir(parents=True)
+    sitk.WriteImage(labels, str(tmp_path / "labels" / "final" / "cine.nii.gz"))
+    (tmp_path / "Info.cfg").write_text("ED: 3\nES: 1\nGroup: NOR\nNbFrame: 5\n")  # ACDC: 1-based frames
+    task = module.NPCTrack(model="phase-correlation", datastore=_Datastore(tmp_path), output_root=str(tmp_path), scheme="direct")
+    label_file, params = task({"model": "npc_track", "image": str(cine["cine"]), "npc_image_id": "cine"})
+    arr = sitk.GetArrayFromImage(sitk.ReadImage(label_file))
+    os.remove(label_file)
+    assert params["label_frame"] == 2 and params["label_frame_from"] == "Info.cfg ED" and params["scheme"] == "direct"
+    assert np.array_equal(arr[2], truth[2]) and params["model"] == "phase-correlation" and params["registrations"] == 4
+    assert params["info_cfg"]["ed"] == 2 and params["info_cfg"]["es"] == 0
+    assert params["info_cfg"]["es_matches"] == (params["function"]["es_frame"] == 0)
+    (tmp_path / "Info.cfg").write_text("ED: 9\nES: 1\n")
+    _refused(task, {"image": str(cine["cine"]), "npc_image_id": "cine"}, 400, "label_frame 8 (from the Info.cfg ED) is out of range")

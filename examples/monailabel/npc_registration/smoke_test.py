@@ -1,4 +1,4 @@
-"""End-to-end check of the MONAI Label app: a real server, a real registration, malformed requests.
+"""End-to-end check of the MONAI Label app: a real server, a real registration, a real cine tracking, malformed requests.
 
 Run it in the MONAI Label environment (README.md beside this file), from the repository root::
 
@@ -9,14 +9,18 @@ It
 
 1. writes a temporary studies folder: the fixed image ``es`` and moving image ``ed`` (ES and ED
    frames of an ACDC test patient from ``../shared/data/acdc_official_test/testing`` beside the
-   repository when present, else a generated 3-D phantom pair) with their ``final`` labels, plus a
-   2-D image ``flat`` and an unreadable ``broken.nii.gz`` for the malformed requests;
+   repository when present, else a generated 3-D phantom pair) with their ``final`` labels, a
+   generated 4-D phantom cine ``cine`` (5 frames, 2 slices, 64 x 64), plus a 2-D image ``flat``
+   and an unreadable ``broken.nii.gz`` for the malformed requests;
 2. starts ``serve.py`` on 127.0.0.1 and a free port (app data in the temporary folder);
 3. sends one real registration (``POST /infer/npc_registration?image=es`` with ``moving=ed``) and
    checks the answer: 200, the JSON params (Dice before/after, folding, seconds) and the returned
    label file, read with SimpleITK, on the fixed image's grid (size, spacing, origin, direction);
-4. sends malformed requests and checks their 4xx status and the text of their body;
-5. checks that no result file is left in the server's temporary folder and nothing was written
+4. sends one real tracking (``POST /infer/npc_track?image=cine`` with the label of frame 1
+   uploaded) and checks the answer: 200, the function figures in the params and the returned 4-D
+   label, read with SimpleITK, with the cine's geometry, its frame 1 equal to the uploaded label;
+5. sends malformed requests to both tasks and checks their 4xx status and the text of their body;
+6. checks that no result file is left in the server's temporary folder and nothing was written
    into the app folder of the repository, and stops the server (always, also after a failure).
 
 ``python -m pytest tests/test_monailabel.py`` runs it (skipped when ``monailabel`` is missing).
@@ -46,6 +50,9 @@ REPO = APP.parents[2]
 #: the ACDC test patients beside the repository (``../shared``), when present
 ACDC_TESTING = REPO.parent / "shared" / "data" / "acdc_official_test" / "testing"
 TASK = "npc_registration"
+TRACK_TASK = "npc_track"
+#: the frame whose label the tracking request uploads (0-based)
+CINE_LABEL_FRAME = 1
 
 
 class SmokeTestError(AssertionError):
@@ -60,6 +67,10 @@ class SmokeResult:
     startup_seconds: float = 0.0
     latency_seconds: float = 0.0
     params: Dict[str, Any] = field(default_factory=dict)
+    track_seconds: float = 0.0
+    track_params: Dict[str, Any] = field(default_factory=dict)
+    #: Dice of the tracked labels against the phantom's true labels, per frame
+    track_dice: List[float] = field(default_factory=list)
     malformed: List[Tuple[str, int, str]] = field(default_factory=list)
 
 
@@ -105,9 +116,38 @@ def phantom_pair(folder: Path, slices: int = 2, size: int = 96) -> Dict[str, Pat
     return files
 
 
-def make_studies(studies: Path, pair: Dict[str, Path]) -> None:
-    """The datastore: ``es`` (fixed), ``ed`` (moving), their final labels, a 2-D ``flat`` and an unreadable ``broken``."""
+def phantom_cine(folder: Path, frames: int = 5, slices: int = 2, size: int = 64) -> Dict[str, Any]:
+    """A small 4-D phantom cine (:func:`monai_npc.data.phantom_cine.cardiac_cine`, 8 x 2.5 x 2.5 mm) written
+    as ``cine.nii.gz`` into ``folder`` with the label of frame :data:`CINE_LABEL_FRAME` as ``cine_label.nii.gz``;
+    returns ``{"cine", "label"}`` paths and ``labels``, the true ``(T, Z, H, W)`` labels."""
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    levels = tuple(np.linspace(0.3, 0.6, slices).tolist())
+    data = cardiac_cine(frames=frames, size=size, levels=levels, spacing=(8.0, 2.5, 2.5), seed=7)
+    direction = (0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, -1.0)  # not the identity, to check it comes back
+
+    def frame(arr: np.ndarray, pixel: int) -> sitk.Image:
+        image = sitk.Cast(sitk.GetImageFromArray(arr), pixel)
+        image.SetSpacing((2.5, 2.5, 8.0))
+        image.SetOrigin((-70.0, -90.0, 30.0))
+        image.SetDirection(direction)
+        return image
+
+    cine = sitk.JoinSeries([frame(a, sitk.sitkFloat32) for a in data["image"]])
+    cine.SetOrigin((-70.0, -90.0, 30.0, 0.0))
+    cine.SetSpacing((2.5, 2.5, 8.0, 30.0))
+    files = {"cine": folder / "cine.nii.gz", "label": folder / "cine_label.nii.gz"}
+    sitk.WriteImage(cine, str(files["cine"]))
+    sitk.WriteImage(frame(data["label"][CINE_LABEL_FRAME], sitk.sitkUInt8), str(files["label"]))
+    return dict(files, labels=data["label"])
+
+
+def make_studies(studies: Path, pair: Dict[str, Path], cine: Optional[Path] = None) -> None:
+    """The datastore: ``es`` (fixed), ``ed`` (moving), their final labels, the 4-D ``cine`` (no label),
+    a 2-D ``flat`` and an unreadable ``broken``."""
     (studies / "labels" / "final").mkdir(parents=True, exist_ok=True)
+    if cine is not None:
+        shutil.copy(cine, studies / "cine.nii.gz")
     shutil.copy(pair["es"], studies / "es.nii.gz")
     shutil.copy(pair["ed"], studies / "ed.nii.gz")
     shutil.copy(pair["ed_label"], studies / "labels" / "final" / "ed.nii.gz")
@@ -183,10 +223,14 @@ class Server:
         self._log_file.close()
 
 
-def _infer(url: str, image: str, params: Dict[str, Any], timeout: float = 300.0):
+def _infer(url: str, image: str, params: Any, timeout: float = 300.0, task: str = TASK,
+           label: Optional[Path] = None):
+    """``POST /infer/{task}?image=...`` with ``params`` (a dict, or a string sent as is) and ``label`` uploaded as the form field ``label``."""
     import requests
 
-    return requests.post(f"{url}/infer/{TASK}", params={"image": image}, data={"params": json.dumps(params)}, timeout=timeout)
+    files = {"label": (label.name, label.read_bytes(), "application/octet-stream")} if label is not None else None
+    return requests.post(f"{url}/infer/{task}", params={"image": image}, data={"params": params if isinstance(params, str) else json.dumps(params)},
+                         files=files, timeout=timeout)
 
 
 def _multipart(response) -> Tuple[Dict[str, Any], bytes, str]:
@@ -205,16 +249,61 @@ def _multipart(response) -> Tuple[Dict[str, Any], bytes, str]:
     return params, data, name
 
 
-#: malformed requests: (what, image, params, expected status, text the body must contain)
+#: malformed requests: (what, task, image, params, file of the studies folder uploaded as the label or None,
+#: expected status, text the body must contain)
 MALFORMED = [
-    ("unknown moving image", "es", {"moving": "no_such_image"}, 404, "no_such_image"),
-    ("request 'model' naming a network", "es", {"model": "acdc", "moving": "ed"}, 400, "npc_model"),
-    ("missing moving image", "es", {}, 400, "'moving'"),
-    ("unknown fixed image", "no_such_fixed", {"moving": "ed"}, 404, "no_such_fixed"),
-    ("2-D moving onto 3-D fixed", "es", {"moving": "flat", "moving_label": ""}, 422, "2-D"),
-    ("unreadable moving file", "es", {"moving": "broken", "moving_label": ""}, 422, "broken"),
-    ("unknown npc_model", "es", {"moving": "ed", "npc_model": "no_such_model"}, 404, "no_such_model"),
+    ("unknown moving image", TASK, "es", {"moving": "no_such_image"}, None, 404, "no_such_image"),
+    ("request 'model' naming a network", TASK, "es", {"model": "acdc", "moving": "ed"}, None, 400, "npc_model"),
+    ("missing moving image", TASK, "es", {}, None, 400, "'moving'"),
+    ("unknown fixed image", TASK, "no_such_fixed", {"moving": "ed"}, None, 404, "no_such_fixed"),
+    ("2-D moving onto 3-D fixed", TASK, "es", {"moving": "flat", "moving_label": ""}, None, 422, "2-D"),
+    ("unreadable moving file", TASK, "es", {"moving": "broken", "moving_label": ""}, None, 422, "broken"),
+    ("unknown npc_model", TASK, "es", {"moving": "ed", "npc_model": "no_such_model"}, None, 404, "no_such_model"),
+    ("track: request 'model' naming the other task", TRACK_TASK, "cine", {"model": TASK, "label": "es"}, None, 400,
+     f"URL's task '{TRACK_TASK}'"),
+    ("track: params not JSON", TRACK_TASK, "cine", '{"label_frame": 1', None, 400, "params is not valid JSON"),
+    ("track: 3-D image instead of a 4-D cine", TRACK_TASK, "es", {}, None, 422, "a cine must be 4-D"),
+    ("track: no label", TRACK_TASK, "cine", {}, None, 400, "form field 'label'"),
+    ("track: label_frame out of range", TRACK_TASK, "cine", {"label": "es", "label_frame": 9}, None, 400,
+     "label_frame 9 (from the request) is out of range"),
+    ("track: label off the frame grid", TRACK_TASK, "cine", {"label": "es", "label_frame": 0}, None, 422, "grid"),
+    ("track: unreadable label file", TRACK_TASK, "cine", {}, "broken.nii.gz", 422, "cannot read label"),
 ]
+
+
+def _track(server: Server, cine: Dict[str, Any], refine: Optional[int], result: SmokeResult,
+           report: Callable[[str], None], work: Path) -> None:
+    """The real tracking request: the label of frame :data:`CINE_LABEL_FRAME` uploaded; checks the answer."""
+    params: Dict[str, Any] = {"label_frame": CINE_LABEL_FRAME}
+    if refine is not None:
+        params["npc_refine"] = refine
+    t0 = time.perf_counter()
+    answer = _infer(server.url, "cine", params, task=TRACK_TASK, label=cine["label"])
+    result.track_seconds = time.perf_counter() - t0
+    _check(answer.status_code == 200, f"tracking: status {answer.status_code}: {answer.text[:2000]}\n{server.log_tail()}")
+    result.track_params, data, filename = _multipart(answer)
+    p, truth = result.track_params, cine["labels"]
+    _check(p.get("result") == "label" and p.get("label_frame") == CINE_LABEL_FRAME and p.get("frames") == len(truth),
+           f"tracking params: {p}")
+    _check(all(len(p["volumes_ml"][k]) == len(truth) for k in ("lv", "rv", "myo")), f"volumes per frame: {p['volumes_ml']}")
+    for key in ("ed_frame", "es_frame", "lv_edv", "lv_esv", "lv_ef", "rv_ef", "lv_mass_g"):
+        _check(isinstance(p["function"].get(key), (int, float)), f"function lacks a number {key!r}: {p['function']}")
+    returned = work / ("track_" + (filename or "result.nii.gz"))
+    returned.write_bytes(data)
+    label, source = sitk.ReadImage(str(returned)), sitk.ReadImage(str(cine["cine"]))
+    _check(label.GetDimension() == 4 and label.GetSize() == source.GetSize(), f"label size {label.GetSize()} != cine {source.GetSize()}")
+    for what in ("Spacing", "Origin", "Direction"):
+        a, b = getattr(label, f"Get{what}")(), getattr(source, f"Get{what}")()
+        _check(np.allclose(a, b, atol=1e-4), f"tracked label {what.lower()} {a} != cine {b}")
+    arr, given = sitk.GetArrayFromImage(label), sitk.GetArrayFromImage(sitk.ReadImage(str(cine["label"])))
+    _check(np.array_equal(arr[CINE_LABEL_FRAME], given), f"frame {CINE_LABEL_FRAME} of the tracked label is not the uploaded label")
+    result.track_dice = [float(np.mean([2 * np.sum((a == v) & (b == v)) / max(np.sum(a == v) + np.sum(b == v), 1) for v in (1, 2, 3)]))
+                         for a, b in zip(arr, truth)]
+    _check(min(result.track_dice) > 0.6, f"tracked labels far from the phantom's: Dice per frame {result.track_dice}")
+    f = p["function"]
+    report(f"tracking: {result.track_seconds:.2f} s for {len(truth)} frames, Dice per frame "
+           f"{' '.join(f'{d:.3f}' for d in result.track_dice)}, LV EF {f['lv_ef']:.1f} %, ED {f['ed_frame']} ES {f['es_frame']}, "
+           f"returned {filename} {label.GetSize()}")
 
 
 def run_smoke_test(workdir: Optional[Path] = None, phantom: bool = False, model: str = "acdc",
@@ -226,7 +315,7 @@ def run_smoke_test(workdir: Optional[Path] = None, phantom: bool = False, model:
         workdir: folder for the studies, app data and server log (default: a new temporary folder, removed after).
         phantom: use a generated phantom pair even when the ACDC pair is available.
         model: ``npc_model`` of the server.
-        refine: ``npc_refine`` of the registration request (``None``: the weights' setting).
+        refine: ``npc_refine`` of the registration and tracking requests (``None``: the weights' setting).
     Raises:
         SmokeTestError: a check failed (its message holds the server's answer or log).
     """
@@ -241,7 +330,9 @@ def run_smoke_test(workdir: Optional[Path] = None, phantom: bool = False, model:
         if pair is None:
             (work / "pair").mkdir(parents=True, exist_ok=True)
             pair = phantom_pair(work / "pair")
-        make_studies(studies, pair)
+        (work / "phantom_cine").mkdir(parents=True, exist_ok=True)  # not "cine": the server (cwd work) takes existing paths as paths
+        cine = phantom_cine(work / "phantom_cine")
+        make_studies(studies, pair, cine["cine"])
         result = SmokeResult(pair=name)
         server = Server(studies, work / "app_data", free_port(), {"npc_model": model}, work / "server.log")
         result.startup_seconds = server.wait_ready(startup_timeout)
@@ -275,8 +366,10 @@ def run_smoke_test(workdir: Optional[Path] = None, phantom: bool = False, model:
         report(f"registration: {result.latency_seconds:.2f} s, Dice {p['dice_mean_initial']:.3f} -> {p['dice_mean']:.3f}, "
                f"folding {p['folding_percent']:.3f} %, returned {filename} {label.GetSize()}")
 
-        for what, image, bad, status, text in MALFORMED:
-            answer = _infer(server.url, image, bad)
+        _track(server, cine, refine, result, report, work)
+
+        for what, task, image, bad, upload, status, text in MALFORMED:
+            answer = _infer(server.url, image, bad, task=task, label=studies / upload if upload else None)
             detail = answer.text
             _check(answer.status_code == status and text in detail,
                    f"{what}: expected {status} with {text!r} in the body, got {answer.status_code}: {detail[:1000]}")
@@ -300,7 +393,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description="End-to-end check of the monai_npc MONAI Label app (starts a server).")
     parser.add_argument("--phantom", action="store_true", help="use a generated phantom pair instead of ACDC")
     parser.add_argument("--model", default="acdc", help="npc_model of the server (default acdc)")
-    parser.add_argument("--refine", type=int, default=None, help="npc_refine of the registration request")
+    parser.add_argument("--refine", type=int, default=None, help="npc_refine of the registration and tracking requests")
     parser.add_argument("--workdir", default=None, help="keep studies, app data and the server log in this folder")
     args = parser.parse_args(argv)
     try:
@@ -315,6 +408,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"FAILED: {err}", file=sys.stderr)
         return 1
     print(f"OK ({result.pair}): startup {result.startup_seconds:.1f} s, registration {result.latency_seconds:.2f} s, "
+          f"tracking {result.track_seconds:.2f} s, "
           f"{len(result.malformed)} malformed requests refused, total {time.perf_counter() - t0:.1f} s")
     return 0
 

@@ -1,3 +1,5 @@
-from .npc_registration import MODEL_LABELS, NPCRegistration, RequestError
+from ..common import MODEL_LABELS, RequestError
+from .npc_registration import NPCRegistration
+from .npc_track import NPCTrack
 
-__all__ = ["MODEL_LABELS", "NPCRegistration", "RequestError"]
+__all__ = ["MODEL_LABELS", "NPCRegistration", "NPCTrack", "RequestError"]
