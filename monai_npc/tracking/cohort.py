@@ -181,7 +181,8 @@ def distributed() -> Iterator[Tuple[int, int]]:
 
 
 def _row(study: Study, status: str, error: str = "", summary: Optional[Dict[str, Any]] = None, seconds: float = float("nan")) -> Dict[str, Any]:
-    row: Dict[str, Any] = {"name": study.name, "status": status, "error": error, "seconds": seconds, "out": study.out}
+    row: Dict[str, Any] = dict.fromkeys(COHORT_COLUMNS)
+    row.update(name=study.name, status=status, error=error, seconds=seconds, out=study.out)
     if summary is not None:
         row.update({k: summary["function"].get(k) for k in FUNCTION_COLUMNS})
         row.update(reference_frame=summary.get("reference_frame"), frames=summary.get("frames"))
