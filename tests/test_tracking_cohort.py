@@ -14,11 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import SimpleITK as sitk
 import torch
 
 import monai_npc
-from monai_npc.data.phantom_cine import cardiac_cine
+from monai_npc.data.phantom_cine import write_cardiac_cine
 from monai_npc.tracking.cohort import COHORT_COLUMNS, FUNCTION_COLUMNS, read_cohort, shard, study_done, track_cohort
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,16 +41,10 @@ def data(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("cohort_data")
     rows = ["cine,label,label_frame"]
     for i in range(3):
-        c = cardiac_cine(frames=4 + i % 2, size=64, levels=(0.2, 0.55), seed=i)
-        img = sitk.JoinSeries([sitk.GetImageFromArray(f) for f in c["image"]])
-        img.SetSpacing((2.0, 2.0, 8.0, 30.0))
-        sitk.WriteImage(img, str(d / f"s{i}_4d.nii.gz"))
-        lab = sitk.GetImageFromArray(c["label"][0])
-        lab.SetSpacing((2.0, 2.0, 8.0))
-        sitk.WriteImage(lab, str(d / f"s{i}_ed.nii.gz"))
-        rows.append(f"s{i}_4d.nii.gz,s{i}_ed.nii.gz,0")
+        write_cardiac_cine(d, f"s{i}", frames=4 + i % 2, size=64, levels=(0.2, 0.55), seed=i)
+        rows.append(f"s{i}_4d.nii.gz,s{i}_ed_gt.nii.gz,0")
     (d / "bad_4d.nii.gz").write_bytes(b"not a NIfTI file")
-    rows.insert(2, "bad_4d.nii.gz,s0_ed.nii.gz,")
+    rows.insert(2, "bad_4d.nii.gz,s0_ed_gt.nii.gz,")
     (d / "cohort.csv").write_text("\n".join(rows) + "\n")
     return d
 
@@ -94,7 +87,7 @@ def test_cohort_single_process(data, single):
         assert study_done(out / name) is not None and (out / name / "labels_4d.nii.gz").is_file()
     assert not (out / "bad_4d").exists() or study_done(out / "bad_4d") is None
     # the merged numbers are monai_npc.track's on the same study
-    ref = monai_npc.track(str(data / "s1_4d.nii.gz"), str(data / "s1_ed.nii.gz"), 0, model="acdc",
+    ref = monai_npc.track(str(data / "s1_4d.nii.gz"), str(data / "s1_ed_gt.nii.gz"), 0, model="acdc",
                           refine_iterations=0, progress=False, threads=1).function
     row = table[2]
     assert row["name"] == "s1_4d" and int(row["frames"]) == 5
@@ -118,7 +111,7 @@ def test_rerun_skips_done_studies(data, single, caplog):
 
 
 def test_strict_stops_at_bad_study(data, tmp_path):
-    (tmp_path / "c.csv").write_text(f"cine,label\n{data / 'bad_4d.nii.gz'},{data / 's0_ed.nii.gz'}\n{data / 's0_4d.nii.gz'},x.nii.gz\n")
+    (tmp_path / "c.csv").write_text(f"cine,label\n{data / 'bad_4d.nii.gz'},{data / 's0_ed_gt.nii.gz'}\n{data / 's0_4d.nii.gz'},x.nii.gz\n")
     with pytest.raises(ValueError, match=r"study bad_4d \(cohort CSV .*c.csv, row 2\) failed: .*corrupt"):
         track_cohort(tmp_path / "c.csv", tmp_path / "out", strict=True, **FAST)
     table = _read(tmp_path / "out" / "cohort.csv")  # written before raising, the rest not attempted

@@ -48,21 +48,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from monai_npc.tracking.cine import info_frames
-    from monai_npc.tracking.outputs import write_tracking
-    from monai_npc.tracking.track import track
+    from monai_npc.tracking.outputs import track_to_folder
 
     if args.batch:
         return run_batch(args)
     missing = [f"--{k}" for k in ("cine", "label") if not getattr(args, k)]
     if missing:
         raise ValueError("missing " + ", ".join(missing) + " (or use --batch COHORT_CSV)")
-    info = info_frames(args.cine)
-    frame = args.label_frame if args.label_frame is not None else (info["ed"] if info else 0)
     quiet = getattr(args, "quiet", False)
-    result = track(args.cine, args.label, frame, args.scheme, args.model, refine_iterations=args.refine,
-                   threads=getattr(args, "threads", None), progress=not (args.no_progress or quiet))
-    files = write_tracking(result, args.out, info, figure=not args.no_figure)
+    result, files = track_to_folder(args.cine, args.label, args.out, args.label_frame, args.scheme, args.model, figure=not args.no_figure,
+                                    progress=not (args.no_progress or quiet), refine_iterations=args.refine, threads=getattr(args, "threads", None))
+    frame = result.reference_frame
     if not quiet:
         f = result.function
         print(f"tracked {args.cine} from frame {frame} ({args.scheme}, {len(result.cine)} frames, {result.seconds_per_frame:.1f} s/frame): "

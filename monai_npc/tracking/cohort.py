@@ -201,15 +201,11 @@ def cohort_csv(rows: Sequence[Dict[str, Any]]) -> str:
 
 def _track_study(study: Study, net: torch.nn.Module, name: str, scheme: str, figure: bool, register_kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """Track one study and write its files; returns its ``function.json`` summary."""
-    from .cine import info_frames
-    from .outputs import write_tracking
-    from .track import track
+    from .outputs import track_to_folder
 
-    info = info_frames(study.cine)
-    frame = study.label_frame if study.label_frame is not None else (info["ed"] if info else 0)
-    result = track(study.cine, study.label, frame, scheme, net, progress=False, model_name=name, **register_kwargs)
-    write_tracking(result, study.out, info, figure=figure)
-    return json.loads((Path(study.out) / TRACK_OUTPUTS["function"]).read_text())
+    _, files = track_to_folder(study.cine, study.label, study.out, study.label_frame, scheme, net, figure=figure, progress=False,
+                               model_name=name, **register_kwargs)
+    return json.loads(Path(files["function"]).read_text())
 
 
 def _gather(rows: List[Dict[str, Any]], world_size: int) -> List[Dict[str, Any]]:
