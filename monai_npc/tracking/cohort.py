@@ -244,7 +244,7 @@ def track_cohort(
         figure: write each study's ``function.png``.
         progress: a tqdm bar over this rank's studies.
         threads: CPU threads per process (default 1: one per ``torchrun`` rank).
-        device: default ``cuda:LOCAL_RANK`` under ``torchrun`` with CUDA, else ``cpu``.
+        device: default ``cuda:LOCAL_RANK`` (``cuda:0`` without ``torchrun``) with CUDA, else ``cpu``.
 
     Returns:
         The rows of ``cohort.csv`` (:data:`COHORT_COLUMNS`; ``status`` ``ok``, ``skipped`` (done by an
@@ -265,7 +265,7 @@ def track_cohort(
         if rank == 0:
             remove_stale([report / COHORT_FILE])
         if device is None:
-            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if world_size > 1 and torch.cuda.is_available() else "cpu"
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
         net, name = resolve_model(model, device, refine_iterations)
         kwargs = dict(register_kwargs, device=device, threads=threads)
         mine = shard(list(enumerate(studies)), rank, world_size)
