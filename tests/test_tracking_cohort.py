@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import monai_npc
 from monai_npc.data.phantom_cine import write_cardiac_cine
@@ -24,14 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 #: fast settings: the shipped ACDC network without test-time refinement, one thread, no figure
 FAST = {"model": "acdc", "refine_iterations": 0, "figure": False, "progress": False, "threads": 1}
 GOOD = ("s0_4d", "s1_4d", "s2_4d")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
