@@ -170,7 +170,7 @@ def main() -> None:
         rows += net_rows(f"NPC ODE {steps}" + ("" if args.model else " (untrained)"), net, pairs, rates, args.repeats)
     vxm = VoxelMorphNet().eval()
     if args.voxelmorph:
-        vxm.load_state_dict(torch.load(args.voxelmorph, map_location="cpu"))
+        vxm.load_state_dict(torch.load(args.voxelmorph, map_location="cpu", weights_only=True))
     rows += net_rows("VoxelMorph 2-D" + ("" if args.voxelmorph else " (untrained)"), vxm, pairs, rates, args.repeats)
     training = [train_row("NPC ODE 4 (detach_steps)", NPCNet(num_steps=4, detach_steps=True), pairs, rates),
                 train_row("NPC ODE 10", NPCNet(num_steps=10), pairs, rates),

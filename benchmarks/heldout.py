@@ -61,7 +61,7 @@ def build_methods(args: argparse.Namespace) -> Dict[str, torch.nn.Module]:
         methods["demons"] = DemonsNet(iterations=args.demons_iterations, smoothing=1.5)
     if args.voxelmorph:
         vxm = VoxelMorphNet()
-        vxm.load_state_dict(torch.load(args.voxelmorph, map_location="cpu"))
+        vxm.load_state_dict(torch.load(args.voxelmorph, map_location="cpu", weights_only=True))
         methods["voxelmorph"] = vxm
     npc = args.npc or args.dataset
     if not args.skip_npc:

@@ -61,7 +61,7 @@ def main() -> None:
         methods["SimpleITK symmetric-forces demons"] = DemonsNet()
     if args.voxelmorph:
         vxm = VoxelMorphNet()
-        vxm.load_state_dict(torch.load(args.voxelmorph, map_location="cpu"))
+        vxm.load_state_dict(torch.load(args.voxelmorph, map_location="cpu", weights_only=True))
         methods["VoxelMorph + NCC"] = vxm
     if "acdc" in available_models():
         methods["NPC (masked, K = 64), shipped acdc"] = load_pretrained("acdc", num_steps=args.steps)

@@ -29,6 +29,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--trained-on", default=None, help="what the weights were trained on (stored as meta['trained_on'])")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
                    help="extra meta entry (VALUE parsed as JSON when it is valid JSON); repeatable")
+    p.add_argument("--link", action="store_true",
+                   help="then make the bundle's models/model.pt a link to OUT (one stored copy) and record its checksum")
     args = p.parse_args(argv)
     meta = {}
     for item in args.meta:
@@ -41,7 +43,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             meta[key] = value
     if args.trained_on:
         meta["trained_on"] = args.trained_on
-    out = export_bundle_weights(args.bundle_dir, args.out, meta)
+    out = export_bundle_weights(args.bundle_dir, args.out, meta, link=args.link)
     net = load_pretrained(out)  # check the file loads back
     print(f"wrote {out}: {sum(p.numel() for p in net.parameters())} parameters, version {net.meta.get('version')}, "
           f"trained on {net.meta.get('trained_on', 'see meta changelog')}")

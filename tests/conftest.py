@@ -15,6 +15,16 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op torch thread for the test (restored after): on a loaded 2-core machine two
+    threads are several times slower. Modules use it with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(autouse=True)
 def _restore_logging():
     """CLI calls in-process configure logging for a terminal (``monai_npc.runtime.configure_logging``):

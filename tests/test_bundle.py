@@ -22,6 +22,7 @@ from monai.bundle import ConfigWorkflow, ckpt_export, verify_metadata, verify_ne
 
 from monai_npc.losses import PRESETS  # noqa: E402
 from monai_npc.networks.nets import ACDC_CONFIG, CAMUS_CONFIG, NPCNet  # noqa: E402
+from monai_npc.serialization import state_dict_sha256  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLES = ROOT / "bundles"
@@ -30,6 +31,8 @@ SCHEMA = SHARED / "monai" / "meta_schema_20240725.json"
 SCHEMA_MD5 = "06954cad2cc5d3784e72077ac76f0fc8"
 ACDC_SHARED = SHARED / "data" / "acdc_ssl4mis"
 NAMES = ("npc_acdc", "npc_camus")
+#: the 128 x 128 crop configs (evaluate, inference): ACDC's main configs take whole stacks (tests/test_stacks.py)
+CROPS = {"npc_acdc": ("evaluate_crops.json", "inference_crops.json"), "npc_camus": ("evaluate.json", "inference.json")}
 
 #: a tiny NPCNet (about 10 k parameters) on 64 x 64 crops: exercises the real configs quickly
 TINY = {
@@ -45,14 +48,7 @@ TINY = {
 #: few, small phantom patients (the train split needs >= 1 patient in train and val)
 PHANTOM = {"npc_acdc": {"phantom_patients": 4, "phantom_max_slices": 2}, "npc_camus": {"phantom_patients": 3}}
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: on a loaded 2-core machine two threads are several times slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +99,7 @@ def test_bundle_layout(bundle):
     root = BUNDLES / bundle
     for rel in (
         "configs/metadata.json", "configs/inference.json", "configs/train.json", "configs/evaluate.json",
-        "configs/multi_gpu_train.json", "configs/logging.conf", "models/model.pt", "docs/README.md",
+        *(f"configs/{c}" for c in CROPS[bundle]), "configs/multi_gpu_train.json", "configs/logging.conf", "models/model.pt", "docs/README.md",
         "docs/data_license.txt", "LICENSE",
     ):
         assert (root / rel).is_file(), rel
@@ -113,11 +109,15 @@ def test_bundle_layout(bundle):
     assert image["channel_def"] == {"0": "moving image", "1": "fixed image"}
     assert image["spatial_shape"] == pred["spatial_shape"] == [128, 128]
     assert meta["version"] in meta["changelog"]
-    # the shipped weights are a state dict of network_def
-    state = torch.load(root / "models" / "model.pt", map_location="cpu", weights_only=True)
+    # the shipped weights (stored once: a link to the package's copy) hold a state dict of network_def
+    weights = root / "models" / "model.pt"
+    assert weights.is_symlink() and weights.resolve() == (ROOT / "monai_npc" / "weights" / f"{bundle[4:]}.pt").resolve()
+    blob = torch.load(weights, map_location="cpu", weights_only=True)
+    assert sorted(blob) == ["config", "meta", "model"]
     net = _network_def(bundle)
     assert isinstance(net, NPCNet)
-    net.load_state_dict(state)
+    net.load_state_dict(blob["model"])
+    assert meta["weights_sha256"] == blob["meta"]["weights_sha256"] == state_dict_sha256(blob["model"])
 
 
 @pytest.mark.skipif(not SCHEMA.is_file(), reason="../shared/monai schema not available")
@@ -132,7 +132,7 @@ def test_verify_metadata(bundle):
 @pytest.mark.parametrize("bundle", NAMES)
 def test_configs_reproduce_paper_recipe(bundle):
     """Network, loss and schedule of the configs are the paper's per-benchmark values."""
-    train, evaluate, infer = (_load(bundle, n) for n in ("train.json", "evaluate.json", "inference.json"))
+    train, evaluate, infer = (_load(bundle, n) for n in ("train.json", *CROPS[bundle]))
     net = {k: v for k, v in train["network_def"].items() if k not in ("_target_", "detach_steps")}
     # test-time refinement and the ODE steps are inference options (evaluate and inference agree on
     # them; their defaults were chosen on the validation patients); the rest of the network is shared
@@ -140,6 +140,10 @@ def test_configs_reproduce_paper_recipe(bundle):
     assert evaluate["num_steps"] == infer["num_steps"] in (4, 10)
     assert net == {k: v for k, v in evaluate["network_def"].items() if k not in ("_target_", "refine_iterations")}
     assert net == {k: v for k, v in infer["network_def"].items() if k not in ("_target_", "refine_iterations")}
+    for name in ("evaluate.json", "inference.json"):  # the whole-stack configs run the same network
+        other = _load(bundle, name)
+        assert net == {k: v for k, v in other["network_def"].items() if k not in ("_target_", "refine_iterations")}, name
+        assert (other["num_steps"], other.get("refine_iterations", 0)) == (infer["num_steps"], infer.get("refine_iterations", 0)), name
     assert train["num_steps"] == 10  # the paper's recipe
     expected = dict(ACDC_CONFIG if bundle == "npc_acdc" else CAMUS_CONFIG)
     if bundle == "npc_camus":  # the configs let num_steps split 5/5 over the stages
@@ -177,7 +181,7 @@ def test_check_properties(bundle, tmp_path, phantom_dir):
     assert train.check_properties() == []
     assert train.max_epochs == (400 if bundle == "npc_acdc" else 300)
     assert len(train.train_dataset) > 0 and len(train.val_dataset) > 0
-    for config in ("inference.json", "evaluate.json"):
+    for config in sorted({"inference.json", "evaluate.json", *CROPS[bundle]}):
         small = {"phantom_patients": 1, **({"phantom_max_slices": 2} if bundle == "npc_acdc" else {})}
         infer = _workflow(bundle, config, "inference", **small, **common)
         infer.initialize()
@@ -268,9 +272,9 @@ def _check_metrics(out: Path, directions) -> dict:
 
 
 def test_acdc_evaluate_cli_default_weights(tmp_path, phantom_dir):
-    """``python -m monai.bundle run`` with evaluate.json and the shipped models/model.pt."""
+    """``python -m monai.bundle run`` with evaluate_crops.json and the shipped models/model.pt."""
     cmd = [
-        sys.executable, "-m", "monai.bundle", "run", "--config_file", "configs/evaluate.json",
+        sys.executable, "-m", "monai.bundle", "run", "--config_file", "configs/evaluate_crops.json",
         "--output_dir", str(tmp_path), "--phantom_dir", str(phantom_dir), "--phantom_patients", "2", "--phantom_max_slices", "2",
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -326,12 +330,12 @@ def test_camus_evaluate_default_weights(tmp_path, phantom_dir):
 
 @pytest.mark.skipif(not ACDC_SHARED.is_dir(), reason="shared ACDC data not available")
 def test_acdc_evaluate_real_ssl4mis_layout(tmp_path):
-    """evaluate.json reads the SSL4MIS slice layout via --dataset_dir (4 test-split pairs, tiny net)."""
+    """evaluate_crops.json reads the SSL4MIS slice layout via --dataset_dir (4 test-split pairs, tiny net)."""
     tiny = {k.split("#")[1]: v for k, v in TINY.items() if k.startswith("network_def#")}
-    net = NPCNet(**tiny, num_steps=2, stages=_load("npc_acdc", "evaluate.json")["stages"])
+    net = NPCNet(**tiny, num_steps=2, stages=_load("npc_acdc", "evaluate_crops.json")["stages"])
     torch.save(net.state_dict(), tmp_path / "tiny.pt")
     wf = _workflow(
-        "npc_acdc", "evaluate.json", "inference", output_dir=str(tmp_path), dataset_dir=str(ACDC_SHARED), split="test",
+        "npc_acdc", "evaluate_crops.json", "inference", output_dir=str(tmp_path), dataset_dir=str(ACDC_SHARED), split="test",
         max_pairs=4, ckpt_path=str(tmp_path / "tiny.pt"), **TINY,
     )
     wf.initialize()
@@ -347,7 +351,7 @@ def test_inference_outputs(bundle, tmp_path, phantom_dir):
 
     from monai_npc.functional.warp import warp_image
 
-    wf = _workflow(bundle, "inference.json", "inference", output_dir=str(tmp_path), phantom_dir=str(phantom_dir), phantom_patients=1)
+    wf = _workflow(bundle, CROPS[bundle][1], "inference", output_dir=str(tmp_path), phantom_dir=str(phantom_dir), phantom_patients=1)
     wf.initialize()
     wf.run()
     panels = sorted(tmp_path.glob("*_panel.png"))
@@ -376,12 +380,12 @@ def test_verify_net_in_out_and_torchscript_export(bundle, tmp_path):
     ts = tmp_path / "model.ts"
     ckpt_export(
         net_id="network_def", filepath=str(ts), ckpt_file=str(BUNDLES / bundle / "models" / "model.pt"),
-        meta_file=meta, config_file=infer,
+        key_in_ckpt="model", meta_file=meta, config_file=infer,
     )
     scripted = torch.jit.load(str(ts))
     # the refinement optimises with autograd, so it runs in eager mode only: the export is the network
     net = _network_def(bundle, num_steps=_load(bundle, "inference.json")["num_steps"], refine_iterations=0)
-    net.load_state_dict(torch.load(BUNDLES / bundle / "models" / "model.pt", map_location="cpu", weights_only=True))
+    net.load_state_dict(torch.load(BUNDLES / bundle / "models" / "model.pt", map_location="cpu", weights_only=True)["model"])
     image = torch.rand(1, 2, 128, 128)
     with torch.no_grad():
         torch.testing.assert_close(scripted(image), net.eval()(image), atol=1e-5, rtol=1e-4)

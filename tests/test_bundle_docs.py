@@ -46,7 +46,7 @@ def test_docs_have_no_dev_machine_paths_or_index_installs():
 
 
 def test_acdc_readme_numbers_match_the_shipped_meta():
-    meta = torch.load(ROOT / "monai_npc" / "weights" / "acdc.pt", weights_only=False)["meta"]
+    meta = torch.load(ROOT / "monai_npc" / "weights" / "acdc.pt", weights_only=True)["meta"]
     test = meta["heldout_test"]
     text = (ROOT / "bundles" / "npc_acdc" / "docs" / "README.md").read_text()
     version = json.loads((ROOT / "bundles" / "npc_acdc" / "configs" / "metadata.json").read_text())["version"]

@@ -33,13 +33,7 @@ from monai_npc.networks.nets import NPCNet  # noqa: E402
 
 TINY = dict(num_pairs=8, top_k=4, gate_dim=16, hidden_dim=16, num_pe=16, head_channels=4, num_steps=2)
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _pairs(n: int = 3, size: int = 48):

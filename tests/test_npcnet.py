@@ -211,12 +211,15 @@ def test_three_dimensional_network():
 
 def test_save_and_load_pretrained_round_trip(tmp_path):
     from monai_npc.networks.nets import load_pretrained, save_pretrained
+    from monai_npc.serialization import state_dict_sha256
 
     net = NPCNet(**dict(SMALL, stages=[{"kernel_size": 16, "stride": 8, "num_steps": 1}, {"num_steps": 2}])).eval()
     path = save_pretrained(net, tmp_path / "m.pt", meta={"note": "test"})
     loaded = load_pretrained(path)
     x = torch.rand(1, 2, 32, 32)
-    assert torch.allclose(loaded(x), net(x)) and loaded.meta == {"note": "test"}
+    assert torch.allclose(loaded(x), net(x))
+    assert loaded.meta == {"note": "test", "weights_sha256": state_dict_sha256(net.state_dict())}
+    assert loaded.config == net.config
     assert load_pretrained(path, num_steps=5).ode.num_steps == 3  # per-stage steps win over num_steps
     with pytest.raises(FileNotFoundError, match="no shipped weights named 'no_such_model'; a model may be a shipped name"):
         load_pretrained("no_such_model")

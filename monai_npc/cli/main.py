@@ -21,7 +21,7 @@ from typing import List, Optional
 from monai_npc import runtime
 
 #: subcommand modules, in the order ``--help`` lists them
-SUBCOMMANDS: List[str] = ["quickstart", "demo", "phantom", "qho", "register", "track", "sar", "brain"]
+SUBCOMMANDS: List[str] = ["quickstart", "demo", "phantom", "qho", "register", "track", "sar", "brain", "weights"]
 
 
 def _positive_int(text: str) -> int:

@@ -18,6 +18,7 @@ from torch import nn
 from monai_npc.functional.warp import warp_image
 from monai_npc.losses.registration import RegistrationLoss, bidirectional_loss
 from monai_npc.metrics.registration import registration_metrics
+from monai_npc.serialization import UnsafeWeightsError, remove_leftovers, safe_load
 from monai_npc.utils import atomic_torch_save
 
 __all__ = ["stack_pairs", "train_pairs", "evaluate_pairs"]
@@ -52,7 +53,8 @@ def train_pairs(
     images of a pair (the paper's ACDC augmentation). ``lr_decay`` multiplies the learning rate
     after every iteration. With ``checkpoint``, the network, optimizer, iteration, loss history and
     random state are saved there every ``checkpoint_every`` iterations and at the end, and a run
-    finding the file resumes from it (so ``iterations`` is the total, not the remainder).
+    finding the file resumes from it (so ``iterations`` is the total, not the remainder); the file is
+    read as data only, and temporaries left by a killed save are deleted when the run starts.
     With ``label_loss`` (e.g. :class:`~monai_npc.losses.WarpedLabelDiceLoss`) every pair must hold
     ``moving_label`` / ``fixed_label`` and ``label_weight * label_loss`` of both directions is added
     (weak supervision, as ``RegistrationTrainer(label_loss=...)`` in the bundles).
@@ -72,12 +74,16 @@ def train_pairs(
     history: List[Dict[str, float]] = []
     start = 1
     ckpt = Path(checkpoint) if checkpoint else None
+    if ckpt is not None:
+        remove_leftovers(ckpt.parent, [ckpt.name])  # temporaries of a killed save: never resumed from
     if ckpt is not None and ckpt.is_file():
         try:
-            state = torch.load(ckpt, map_location="cpu", weights_only=False)
-        except Exception as err:  # truncated or foreign: say so instead of a bare EOFError
+            state = safe_load(ckpt, what="training checkpoint")  # data only: a checkpoint never runs code
+        except UnsafeWeightsError:
+            raise
+        except ValueError as err:  # truncated or foreign: say so instead of a bare EOFError
             raise ValueError(
-                f"train_pairs: cannot resume from checkpoint {ckpt} ({ckpt.stat().st_size} bytes): {type(err).__name__}: {err}. "
+                f"train_pairs: cannot resume from checkpoint {ckpt} ({ckpt.stat().st_size} bytes): {err} "
                 "Delete it to train from scratch."
             ) from err
         network.load_state_dict(state["network"])

@@ -9,9 +9,17 @@
   state with exact resume (network, optimizer, scheduler, epoch, best validation metric and the
   random state, :class:`TrainerRandomState`), written crash-safe like the best model
   (:class:`AtomicCheckpointSaver`).
+- :class:`VerifiedCheckpointLoader`: MONAI's ``CheckpointLoader`` that checks the weights' recorded SHA-256 first.
 """
 
-from .checkpoint import AtomicCheckpointSaver, BestMetricState, TrainCheckpoint, latest_checkpoint, list_checkpoints
+from .checkpoint import (
+    AtomicCheckpointSaver,
+    BestMetricState,
+    TrainCheckpoint,
+    VerifiedCheckpointLoader,
+    latest_checkpoint,
+    list_checkpoints,
+)
 from .random_state import TrainerRandomState
 from .metrics import PairMeanMetric, summarize_pair_metrics
 from .writers import RegistrationMetricsWriter, RegistrationWriter, pair_name
@@ -24,6 +32,7 @@ __all__ = [
     "RegistrationWriter",
     "TrainCheckpoint",
     "TrainerRandomState",
+    "VerifiedCheckpointLoader",
     "latest_checkpoint",
     "list_checkpoints",
     "pair_name",

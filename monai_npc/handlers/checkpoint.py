@@ -15,13 +15,21 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
-from monai.handlers import CheckpointSaver
+from monai.handlers import CheckpointLoader, CheckpointSaver
 
+from monai_npc.serialization import remove_leftovers
 from monai_npc.utils import atomic_torch_save
 
 from .random_state import TrainerRandomState
 
-__all__ = ["AtomicCheckpointSaver", "BestMetricState", "TrainCheckpoint", "latest_checkpoint", "list_checkpoints"]
+__all__ = [
+    "AtomicCheckpointSaver",
+    "BestMetricState",
+    "TrainCheckpoint",
+    "VerifiedCheckpointLoader",
+    "latest_checkpoint",
+    "list_checkpoints",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +44,7 @@ def list_checkpoints(folder: Union[str, Path], prefix: str = "checkpoint") -> Li
     found = []
     for path in folder.glob(f"*{prefix}_epoch=*.pt"):
         match = _EPOCH.search(path.name)
-        if match:
+        if match and not path.name.startswith("."):  # never a hidden temporary
             found.append((int(match.group(1)), path))
     return [p for _, p in sorted(found, reverse=True)]
 
@@ -147,6 +155,8 @@ class TrainCheckpoint:
     threads), and training runs up to the trainer's ``max_epochs``. A newest file that cannot be
     read (e.g. truncated by a kill outside this handler) is skipped with a warning naming it, and
     the previous one is used. Without any checkpoint, training starts from scratch (with a warning).
+    Checkpoints are read as data only (``weights_only=True``), and the temporary files of saves that a
+    killed run left in ``save_dir`` (and the best saver's folder) are deleted when the handler attaches.
 
     Args:
         save_dir: folder of the per-epoch checkpoints.
@@ -223,6 +233,10 @@ class TrainCheckpoint:
         if self.random_state:
             objects["random"] = TrainerRandomState(engine)
         save = (_rank() == 0) if self.save is None else bool(self.save)
+        if save:  # temporaries of saves a killed run left: deleted, never resumed from
+            remove_leftovers(self.save_dir)
+            if self.best_saver is not None:
+                remove_leftovers(self.best_saver.save_dir)
         if save and self.save_interval > 0:
             self.save_dir.mkdir(parents=True, exist_ok=True)
             AtomicCheckpointSaver(
@@ -260,3 +274,26 @@ class TrainCheckpoint:
             checkpoint.clear()  # free the loaded tensors
 
         engine.add_event_handler(Events.STARTED, _load)
+
+
+class VerifiedCheckpointLoader(CheckpointLoader):
+    """MONAI ``CheckpointLoader`` that first checks the weights against their recorded SHA-256.
+
+    Same arguments as :class:`monai.handlers.CheckpointLoader` (which reads with
+    ``weights_only=True``); before loading, ``load_path`` is checked with
+    :func:`~monai_npc.networks.nets.check_weights` (``weights_sha256`` of the file's ``meta`` and, for
+    a bundle's ``models/model.pt``, of its ``configs/metadata.json``). Weights without a recorded
+    checksum load as with MONAI's loader.
+
+    Raises:
+        ChecksumError: the weights do not match their recorded checksum (nothing is loaded).
+    """
+
+    def __call__(self, engine: Engine) -> None:
+        from monai_npc.networks.nets import check_weights
+        from monai_npc.serialization import ChecksumError
+
+        check = check_weights(self.load_path)
+        if check.status == "mismatch":
+            raise ChecksumError(check.message)
+        super().__call__(engine)

@@ -25,6 +25,8 @@ from monai_npc.functional.dihedral import dihedral as dihedral_image, dihedral_f
 from monai_npc.functional.warp import warp_image
 from monai_npc.losses.registration import RegistrationLoss
 from monai_npc.networks.nets import NPCNet, load_pretrained, save_pretrained
+from monai_npc.serialization import remove_leftovers, safe_load
+from monai_npc.utils import atomic_torch_save
 
 from .evaluate import preprocess_pairs
 from .model import SAR_CONFIG
@@ -124,7 +126,8 @@ def fit(
 ) -> Tuple[List[Dict[str, float]], float, RegistrationLoss]:
     """The training loop: ``draw(rng)`` gives a batch ``(moving, fixed, true ddf)``; Adam on
     LNCC + diffusion + folds + ``supervision`` x endpoint error. ``out/checkpoint.pt`` (every
-    ``checkpoint_every`` iterations, atomic) is resumed when present, random state included.
+    ``checkpoint_every`` iterations, atomic) is resumed when present, random state included (read as
+    data only; temporaries of a killed save are deleted first).
     Returns ``(history, seconds, loss)``.
     """
     from tqdm.auto import tqdm
@@ -138,8 +141,9 @@ def fit(
     history: List[Dict[str, float]] = []
     start, seconds_before = 1, 0.0
     ckpt = out / "checkpoint.pt"
+    remove_leftovers(out, [ckpt.name])  # temporaries of a killed save: never resumed from
     if ckpt.is_file():
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        state = safe_load(ckpt, what="SAR training checkpoint")  # data only: a checkpoint never runs code
         net.load_state_dict(state["network"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -150,8 +154,7 @@ def fit(
     def save(it: int) -> None:
         state = dict(network=net.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(), history=history,
                      rng=rng.bit_generator.state, iteration=it, seconds=seconds_before + time.perf_counter() - t0)
-        torch.save(state, ckpt.with_suffix(".tmp"))
-        ckpt.with_suffix(".tmp").replace(ckpt)
+        atomic_torch_save(state, ckpt)
 
     net.train()
     bar = tqdm(range(start, config.iterations + 1), desc="train sar", disable=not progress, initial=start - 1, total=config.iterations)

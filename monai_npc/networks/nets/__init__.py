@@ -4,11 +4,15 @@ from .baselines import DemonsNet, PhaseCorrelationNet, VoxelMorphNet
 from .npc import ACDC_CONFIG, CAMUS_CONFIG, NPCNet
 from .pretrained import (
     WEIGHTS_DIR,
+    WeightsCheck,
     available_models,
     bundle_network_config,
+    check_weights,
     export_bundle_weights,
+    link_bundle_weights,
     load_pretrained,
     model_argument_help,
+    record_checksum,
     save_pretrained,
 )
 
@@ -20,10 +24,14 @@ __all__ = [
     "PhaseCorrelationNet",
     "VoxelMorphNet",
     "WEIGHTS_DIR",
+    "WeightsCheck",
     "available_models",
     "bundle_network_config",
+    "check_weights",
     "export_bundle_weights",
+    "link_bundle_weights",
     "load_pretrained",
     "model_argument_help",
+    "record_checksum",
     "save_pretrained",
 ]

@@ -6,20 +6,30 @@ and the MONAI Label task) may be
 - a shipped name (:func:`available_models`): ``monai_npc/weights/NAME.pt``, or, for the names of
   :data:`BUNDLE_MODELS` when that file is absent, the bundle of the same name in a clone's
   ``bundles/`` folder;
-- a file written by :func:`save_pretrained` (``{"config", "state_dict", "meta"}``);
+- a file written by :func:`save_pretrained` (``{"model", "config", "meta"}``; earlier releases wrote
+  ``state_dict`` for ``model``);
 - a MONAI bundle folder (``configs/inference.json`` with ``network_def`` and ``models/model.pt``);
 - a bundle's ``models/model.pt`` (a bare state dict): the network configuration then comes from
   ``configs/inference.json`` of that bundle (parsed with :class:`monai.bundle.ConfigParser`).
+
+Weights are data, never code: every file is read with ``torch.load(weights_only=True)``
+(:func:`monai_npc.serialization.safe_load`), and weights with a recorded SHA-256 (``meta["weights_sha256"]``
+of the file, ``weights_sha256`` of a bundle's ``configs/metadata.json``) are checked before use
+(:func:`check_weights`, ``monai-npc verify-weights``). The shipped ``acdc`` and ``camus`` files are
+also the bundles' ``models/model.pt`` (git links to ``monai_npc/weights/NAME.pt``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from monai_npc.serialization import CHECKSUM_KEY, ChecksumError, plain, safe_load, state_dict_sha256
 from monai_npc.utils import atomic_torch_save
 
 from .npc import NPCNet
@@ -28,11 +38,15 @@ __all__ = [
     "BUNDLE_MODELS",
     "BUNDLES_DIR",
     "WEIGHTS_DIR",
+    "WeightsCheck",
     "available_models",
     "bundle_network_config",
+    "check_weights",
     "export_bundle_weights",
+    "link_bundle_weights",
     "load_pretrained",
     "model_argument_help",
+    "record_checksum",
     "save_pretrained",
 ]
 
@@ -45,6 +59,7 @@ BUNDLE_MODELS: Dict[str, str] = {"acdc": "npc_acdc", "camus": "npc_camus"}
 
 _BUNDLE_CONFIG = Path("configs") / "inference.json"
 _BUNDLE_WEIGHTS = Path("models") / "model.pt"
+_BUNDLE_METADATA = Path("configs") / "metadata.json"
 
 
 def available_models() -> List[str]:
@@ -64,8 +79,16 @@ def model_argument_help() -> str:
 
 
 def save_pretrained(net: NPCNet, path: str | Path, meta: Optional[Mapping[str, Any]] = None) -> Path:
-    """Save ``{"config", "state_dict", "meta"}`` so :func:`load_pretrained` can rebuild ``net`` (written atomically)."""
-    return atomic_torch_save({"config": dict(net.config), "state_dict": net.state_dict(), "meta": dict(meta or {})}, path)
+    """Save ``{"model", "config", "meta"}`` so :func:`load_pretrained` can rebuild ``net`` (written atomically).
+
+    ``model`` is the state dict, ``config`` the constructor arguments, ``meta`` the given metadata
+    plus the weights checksum ``meta["weights_sha256"]`` (:func:`~monai_npc.serialization.state_dict_sha256`);
+    config and meta are stored as plain types, so the file loads with ``torch.load(weights_only=True)``.
+    The ``model`` key also lets MONAI's ``CheckpointLoader(load_dict={"model": net})`` read the file.
+    """
+    state = net.state_dict()
+    info = {**dict(meta or {}), CHECKSUM_KEY: state_dict_sha256(state)}
+    return atomic_torch_save({"model": state, "config": plain(dict(net.config)), "meta": plain(info)}, path)
 
 
 def _is_bundle(folder: Path) -> bool:
@@ -99,9 +122,9 @@ def bundle_network_config(bundle_dir: str | Path) -> Dict[str, Any]:
 def _bundle_meta(bundle_dir: Path) -> Dict[str, Any]:
     """``meta`` of a model loaded from a bundle: its name, version, changelog entry and model grid size."""
     meta: Dict[str, Any] = {"bundle": str(bundle_dir)}
-    meta_file = bundle_dir / "configs" / "metadata.json"
+    meta_file = bundle_dir / _BUNDLE_METADATA
     if meta_file.is_file():
-        info = json.loads(meta_file.read_text())
+        info = json.loads(meta_file.read_text(encoding="utf-8"))
         version = info.get("version")
         meta.update(bundle_name=info.get("name"), version=version, changelog=info.get("changelog", {}).get(version))
         shape = info.get("network_data_format", {}).get("inputs", {}).get("image", {}).get("spatial_shape")
@@ -119,17 +142,8 @@ def _state_dict(blob: Any, path: Path) -> Dict[str, torch.Tensor]:
     return blob
 
 
-def _read(path: Path, map_location: Any) -> Any:
-    if path.stat().st_size == 0:
-        raise ValueError(f"weights file {path} is empty (0 bytes).")
-    try:
-        return torch.load(path, map_location=map_location, weights_only=False)
-    except Exception as err:  # a corrupt or foreign file
-        raise ValueError(f"cannot read NPC weights from {path}: {err}") from err
-
-
-def _resolve(name_or_path: str | Path, map_location: Any) -> Tuple[Dict[str, Any], Dict[str, torch.Tensor], Dict[str, Any]]:
-    """``(config, state_dict, meta)`` of a model argument (see the module docstring)."""
+def _locate(name_or_path: str | Path) -> Path:
+    """The weights file of a model argument: a shipped name, a bundle folder (its ``models/model.pt``) or a file."""
     spec = str(name_or_path).strip()
     if not spec:
         raise ValueError(f"the model argument is empty; {model_argument_help()}.")
@@ -152,17 +166,141 @@ def _resolve(name_or_path: str | Path, map_location: Any) -> Tuple[Dict[str, Any
         path = path / _BUNDLE_WEIGHTS
     if not path.is_file():
         raise FileNotFoundError(f"weights file {path} does not exist; {model_argument_help()}.")
-    blob = _read(path, map_location)
-    if isinstance(blob, dict) and "config" in blob and "state_dict" in blob:
-        return dict(blob["config"]), blob["state_dict"], dict(blob.get("meta", {}))
-    state = _state_dict(blob, path)
-    bundle_dir = path.resolve().parent.parent
-    if not (bundle_dir / _BUNDLE_CONFIG).is_file():
+    return path
+
+
+def _contents(path: Path, map_location: Any = "cpu") -> Tuple[Optional[Dict[str, Any]], Dict[str, torch.Tensor], Dict[str, Any]]:
+    """``(config or None, state_dict, meta)`` of a weights file, read as data only (:func:`~monai_npc.serialization.safe_load`)."""
+    blob = safe_load(path, map_location=map_location, mmap=True, what="NPC weights")
+    if isinstance(blob, dict) and "config" in blob and ("model" in blob or "state_dict" in blob):
+        state = blob["model"] if "model" in blob else blob["state_dict"]  # "state_dict": files of earlier releases
+        return dict(blob["config"]), state, dict(blob.get("meta") or {})
+    return None, _state_dict(blob, path), {}
+
+
+def _bundle_of(path: Path) -> Optional[Path]:
+    """The bundle folder of a weights file two levels below it (e.g. ``models/model.pt``), else ``None``.
+
+    The path is made absolute without following links: a bundle's link to the package's copy stays in the bundle.
+    """
+    bundle = Path(os.path.abspath(path)).parent.parent
+    return bundle if (bundle / _BUNDLE_CONFIG).is_file() else None
+
+
+def _recorded_checksums(path: Path, meta: Mapping[str, Any]) -> Dict[str, str]:
+    """Where a checksum of ``path``'s weights is recorded, and its value: the file's ``meta``, its bundle's metadata.json."""
+    found: Dict[str, str] = {}
+    if meta.get(CHECKSUM_KEY):
+        found[f"meta of {path}"] = str(meta[CHECKSUM_KEY])
+    bundle = _bundle_of(path)
+    meta_file = bundle / _BUNDLE_METADATA if bundle is not None else None
+    if meta_file is not None and meta_file.is_file():
+        value = json.loads(meta_file.read_text(encoding="utf-8")).get(CHECKSUM_KEY)
+        if value:
+            found[str(meta_file)] = str(value)
+    return found
+
+
+def _verify(path: Path, state: Mapping[str, torch.Tensor], recorded: Mapping[str, str]) -> str:
+    """The weights checksum of ``state``, checked against every ``recorded`` one.
+
+    Raises:
+        ChecksumError: a recorded checksum differs (the message names the file and what to do).
+    """
+    actual = state_dict_sha256(state)
+    wrong = {source: value for source, value in recorded.items() if value != actual}
+    if wrong:
+        listed = "; ".join(f"{source} records {value}" for source, value in wrong.items())
+        raise ChecksumError(
+            f"{path}: the weights do not match their recorded SHA-256 ({listed}; the tensors hash to {actual}). "
+            "The file is corrupt or was modified: restore it (git checkout, or reinstall monai_npc). If you changed "
+            f"the weights on purpose (e.g. retrained a bundle), record the new checksum with "
+            f"`python -m monai_npc.cli.main verify-weights --record {path}`."
+        )
+    return actual
+
+
+@dataclass
+class WeightsCheck:
+    """Result of :func:`check_weights`: ``status`` is ``"ok"``, ``"mismatch"`` or ``"no checksum"``."""
+
+    path: Path
+    status: str
+    actual: str
+    recorded: Dict[str, str] = field(default_factory=dict)
+    message: str = ""
+
+
+def check_weights(name_or_path: str | Path) -> WeightsCheck:
+    """Check the weights of a model argument (name, file or bundle folder) against their recorded SHA-256.
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`load_pretrained` (no such model, unreadable or unsafe file).
+    """
+    path = _locate(name_or_path)
+    _, state, meta = _contents(path)
+    recorded = _recorded_checksums(path, meta)
+    if not recorded:
+        return WeightsCheck(path, "no checksum", state_dict_sha256(state), message=f"{path}: no recorded checksum.")
+    try:
+        actual = _verify(path, state, recorded)
+    except ChecksumError as err:
+        return WeightsCheck(path, "mismatch", state_dict_sha256(state), recorded, str(err))
+    return WeightsCheck(path, "ok", actual, recorded, f"{path}: OK, the weights match their recorded SHA-256 {actual}.")
+
+
+def record_checksum(name_or_path: str | Path) -> WeightsCheck:
+    """Record the current weights checksum of a model argument: in a bundle's metadata.json and in a save_pretrained file's meta.
+
+    A bundle's ``models/model.pt`` that links to the package's copy has that file rewritten (the
+    link stays). Use it after changing the weights on purpose (e.g. a retrained bundle).
+    """
+    path = _locate(name_or_path)
+    config, state, meta = _contents(path, map_location="cpu")
+    actual = state_dict_sha256(state)
+    bundle = _bundle_of(path)
+    if bundle is not None:
+        meta_file = bundle / _BUNDLE_METADATA
+        info = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
+        info[CHECKSUM_KEY] = actual
+        meta_file.write_text(json.dumps(info, indent=4, ensure_ascii=False) + "\n", encoding="utf-8")
+    if config is not None and meta.get(CHECKSUM_KEY) != actual:
+        state = {k: v.clone() for k, v in state.items()}  # detach from the mapped file before replacing it
+        atomic_torch_save({"model": state, "config": plain(config), "meta": plain({**meta, CHECKSUM_KEY: actual})},
+                          path.resolve())
+    return check_weights(path)
+
+
+def _resolve(
+    name_or_path: str | Path, map_location: Any, verify: bool = True
+) -> Tuple[Dict[str, Any], Dict[str, torch.Tensor], Dict[str, Any]]:
+    """``(config, state_dict, meta)`` of a model argument (see the module docstring), its checksum verified if ``verify``."""
+    path = _locate(name_or_path)
+    config, state, meta = _contents(path, map_location)
+    if verify:
+        _verify(path, state, _recorded_checksums(path, meta))
+    if config is not None:
+        return config, state, meta
+    bundle_dir = _bundle_of(path)
+    if bundle_dir is None:
         raise ValueError(
             f"{path} is a bare state dict without its network configuration: pass the bundle folder or a "
             f"models/model.pt inside a bundle (with {_BUNDLE_CONFIG}), or a file written by save_pretrained."
         )
     return bundle_network_config(bundle_dir), state, _bundle_meta(bundle_dir)
+
+
+def _network_to_load(config: Mapping[str, Any]) -> NPCNet:
+    """An ``NPCNet`` of ``config`` whose parameters are about to be replaced by loaded weights.
+
+    Its filters start random instead of running the Fourier initialisation (most of the build time)
+    that the weights overwrite anyway; the global random state is left as it was, and ``net.config``
+    keeps the configured ``init``.
+    """
+    with torch.random.fork_rng(devices=[]):
+        net = NPCNet(**{**config, "init": "random"})
+    net.config["init"] = config.get("init", "fourier")
+    return net
 
 
 def load_pretrained(name_or_path: str | Path, map_location: str | torch.device = "cpu", **overrides: Any) -> NPCNet:
@@ -175,10 +313,17 @@ def load_pretrained(name_or_path: str | Path, map_location: str | torch.device =
     Raises:
         FileNotFoundError: no such name, file or bundle (the message says what a model argument may be).
         ValueError: an empty argument, or a file that is not NPC weights.
+        UnsafeWeightsError: a file that would need code unpickled (a ``ValueError``; nothing is unpickled).
+        ChecksumError: weights that do not match their recorded SHA-256 (a ``ValueError``).
     """
-    config, state, meta = _resolve(name_or_path, map_location)
+    return _load(name_or_path, map_location, True, overrides)
+
+
+def _load(name_or_path: str | Path, map_location: Any, verify: bool, overrides: Mapping[str, Any]) -> NPCNet:
+    """:func:`load_pretrained`, with the checksum check optional (an export of a retrained bundle skips it)."""
+    config, state, meta = _resolve(name_or_path, map_location, verify)
     config.update(overrides)
-    net = NPCNet(**config)
+    net = _network_to_load(config)
     try:
         net.load_state_dict(state)
     except RuntimeError as err:
@@ -187,17 +332,42 @@ def load_pretrained(name_or_path: str | Path, map_location: str | torch.device =
     return net.eval()
 
 
-def export_bundle_weights(bundle_dir: str | Path, out: str | Path, meta: Optional[Mapping[str, Any]] = None) -> Path:
+def link_bundle_weights(bundle_dir: str | Path, weights: str | Path) -> Path:
+    """Make a bundle's ``models/model.pt`` a relative link to ``weights`` (one stored copy) and record its checksum.
+
+    ``weights`` is a :func:`save_pretrained` file (e.g. ``monai_npc/weights/acdc.pt``), which MONAI's
+    ``CheckpointLoader(load_dict={"model": net})`` reads too; the bundle's ``configs/metadata.json``
+    gets its ``weights_sha256``. Returns the link.
+    """
+    link = Path(bundle_dir) / _BUNDLE_WEIGHTS
+    link.parent.mkdir(parents=True, exist_ok=True)
+    staged = link.with_name(f".{link.name}.link")
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(os.path.relpath(Path(weights).resolve(), link.parent.resolve()))
+    os.replace(staged, link)
+    record_checksum(bundle_dir)
+    return link
+
+
+def export_bundle_weights(
+    bundle_dir: str | Path, out: str | Path, meta: Optional[Mapping[str, Any]] = None, link: bool = False
+) -> Path:
     """Write a bundle's ``models/model.pt`` with its ``network_def`` as a :func:`save_pretrained` file.
 
     ``meta`` is added to the bundle's (name, version, changelog entry, ``input_size``, and
     ``preprocessing: "minmax"``). This is how ``monai_npc/weights/camus.pt`` is made from
-    ``bundles/npc_camus`` (``examples/export_bundle_weights.py``).
+    ``bundles/npc_camus`` (``examples/export_bundle_weights.py``); the bundle's weights are not checked
+    against its recorded checksum (after a retraining it is the old one). With ``link``, the bundle's
+    ``models/model.pt`` then becomes a link to ``out`` (:func:`link_bundle_weights`): one stored copy.
     """
     bundle_dir = Path(bundle_dir)
     if not _is_bundle(bundle_dir):
         raise FileNotFoundError(f"{bundle_dir} is not a MONAI bundle (it needs {_BUNDLE_CONFIG} and {_BUNDLE_WEIGHTS}).")
-    net = load_pretrained(bundle_dir)
+    net = _load(bundle_dir, "cpu", False, {})  # retrained on purpose: its metadata.json may hold the old checksum
     info = {"preprocessing": "minmax", **net.meta, **dict(meta or {})}
+    info.pop(CHECKSUM_KEY, None)
     info["bundle"] = bundle_dir.resolve().name
-    return save_pretrained(net, out, info)
+    save_pretrained(net, out, info)
+    if link:
+        link_bundle_weights(bundle_dir, out)
+    return Path(out)
