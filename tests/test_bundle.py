@@ -103,6 +103,8 @@ def test_bundle_layout(bundle):
         "docs/data_license.txt", "LICENSE",
     ):
         assert (root / rel).is_file(), rel
+    if bundle == "npc_acdc":
+        assert (root / "configs" / "track.json").is_file()  # cine tracking (test_acdc_track_config)
     meta = _load(bundle, "metadata.json")
     image, pred = meta["network_data_format"]["inputs"]["image"], meta["network_data_format"]["outputs"]["pred"]
     assert image["num_channels"] == 2 and pred["num_channels"] == 2
