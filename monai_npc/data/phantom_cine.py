@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 from typing import Dict, Sequence, Tuple, Union
 
 import numpy as np
