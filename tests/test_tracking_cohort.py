@@ -107,6 +107,8 @@ def test_strict_stops_at_bad_study(data, tmp_path):
         track_cohort(tmp_path / "c.csv", tmp_path / "out", strict=True, **FAST)
     table = _read(tmp_path / "out" / "cohort.csv")  # written before raising, the rest not attempted
     assert [(t["name"], t["status"]) for t in table] == [("bad_4d", "failed")]
+    with pytest.raises(ValueError, match="is the merged table this run writes"):
+        track_cohort(tmp_path / "out" / "cohort.csv", tmp_path / "out", **FAST)
 
 
 def _free_port() -> int:

@@ -259,6 +259,8 @@ def track_cohort(
     from monai_npc.interop.api import resolve_model
     from monai_npc.interop.register import _error_line
 
+    if os.path.abspath(cohort) == os.path.abspath(Path(out) / COHORT_FILE):
+        raise ValueError(f"the cohort CSV {cohort} is the merged table this run writes ({COHORT_FILE} in --out {out}): rename it or choose another --out.")
     studies = read_cohort(cohort, out)
     report = make_folder(out, "cohort output folder")
     with distributed() as (rank, world_size):
