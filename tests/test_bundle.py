@@ -103,6 +103,8 @@ def test_bundle_layout(bundle):
         "docs/data_license.txt", "LICENSE",
     ):
         assert (root / rel).is_file(), rel
+    if bundle == "npc_acdc":
+        assert (root / "configs" / "track.json").is_file()  # cine tracking (test_acdc_track_config)
     meta = _load(bundle, "metadata.json")
     image, pred = meta["network_data_format"]["inputs"]["image"], meta["network_data_format"]["outputs"]["pred"]
     assert image["num_channels"] == 2 and pred["num_channels"] == 2
@@ -285,6 +287,37 @@ def test_acdc_evaluate_cli_default_weights(tmp_path, phantom_dir):
         assert key in metrics
     assert Path(metrics["checkpoint"]).resolve() == (BUNDLES / "npc_acdc" / "models" / "model.pt").resolve()
     assert "patients101-102" in metrics["dataset_dir"]  # held-out phantom ids, not the training ones
+
+
+def test_acdc_track_config(tmp_path):
+    """track.json out of the box (a phantom cine, run as users run it) and on a cohort CSV: the
+    bundle's weights give the numbers of ``monai_npc.track`` with the shipped ``acdc`` model."""
+    small = {"phantom_frames": 4, "phantom_size": 64, "phantom_levels": "[0.2,0.55]", "refine_iterations": 0, "figure": False,
+             "progress": False}
+    cmd = [sys.executable, "-m", "monai.bundle", "run", "--config_file", "configs/track.json", "--output_dir", str(tmp_path / "one")]
+    for key, value in small.items():
+        cmd += [f"--{key}", str(value)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, cwd=BUNDLES / "npc_acdc", env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    one = json.loads((tmp_path / "one" / "function.json").read_text())
+    cine, label = tmp_path / "one" / "phantom_cine" / "phantom_4d.nii.gz", tmp_path / "one" / "phantom_cine" / "phantom_ed_gt.nii.gz"
+    assert one["frames"] == 4 and one["reference_frame"] == 0 and (tmp_path / "one" / "labels_4d.nii.gz").is_file()
+    import monai_npc
+
+    ref = monai_npc.track(str(cine), str(label), 0, model="acdc", refine_iterations=0, progress=False, threads=1).function
+    assert one["function"] == pytest.approx(ref, rel=1e-9)
+    assert (ref["ed_frame"], ref["es_frame"]) == (0, 2) and 20.0 < ref["lv_ef"] < 60.0
+    (tmp_path / "cohort.csv").write_text(f"cine,label,name\n{cine},{label},p1\n")
+    wf = ConfigWorkflow(config_file=_configs("npc_acdc", "track.json"), workflow_type=None, logging_file=False,
+                        bundle_root=str(BUNDLES / "npc_acdc"), output_dir=str(tmp_path / "cohort"), cohort_csv=str(tmp_path / "cohort.csv"),
+                        refine_iterations=0, figure=False, progress=False)
+    wf.initialize()
+    wf.run()
+    with open(tmp_path / "cohort" / "cohort.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["name"] == "p1" and row["status"] == "ok" and float(row["lv_ef"]) == pytest.approx(ref["lv_ef"], rel=1e-9)
+    assert not (tmp_path / "cohort" / "phantom_cine").exists()  # no phantom written for a cohort
 
 
 def test_camus_evaluate_default_weights(tmp_path, phantom_dir):

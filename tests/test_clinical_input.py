@@ -3,6 +3,7 @@ whole fixed grid, slices registered independently, and the same result whatever 
 come in (file path, SimpleITK, nibabel, MONAI ``LoadImage`` MetaTensor with or without channel)."""
 
 import math
+from pathlib import Path
 
 import nibabel as nib
 import numpy as np
@@ -102,6 +103,8 @@ def test_shipped_cardiac_model_uses_the_heart_window_and_others_the_whole_image(
     from monai_npc.networks.nets.pretrained import load_pretrained
 
     assert model_profile(load_pretrained("acdc")).field_of_view == "heart"
+    bundle = Path(__file__).resolve().parents[1] / "bundles" / "npc_acdc"  # the same weights loaded from the bundle
+    assert model_profile(load_pretrained(bundle / "models" / "model.pt")) == model_profile(load_pretrained("acdc"))
     assert model_profile(load_pretrained("camus")).field_of_view == "image"
     assert model_profile(nn.Identity()).field_of_view == "image"
     assert model_profile(nn.Identity(), field_of_view="heart").field_of_view == "heart"

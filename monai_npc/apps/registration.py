@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -128,7 +129,8 @@ def model_profile(net: nn.Module, size: Optional[int] = None, field_of_view: Opt
 
     ``size`` / ``field_of_view`` override the weights' values (``register(size=..., field_of_view=...)``).
     """
-    meta = dict(_BUNDLE_DEFAULTS.get(str((getattr(net, "meta", None) or {}).get("bundle")), {}))
+    bundle = str((getattr(net, "meta", None) or {}).get("bundle"))  # a name, or the folder of weights loaded from a bundle
+    meta = dict(_BUNDLE_DEFAULTS.get(bundle, _BUNDLE_DEFAULTS.get(os.path.basename(bundle.rstrip("/\\")), {})))
     meta.update(getattr(net, "meta", None) or {})
     fov = str(field_of_view or meta.get("field_of_view", "image"))
     if fov not in FIELDS_OF_VIEW:

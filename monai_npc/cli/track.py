@@ -6,13 +6,19 @@ into --out: labels_4d.nii.gz (the tracked labels with the cine's geometry), volu
 frame), function.json (LV/RV EDV, ESV, SV, EF, LV mass at 1.05 g/mL, ED/ES found from the LV
 volume curve and those of Info.cfg) and function.png (volume curve, ED/ES, frames with contours).
 Each file is written under a temporary name and renamed when complete. See docs/tracking.md.
+
+--batch COHORT_CSV tracks many studies (columns cine,label[,label_frame][,out][,name]) into
+--out/<name> and writes one --out/cohort.csv (name, status, error, ED/ES, LV/RV EDV/ESV/SV/EF,
+LV mass, seconds). Studies whose folder holds a complete function.json are skipped, so rerunning
+resumes; a bad study is reported and the others go on (--strict: stop). Under
+`torchrun --nproc_per_node N -m monai_npc.cli.main track --batch ...` the N processes share the
+studies (torch.distributed, gloo on CPU, nccl on GPU) and rank 0 writes the merged cohort.csv.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import Dict, Optional
+import os
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -21,14 +27,19 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
     p = sub.add_parser("track", help="track a label through a 4-D cine; volume curve, EF, LV mass",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cine", required=True, help="4-D cine: NIfTI (X, Y, Z, T) such as ACDC's *_4d.nii.gz, or a cine DICOM folder")
-    p.add_argument("--label", required=True, help="label map of one frame (3-D, on the frame grid), e.g. patientNNN_frame01_gt.nii.gz")
+    p.add_argument("--cine", help="4-D cine: NIfTI (X, Y, Z, T) such as ACDC's *_4d.nii.gz, or a cine DICOM folder")
+    p.add_argument("--label", help="label map of one frame (3-D, on the frame grid), e.g. patientNNN_frame01_gt.nii.gz")
     p.add_argument("--label-frame", type=int, default=None, metavar="K",
                    help="0-based frame of --label (default: ED of an Info.cfg beside the cine, else 0)")
     p.add_argument("--scheme", choices=SCHEMES, default=DEFAULT_SCHEME, help=f"tracking scheme (default: {DEFAULT_SCHEME})")
     p.add_argument("--model", default="acdc", help="registration model as for monai-npc register (default: acdc)")
     p.add_argument("--refine", type=int, default=None, metavar="N", help="test-time refinement steps (default: the weights' setting)")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--out", required=True, help="output folder (--batch: where cohort.csv and, by default, each study's folder go)")
+    p.add_argument("--batch", metavar="COHORT_CSV",
+                   help="track many studies: a CSV with columns cine,label[,label_frame][,out][,name] (relative paths from "
+                   "its folder); studies already done are skipped; one merged OUT/cohort.csv. Under torchrun "
+                   "--nproc_per_node N the studies are shared between the N processes (gloo on CPU, nccl on GPU)")
+    p.add_argument("--strict", action="store_true", help="--batch: stop at the first bad study (default: report it in cohort.csv and go on)")
     p.add_argument("--no-figure", action="store_true", help="do not write function.png")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_runtime_options(p, argparse.SUPPRESS)
@@ -36,34 +47,40 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
-def info_frames(cine: str) -> Optional[Dict[str, int]]:
-    """``{"ed", "es"}`` 0-based frames from an ACDC ``Info.cfg`` beside (or in) ``cine``, else ``None``."""
-    from monai_npc.data.layout import read_cfg
-
-    path = Path(cine)
-    cfg = (path if path.is_dir() else path.parent) / "Info.cfg"
-    if not cfg.is_file():
-        return None
-    info = read_cfg(cfg)
-    try:
-        return {"ed": int(float(info["ED"])) - 1, "es": int(float(info["ES"])) - 1}
-    except (KeyError, ValueError):
-        return None
-
-
 def run(args: argparse.Namespace) -> int:
-    from monai_npc.tracking.outputs import write_tracking
-    from monai_npc.tracking.track import track
+    from monai_npc.tracking.outputs import track_to_folder
 
-    info = info_frames(args.cine)
-    frame = args.label_frame if args.label_frame is not None else (info["ed"] if info else 0)
+    if args.batch:
+        return run_batch(args)
+    missing = [f"--{k}" for k in ("cine", "label") if not getattr(args, k)]
+    if missing:
+        raise ValueError("missing " + ", ".join(missing) + " (or use --batch COHORT_CSV)")
     quiet = getattr(args, "quiet", False)
-    result = track(args.cine, args.label, frame, args.scheme, args.model, refine_iterations=args.refine,
-                   threads=getattr(args, "threads", None), progress=not (args.no_progress or quiet))
-    files = write_tracking(result, args.out, info, figure=not args.no_figure)
+    result, files = track_to_folder(args.cine, args.label, args.out, args.label_frame, args.scheme, args.model, figure=not args.no_figure,
+                                    progress=not (args.no_progress or quiet), refine_iterations=args.refine, threads=getattr(args, "threads", None))
+    frame = result.reference_frame
     if not quiet:
         f = result.function
         print(f"tracked {args.cine} from frame {frame} ({args.scheme}, {len(result.cine)} frames, {result.seconds_per_frame:.1f} s/frame): "
               f"ED {f['ed_frame']}, ES {f['es_frame']}; LV EDV {f['lv_edv']:.1f} mL, ESV {f['lv_esv']:.1f} mL, EF {f['lv_ef']:.1f} %; "
               f"RV EF {f['rv_ef']:.1f} %; LV mass {f['lv_mass_g']:.1f} g; wrote {len(files)} files to {args.out}")
     return 0
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    """``--batch``: :func:`monai_npc.tracking.cohort.track_cohort`; a one-line tally (rank 0); 1 when a study failed."""
+    from monai_npc.tracking.cohort import COHORT_FILE, track_cohort
+
+    if args.cine or args.label or args.label_frame is not None:
+        raise ValueError("use either --batch or --cine/--label/--label-frame, not both")
+    quiet = getattr(args, "quiet", False)
+    rows = track_cohort(args.batch, args.out, args.model, args.scheme, refine_iterations=args.refine, strict=args.strict,
+                        figure=not args.no_figure, progress=not (args.no_progress or quiet), threads=getattr(args, "threads", None))
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
+    if not quiet and int(os.environ.get("RANK", "0")) == 0:
+        print(f"tracked {len(rows)} studies: {counts['ok']} ok, {counts['skipped']} skipped (already done), {counts['failed']} failed; "
+              f"wrote {os.path.join(args.out, COHORT_FILE)}")
+        for r in rows:
+            if r["status"] == "failed":
+                print(f"  {r['name']}: {r['error']}")
+    return 1 if counts["failed"] else 0

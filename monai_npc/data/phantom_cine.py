@@ -11,14 +11,15 @@ level). Arrays are in array order ``(T, Z, H, W)``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Sequence, Tuple
+import os
+from typing import Dict, Sequence, Tuple, Union
 
 import numpy as np
 from scipy import ndimage
 
 from .phantoms import _Field, _cardiac_pull, _cardiac_scene, _grid, cardiac_patient
 
-__all__ = ["SYSTOLE_FRACTION", "RV_MOTION", "contraction_curve", "cardiac_cine"]
+__all__ = ["SYSTOLE_FRACTION", "RV_MOTION", "contraction_curve", "cardiac_cine", "write_cardiac_cine"]
 
 #: fraction of the cycle from ED (frame 0) to ES
 SYSTOLE_FRACTION = 0.4
@@ -91,3 +92,32 @@ def cardiac_cine(
             ddf[t, z] = np.moveaxis(u / sp, -1, 0)
     return {"image": image, "label": label, "ddf": ddf, "spacing": tuple(float(v) for v in spacing), "contraction": curve,
             "ed": 0, "es": int(np.argmax(curve))}
+
+
+def write_cardiac_cine(
+    folder: Union[str, os.PathLike], name: str = "phantom", frames: int = 10, size: int = 96,
+    levels: Sequence[float] = (0.15, 0.4, 0.65), spacing: Tuple[float, float, float] = (8.0, 2.0, 2.0), seed: int = 0,
+    frame_seconds: float = 0.03,
+) -> Dict[str, object]:
+    """:func:`cardiac_cine` as files, as ACDC ships a study: ``folder/<name>_4d.nii.gz`` (the cine,
+    ``(X, Y, Z, T)``, ``frame_seconds`` apart) and ``folder/<name>_ed_gt.nii.gz`` (the true label of
+    ED = frame 0, on the frame grid); each written atomically.
+
+    Returns:
+        ``{"cine": path, "label": path, "label_frame": 0}`` (the arguments of :func:`monai_npc.track`).
+    """
+    import SimpleITK as sitk
+
+    from monai_npc.io_safety import atomic_write, make_folder
+
+    c = cardiac_cine(frames=frames, size=size, levels=levels, spacing=spacing, seed=seed)
+    sp = tuple(float(v) for v in spacing[::-1])  # (X, Y, Z) mm
+    cine = sitk.JoinSeries([sitk.GetImageFromArray(f) for f in c["image"]])
+    cine.SetSpacing(sp + (float(frame_seconds),))
+    label = sitk.GetImageFromArray(c["label"][0])
+    label.SetSpacing(sp)
+    out = make_folder(folder)
+    paths = {"cine": out / f"{name}_4d.nii.gz", "label": out / f"{name}_ed_gt.nii.gz"}
+    atomic_write(paths["cine"], lambda p: sitk.WriteImage(cine, str(p), True))
+    atomic_write(paths["label"], lambda p: sitk.WriteImage(label, str(p), True))
+    return {"cine": str(paths["cine"]), "label": str(paths["label"]), "label_frame": 0}

@@ -4,6 +4,8 @@
   folders, arrays) as a list of 3-D frames on one grid, and back to a 4-D image.
 - :mod:`~monai_npc.tracking.track`: :func:`track`, a label on one frame carried to every frame
   with :func:`monai_npc.register` (schemes ``direct``, ``sequential``, ``average``, ``bidirectional``).
+- :mod:`~monai_npc.tracking.cohort`: :func:`track_cohort`, many studies from a CSV, resumable,
+  shared between ``torchrun`` ranks.
 - :mod:`~monai_npc.tracking.function`: volumes, ED/ES, EDV/ESV/SV/EF, LV mass (pure functions).
 - :mod:`~monai_npc.tracking.figures`: volume curve + contour strip, Bland-Altman.
 
@@ -20,6 +22,7 @@ _EXPORTS = {
     "schemes": ("SCHEMES", "DEFAULT_SCHEME"),
     "track": ("Tracking", "track", "track_schemes"),
     "outputs": ("write_tracking",),
+    "cohort": ("track_cohort", "read_cohort"),
     "function": ("cardiac_function", "volume_curves", "find_ed_es", "ejection_fraction", "myocardial_mass", "agreement"),
     "figures": ("function_figure", "bland_altman_figure"),
 }

@@ -25,7 +25,7 @@ import numpy as np
 import SimpleITK as sitk
 import torch
 
-__all__ = ["Cine", "read_cine", "read_frame_label"]
+__all__ = ["Cine", "read_cine", "read_frame_label", "info_frames"]
 
 CineLike = Union[str, os.PathLike, sitk.Image, np.ndarray, torch.Tensor, Sequence[Any]]
 
@@ -202,3 +202,18 @@ def read_frame_label(label: Any, cine: Cine, frame: int) -> np.ndarray:
     else:
         image = as_image(label, "label")
     return sitk.GetArrayFromImage(check_label(image, cine.frames[frame], f"label {name}", f"frame {frame} of cine {cine.source}"))
+
+
+def info_frames(cine: str) -> Optional[Dict[str, int]]:
+    """``{"ed", "es"}`` 0-based frames from an ACDC ``Info.cfg`` beside (or in) ``cine``, else ``None``."""
+    from monai_npc.data.layout import read_cfg
+
+    path = Path(cine)
+    cfg = (path if path.is_dir() else path.parent) / "Info.cfg"
+    if not cfg.is_file():
+        return None
+    info = read_cfg(cfg)
+    try:
+        return {"ed": int(float(info["ED"])) - 1, "es": int(float(info["ES"])) - 1}
+    except (KeyError, ValueError):
+        return None

@@ -15,7 +15,7 @@ import csv
 import json
 import os
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import SimpleITK as sitk
 
@@ -23,7 +23,7 @@ from monai_npc.io_safety import atomic_write, make_folder
 
 from .track import Tracking
 
-__all__ = ["TRACK_OUTPUTS", "write_tracking"]
+__all__ = ["TRACK_OUTPUTS", "write_tracking", "track_to_folder"]
 
 #: file names of :func:`write_tracking`
 TRACK_OUTPUTS = {"labels": "labels_4d.nii.gz", "volumes": "volumes.csv", "function": "function.json", "figure": "function.png"}
@@ -67,3 +67,25 @@ def write_tracking(tracking: Tracking, out: Union[str, os.PathLike], info: Optio
     else:
         del paths["figure"]
     return {k: str(v) for k, v in paths.items()}
+
+
+def track_to_folder(
+    cine: Any, label: Any, out: Union[str, os.PathLike], label_frame: Optional[int] = None, scheme: Optional[str] = None,
+    model: Any = "acdc", *, figure: bool = True, progress: bool = True, **track_kwargs: Any,
+) -> Tuple[Tracking, Dict[str, str]]:
+    """:func:`~monai_npc.tracking.track.track` one study and :func:`write_tracking` it into ``out``
+    (what ``monai-npc track`` and each study of a cohort do); returns ``(tracking, {key: path})``.
+
+    ``label_frame`` ``None``: ED of an ACDC ``Info.cfg`` beside ``cine`` (``ED: n`` -> frame
+    ``n - 1``, :func:`~monai_npc.tracking.cine.info_frames`), else frame 0. ``scheme`` ``None``: the default.
+    """
+    from .cine import info_frames
+    from .schemes import DEFAULT_SCHEME
+    from .track import track
+
+    if cine is None or label is None:
+        raise ValueError(f"tracking needs a cine and the label of one of its frames; got cine={cine!r}, label={label!r}.")
+    info = info_frames(str(cine)) if isinstance(cine, (str, os.PathLike)) else None
+    frame = label_frame if label_frame is not None else (info["ed"] if info else 0)
+    result = track(cine, label, frame, scheme or DEFAULT_SCHEME, model, progress=progress, **track_kwargs)
+    return result, write_tracking(result, out, info, figure=figure)

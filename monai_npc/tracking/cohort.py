@@ -1,0 +1,302 @@
+"""Cohorts: :func:`monai_npc.track` over the studies of a CSV, resumable, sharded over ``torchrun`` ranks.
+
+A cohort CSV has the columns ``cine,label[,label_frame][,out][,name]`` (:func:`read_cohort`):
+relative paths are relative to the CSV's folder; ``label_frame`` is 0-based (empty: ED of an
+ACDC ``Info.cfg`` beside the cine, else 0); ``out`` defaults to ``DIR/<name>`` and ``name`` to
+the cine's file name without its extension (``patient001_4d.nii.gz`` -> ``patient001_4d``).
+
+:func:`track_cohort` writes each study's files (:func:`~monai_npc.tracking.outputs.write_tracking`)
+into its ``out`` folder and one merged ``DIR/cohort.csv`` (:data:`COHORT_COLUMNS`, one row per
+study in CSV order), written atomically at the end. A study whose folder already holds a complete
+``function.json`` (:func:`study_done`) is not tracked again (``status`` ``skipped``, its figures
+read back), so an interrupted run is resumed by running it again. A bad study (missing or corrupt
+file, label off the grid...) gets ``status`` ``failed`` and a one-line ``error`` and the others go
+on; ``strict=True`` makes it fatal.
+
+Under ``torchrun --nproc_per_node N`` (``WORLD_SIZE`` / ``RANK`` set) the work is shared with
+``torch.distributed`` as the bundles' multi-GPU training does (gloo on CPU, nccl on GPU,
+:func:`distributed`): rank ``r`` takes studies ``r, r + N, ...`` and rank 0 writes the merged
+CSV after gathering every rank's rows (``all_gather_object``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from monai_npc.io_safety import atomic_write_text, make_folder, remove_stale
+
+from .outputs import TRACK_OUTPUTS
+from .schemes import DEFAULT_SCHEME
+
+__all__ = [
+    "COHORT_COLUMNS", "COHORT_FILE", "FUNCTION_COLUMNS", "Study", "read_cohort", "study_done", "shard", "distributed", "track_cohort",
+]
+
+logger = logging.getLogger(__name__)
+
+PathLike = Union[str, os.PathLike]
+
+#: the merged table's file name (in the cohort's output folder)
+COHORT_FILE = "cohort.csv"
+#: the function figures of a study (:func:`~monai_npc.tracking.function.cardiac_function`)
+FUNCTION_COLUMNS = ("ed_frame", "es_frame", "lv_edv", "lv_esv", "lv_sv", "lv_ef", "rv_edv", "rv_esv", "rv_sv", "rv_ef", "lv_mass_g")
+#: columns of ``cohort.csv``
+COHORT_COLUMNS = ("name", "status", "error") + FUNCTION_COLUMNS + ("seconds", "reference_frame", "frames", "out")
+_EXTENSIONS = (".nii.gz", ".nii", ".mha", ".mhd", ".nrrd", ".nhdr")
+
+
+@dataclass(frozen=True)
+class Study:
+    """One row of a cohort CSV (paths resolved)."""
+
+    name: str
+    cine: str
+    label: str
+    label_frame: Optional[int]
+    out: str
+    row: int  # CSV line number, for messages
+
+
+def study_name(cine: PathLike) -> str:
+    """A study's default name: the cine's file (or folder) name without its image extension."""
+    name = Path(str(cine).rstrip("/\\")).name
+    for ext in _EXTENSIONS:
+        if name.lower().endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
+def read_cohort(path: PathLike, out: PathLike) -> List[Study]:
+    """The studies of a cohort CSV (columns ``cine,label[,label_frame][,out][,name]``, module docstring).
+
+    Raises:
+        FileNotFoundError: no such CSV.
+        ValueError: missing columns, empty cells, a ``label_frame`` that is not an integer >= 0,
+            no rows, two studies with one name or one output folder (naming their CSV lines).
+    """
+    from monai_npc.interop.register import duplicate_outs
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"cohort CSV not found: {path}")
+    studies: List[Study] = []
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        columns = [c.strip() for c in reader.fieldnames or []]
+        missing = [c for c in ("cine", "label") if c not in columns]
+        if missing:
+            raise ValueError(f"cohort CSV {path} lacks column(s) {missing}; it has {columns} (need cine,label[,label_frame][,out][,name]).")
+        for k, raw in enumerate(reader):
+            row = {str(key).strip(): (v or "").strip() for key, v in raw.items() if key is not None}
+            line = k + 2
+            for key in ("cine", "label"):
+                if not row.get(key):
+                    raise ValueError(f"cohort CSV {path}, row {line}: empty '{key}'.")
+            cine, label = (str(path.parent / row[key]) if not Path(row[key]).is_absolute() else row[key] for key in ("cine", "label"))
+            frame = row.get("label_frame") or None
+            if frame is not None:
+                try:
+                    frame = int(frame)
+                except ValueError:
+                    frame = -1
+                if frame < 0:
+                    raise ValueError(f"cohort CSV {path}, row {line}: label_frame {row['label_frame']!r} is not an integer >= 0 (0-based frame).")
+            name = row.get("name") or study_name(cine)
+            folder = row.get("out") or str(Path(out) / name)
+            if not Path(folder).is_absolute() and row.get("out"):
+                folder = str(path.parent / folder)
+            studies.append(Study(name=name, cine=cine, label=label, label_frame=frame, out=folder, row=line))
+    if not studies:
+        raise ValueError(f"cohort CSV {path} has no rows.")
+    names: Dict[str, int] = {}
+    for s in studies:
+        if s.name in names:
+            raise ValueError(f"cohort CSV {path}: rows {names[s.name]} and {s.row} are both study {s.name!r}; give them a 'name' or 'out' column.")
+        names[s.name] = s.row
+    duplicate_outs([{"out": s.out} for s in studies], path)
+    return studies
+
+
+def study_done(out: PathLike) -> Optional[Dict[str, Any]]:
+    """The ``function.json`` summary of a finished study in ``out``, else ``None``.
+
+    Finished: ``function.json`` parses, holds the function figures, and every file it lists under
+    ``outputs`` exists (``function.json`` is written after the labels and volumes, each atomically).
+    """
+    out = Path(out)
+    try:
+        summary = json.loads((out / TRACK_OUTPUTS["function"]).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or not isinstance(summary.get("function"), dict):
+        return None
+    if not all(k in summary["function"] for k in ("ed_frame", "es_frame", "lv_edv", "lv_esv")):
+        return None
+    if not all((out / name).is_file() for name in (summary.get("outputs") or {}).values()):
+        return None
+    return summary
+
+
+def shard(items: Sequence[Any], rank: int, world_size: int) -> List[Any]:
+    """Rank ``rank``'s share of ``items`` out of ``world_size``: items ``rank, rank + world_size, ...``."""
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, world_size={world_size}).")
+    return list(items[rank::world_size])
+
+
+@contextlib.contextmanager
+def distributed() -> Iterator[Tuple[int, int]]:
+    """``(rank, world_size)``; under ``torchrun`` (``WORLD_SIZE`` > 1) the process group is started
+    (nccl with CUDA, else gloo, as ``configs/multi_gpu_train.json``) and, on leaving, a barrier and
+    ``destroy_process_group``. An already initialised group is used as is (and left alone)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        yield dist.get_rank(), dist.get_world_size()
+        return
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1 or not dist.is_available():
+        yield 0, 1
+        return
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend="nccl" if cuda else "gloo")
+    try:
+        yield dist.get_rank(), dist.get_world_size()
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _row(study: Study, status: str, error: str = "", summary: Optional[Dict[str, Any]] = None, seconds: float = float("nan")) -> Dict[str, Any]:
+    row: Dict[str, Any] = dict.fromkeys(COHORT_COLUMNS)
+    row.update(name=study.name, status=status, error=error, seconds=seconds, out=study.out)
+    if summary is not None:
+        row.update({k: summary["function"].get(k) for k in FUNCTION_COLUMNS})
+        row.update(reference_frame=summary.get("reference_frame"), frames=summary.get("frames"))
+    return row
+
+
+def cohort_csv(rows: Sequence[Dict[str, Any]]) -> str:
+    """The text of ``cohort.csv`` (:data:`COHORT_COLUMNS`; missing values empty, floats at full precision)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COHORT_COLUMNS)
+    for row in rows:
+        writer.writerow(["" if row.get(c) is None else row[c] for c in COHORT_COLUMNS])
+    return buf.getvalue()
+
+
+def _track_study(study: Study, net: torch.nn.Module, name: str, scheme: str, figure: bool, register_kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """Track one study and write its files; returns its ``function.json`` summary."""
+    from .outputs import track_to_folder
+
+    _, files = track_to_folder(study.cine, study.label, study.out, study.label_frame, scheme, net, figure=figure, progress=False,
+                               model_name=name, **register_kwargs)
+    return json.loads(Path(files["function"]).read_text())
+
+
+def _gather(rows: List[Dict[str, Any]], world_size: int) -> List[Dict[str, Any]]:
+    """Every rank's rows (``all_gather_object``), in CSV order."""
+    if world_size > 1:
+        import torch.distributed as dist
+
+        parts: List[Any] = [None] * world_size
+        dist.all_gather_object(parts, rows)
+        rows = [r for part in parts for r in part]
+    return sorted(rows, key=lambda r: r["_index"])
+
+
+def track_cohort(
+    cohort: PathLike,
+    out: PathLike,
+    model: Any = "acdc",
+    scheme: str = DEFAULT_SCHEME,
+    *,
+    refine_iterations: Optional[int] = None,
+    strict: bool = False,
+    figure: bool = True,
+    progress: bool = True,
+    threads: Optional[int] = 1,
+    device: Optional[Union[str, torch.device]] = None,
+    **register_kwargs: Any,
+) -> List[Dict[str, Any]]:
+    """Track every study of the cohort CSV ``cohort`` (:func:`read_cohort`); write ``out/cohort.csv``.
+
+    Args:
+        cohort: the cohort CSV; out: folder of ``cohort.csv`` and of the studies without an ``out``.
+        model, scheme, refine_iterations, register_kwargs: as :func:`monai_npc.track` (the model
+            is loaded once per process).
+        strict: a bad study is fatal instead of a ``failed`` row: its rank stops, the rows so far
+            are merged and written, then every rank raises ``ValueError``.
+        figure: write each study's ``function.png``.
+        progress: a tqdm bar over this rank's studies.
+        threads: CPU threads per process (default 1: one per ``torchrun`` rank).
+        device: default ``cuda:LOCAL_RANK`` (``cuda:0`` without ``torchrun``) with CUDA, else ``cpu``.
+
+    Returns:
+        The rows of ``cohort.csv`` (:data:`COHORT_COLUMNS`; ``status`` ``ok``, ``skipped`` (done by an
+        earlier run) or ``failed``), in CSV order, on every rank.
+
+    Raises:
+        FileNotFoundError, ValueError: a bad CSV (before any work), an unusable model; with
+        ``strict``, the first bad study.
+    """
+    from tqdm.auto import tqdm
+
+    from monai_npc.interop.api import resolve_model
+    from monai_npc.interop.register import _error_line
+
+    if os.path.abspath(cohort) == os.path.abspath(Path(out) / COHORT_FILE):
+        raise ValueError(f"the cohort CSV {cohort} is the merged table this run writes ({COHORT_FILE} in --out {out}): rename it or choose another --out.")
+    studies = read_cohort(cohort, out)
+    report = make_folder(out, "cohort output folder")
+    with distributed() as (rank, world_size):
+        if rank == 0:
+            remove_stale([report / COHORT_FILE])
+        if device is None:
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
+        net, name = resolve_model(model, device, refine_iterations)
+        kwargs = dict(register_kwargs, device=device, threads=threads)
+        mine = shard(list(enumerate(studies)), rank, world_size)
+        rows: List[Dict[str, Any]] = []
+        fatal: Optional[str] = None
+        desc = "track cohort" + (f" (rank {rank}/{world_size})" if world_size > 1 else "")
+        for index, study in tqdm(mine, desc=desc, unit="study", disable=not progress, position=rank if world_size > 1 else None):
+            done = study_done(study.out)
+            if done is not None:
+                logger.warning("study %s: skipped, already done (%s is complete)", study.name, Path(study.out) / TRACK_OUTPUTS["function"])
+                rows.append(dict(_row(study, "skipped", summary=done, seconds=done.get("seconds", float("nan"))), _index=index))
+                continue
+            t0 = time.perf_counter()
+            try:
+                summary = _track_study(study, net, name, scheme, figure, kwargs)
+                rows.append(dict(_row(study, "ok", summary=summary, seconds=time.perf_counter() - t0), _index=index))
+            except Exception as err:  # noqa: BLE001 - one bad study of many is reported, not fatal
+                error = _error_line(err)
+                logger.error("study %s (cohort CSV row %d) failed: %s", study.name, study.row, error)
+                rows.append(dict(_row(study, "failed", error, seconds=time.perf_counter() - t0), _index=index))
+                if strict:
+                    fatal = f"study {study.name} (cohort CSV {cohort}, row {study.row}) failed: {error}"
+                    break  # the merged CSV still gets every rank's rows
+        rows = _gather(rows, world_size)
+        if rank == 0:
+            atomic_write_text(report / COHORT_FILE, cohort_csv(rows))
+    failed = [r for r in rows if r["status"] == "failed"]
+    if strict and failed:
+        raise ValueError(fatal or f"study {failed[0]['name']} failed: {failed[0]['error']}")
+    for r in rows:
+        r.pop("_index", None)
+    return rows
