@@ -18,7 +18,9 @@ pytest.importorskip("ignite")
 from monai_npc.handlers import AtomicCheckpointSaver, list_checkpoints  # noqa: E402
 from monai_npc.utils import atomic_torch_save  # noqa: E402
 
-from .test_bundle import PHANTOM, TINY, _one_thread, _workflow, phantom_dir  # noqa: E402,F401  (fixtures shared with test_bundle)
+from .test_bundle import PHANTOM, TINY, _workflow, phantom_dir  # noqa: E402,F401  (fixtures shared with test_bundle)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 
