@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 import warnings
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
     "MAX_DEFAULT_THREADS",
@@ -28,6 +28,7 @@ __all__ = [
     "prefer_passive_waits",
     "use_threads",
     "set_default_threads",
+    "lazy_exports",
     "configure_logging",
     "silence_third_party",
 ]
@@ -114,6 +115,24 @@ def set_default_threads(threads: Optional[int] = None) -> int:
     torch.set_num_threads(n)
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(n)
     return n
+
+
+def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> Tuple[Callable[[str], Any], list]:
+    """``(__getattr__, __all__)`` for a package whose names live in submodules imported on first use.
+
+    ``exports`` maps a submodule to the names it provides: ``__getattr__ = ...`` at package level
+    then imports ``package.submodule`` only when one of its names is asked for (PEP 562).
+    """
+    import importlib
+
+    where = {name: module for module, names in exports.items() for name in names}
+
+    def __getattr__(name: str) -> Any:
+        if name in where:
+            return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__, sorted(where)
 
 
 class _StderrHandler(logging.StreamHandler):

@@ -13,8 +13,7 @@ Names are imported lazily so that ``import monai_npc.data.phantoms`` stays light
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from monai_npc.runtime import lazy_exports
 
 _EXPORTS = {
     "acdc": ("ACDC_LABELS", "find_acdc_patients", "load_acdc_patient", "acdc_patient_split", "build_acdc_pairs",
@@ -27,14 +26,7 @@ _EXPORTS = {
     "pairs": ("DIRECTIONS", "frames_to_pairs", "pair_transforms", "make_dataset"),
     "splits": ("patient_split", "resolve_split_counts", "read_split_file", "split_patients"),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__():

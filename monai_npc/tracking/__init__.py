@@ -14,8 +14,7 @@ Names are imported lazily (``import monai_npc.tracking.function`` needs numpy on
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from monai_npc.runtime import lazy_exports
 
 _EXPORTS = {
     "cine": ("Cine", "read_cine"),
@@ -26,11 +25,4 @@ _EXPORTS = {
     "function": ("cardiac_function", "volume_curves", "find_ed_es", "ejection_fraction", "myocardial_mass", "agreement"),
     "figures": ("function_figure", "bland_altman_figure"),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
