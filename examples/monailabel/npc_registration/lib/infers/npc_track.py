@@ -88,7 +88,7 @@ class NPCTrack(NPCInferTask):
         The file is a new temporary NIfTI file (the caller, e.g. the MONAI Label server, deletes
         it); ``params`` is JSON-serialisable. Raises :class:`RequestError` for bad requests.
         """
-        from monai_npc.cli.track import info_frames
+        from monai_npc.tracking.cine import info_frames
         from monai_npc.tracking.track import track
 
         t0 = time.perf_counter()
