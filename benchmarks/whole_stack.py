@@ -42,6 +42,8 @@ def main() -> None:
     p.add_argument("--demons-iterations", type=int, default=100, help="demons iterations per slice (100: about 14 s per 10-slice pair on one thread)")
     p.add_argument("--demons-smoothing", type=float, default=1.5, help="Gaussian field smoothing (voxels)")
     p.add_argument("--refine-iterations", type=int, default=None, help="NPC test-time refinement steps (default: the weights')")
+    p.add_argument("--field-of-view", default=None, choices=("image", "heart", "image+heart", "image>heart"),
+                   help="NPC model grid (default: the weights' own, the heart window for acdc; 'image': the whole field of view)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--restart", action="store_true", help="ignore the pairs already in --out/per_pair.jsonl")
     p.add_argument("--strict", action="store_true", help="stop at the first unusable study instead of skipping it")
@@ -62,6 +64,7 @@ def main() -> None:
         args.data_dir, out, model=args.model, with_demons=not args.no_demons, with_npc=not args.no_npc, demons_iterations=args.demons_iterations,
         demons_smoothing=args.demons_smoothing, max_studies=args.patients, threads=args.threads,
         refine_iterations=args.refine_iterations, resume=not args.restart, strict=args.strict,
+        field_of_view=args.field_of_view,
     )
     for s in result["skipped"]:
         print(f"skipped {s['study']}: {s['reason']}")

@@ -645,6 +645,7 @@ def evaluate_studies(
     device: Union[str, torch.device] = "cpu",
     threads: int = 1,
     refine_iterations: Optional[int] = None,
+    field_of_view: Optional[str] = None,
     with_npc: bool = True,
     resume: bool = True,
     strict: bool = False,
@@ -664,6 +665,8 @@ def evaluate_studies(
     ``metrics.json`` (removed at the start, rewritten at the end: summary, settings and the
     skipped studies with their reasons), ``results.md`` and ``groups.png``. ``strict=True`` makes
     the first bad study fatal. ``max_studies`` keeps the first N studies (sorted by name).
+    ``field_of_view`` overrides the network's model grid (:mod:`monai_npc.apps.registration`;
+    ``"image"`` reproduces the whole-image grid used before the heart window).
     Returns the content of ``metrics.json``.
     """
     out = Path(out)
@@ -676,6 +679,8 @@ def evaluate_studies(
         raise ValueError("nothing to evaluate: with_npc and with_demons are both False.")
     demons = {"iterations": int(demons_iterations), "smoothing": float(demons_smoothing)}
     net, name = _model(model, device, refine_iterations)
+    if field_of_view is not None:  # e.g. "image": the whole-image model grid instead of the weights' own
+        net.meta = {**(getattr(net, "meta", None) or {}), "field_of_view": str(field_of_view)}
     studies = find_studies(root, directions)[: None if max_studies is None else int(max_studies)]
     rows = [r for r in _read_rows(rows_path) if r.get("method") in methods]
     have = {(r["study"], r["direction"], r["method"]) for r in rows}
