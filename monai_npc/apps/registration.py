@@ -12,9 +12,10 @@ through :func:`model_profile` and two registries, so the core never imports an e
   image. ``"image"``: the whole fixed field of view fitted into ``size x size`` (brain slices,
   echo sectors, SAR tiles). ``"heart"``: models trained on heart-centred crops at the scanner's
   own pixel size (ACDC): a ``size x size`` window at the native in-plane spacing (clamped to
-  ``meta["spacing_mm"]``) centred on where the two frames differ most
+  ``meta["spacing_mm"]``) on each slice, centred on where that slice's two frames differ most
   (:func:`~monai_npc.apps.localize.motion_centre`; no label needed), the field tapered to zero
-  over the window's outer ``taper`` voxels and identity outside it.
+  over the window's outer ``taper`` voxels and identity outside it. One window per slice, not
+  per stack: both gave the same Dice on the validation stacks, and so no slice depends on another.
 
 Units: images are SimpleITK images (mm, LPS); arrays are in array order ``(Z, H, W)``; a ddf is in
 voxels of its grid, MONAI ``Warp`` convention (channel ``k`` along array axis ``k``).
@@ -265,7 +266,8 @@ class PipelineResult:
         reliability: ``(Z, H, W)`` on the fixed grid, or ``None`` for networks without one.
         still: ``(Z,)`` slices left at the identity (constant in either image).
         overlap_percent: share of the fixed image's voxels that the moving image covers.
-        centre: ``(row, col)`` of the ``"heart"`` window in fixed voxels, else ``None``.
+        centre: ``(row, col)`` of the middle slice's ``"heart"`` window in fixed voxels, else ``None``
+            (``grid`` is that window on every slice: what the overview figure shows).
         seconds_network: time in the network.
     """
 
@@ -303,43 +305,49 @@ def run_pipeline(
     nan = float("nan")
     # 1. canonical geometry: the moving image on the fixed grid (NaN outside it)
     moving_on_fixed = _stack(resample(moving, fixed, "linear", nan), dims)
-    in_moving = np.isfinite(moving_on_fixed)
-    overlap = float(100.0 * in_moving.mean())
-    # 2. localise and place the model grid(s)
-    centre = None
-    grids: List[Tuple[sitk.Image, bool]] = []  # (grid, is a heart window)
-    if profile.field_of_view in ("image", "image+heart"):
-        grids.append((model_grid(fixed, profile.input_size, keep_aspect), False))
-    if profile.field_of_view in ("heart", "image+heart"):
+    overlap = float(100.0 * np.isfinite(moving_on_fixed).mean())
+    # 2. localise: a heart window per slice, each from its own slice pair (slices stay independent)
+    centres: List[Tuple[float, float]] = []
+    if profile.field_of_view != "image":
         fixed_arr = _stack(sitk.GetArrayFromImage(fixed), dims)
         spacing = tuple(fixed.GetSpacing()[1::-1])  # (row, col) mm
-        centre = motion_centre(moving_on_fixed, fixed_arr, spacing)
-        grids.append((heart_grid(fixed, centre, profile.input_size, profile.spacing_mm), True))
-    # 3-5. register on each grid and paste back; a heart window's field blends into the whole-image one
-    if profile.field_of_view == "image>heart":  # coarse to fine: the window registers the coarsely warped moving image
-        coarse = _register_on_grid(net, moving, fixed, model_grid(fixed, profile.input_size, keep_aspect), False, profile, device)
-        fixed_arr = _stack(sitk.GetArrayFromImage(fixed), dims)
-        centre = motion_centre(moving_on_fixed, fixed_arr, tuple(fixed.GetSpacing()[1::-1]))
-        grid = heart_grid(fixed, centre, profile.input_size, profile.spacing_mm)
+        centres = [motion_centre(moving_on_fixed[z : z + 1], fixed_arr[z : z + 1], spacing) for z in range(fixed_arr.shape[0])]
+    whole = [(model_grid(fixed, profile.input_size, keep_aspect), fixed)]
+    windows = [(heart_grid(target, c, profile.input_size, profile.spacing_mm), target) for target, c in zip(_slice_images(fixed), centres)]
+    # 3-5. register on the grid(s), every slice in one batch, and paste back on the fixed grid
+    if profile.field_of_view == "image>heart":  # coarse to fine: the windows register the coarsely warped moving image
+        coarse = _register_on_grids(net, moving, whole, False, profile, device)
         pre = sitk.Resample(moving, fixed, displacement_field_transform(_with_z(coarse.ddf_fixed, dims), fixed), sitk.sitkLinear, nan, sitk.sitkFloat32)
-        fine = _register_on_grid(net, pre, fixed, grid, True, profile, device)
-        ddf_f = fine.ddf_fixed + warp_image(coarse.ddf_fixed, fine.ddf_fixed, "bilinear", "border")  # u_c(x + u_f(x)) + u_f(x)
-        return PipelineResult(
-            ddf=_with_z(ddf_f, dims), ddf_model=fine.ddf_model, grid=grid, moving_model=fine.moving_model,
-            fixed_model=fine.fixed_model, warped_model=fine.warped_model, reliability=coarse.reliability, still=fine.still | coarse.still,
-            overlap_percent=overlap, centre=centre, seconds_network=coarse.seconds_network + fine.seconds_network,
-        )
-    runs = [_register_on_grid(net, moving, fixed, grid, window, profile, device) for grid, window in grids]
-    main = runs[-1]
-    ddf_f, rel = main.ddf_fixed, main.reliability
-    if len(runs) == 2:
-        weight = runs[1].weight  # (Z, 1, H, W): 1 inside the window, tapered to 0 at its edge
-        ddf_f = runs[0].ddf_fixed + 0.5 * weight * (runs[1].ddf_fixed - runs[0].ddf_fixed)
+        main = _register_on_grids(net, pre, windows, True, profile, device)
+        ddf_f = main.ddf_fixed + warp_image(coarse.ddf_fixed, main.ddf_fixed, "bilinear", "border")  # u_c(x + u_f(x)) + u_f(x)
+        runs = [coarse, main]
+    else:
+        runs = [_register_on_grids(net, moving, grids, window, profile, device)
+                for grids, window in ((whole, False), (windows, True)) if grids and profile.field_of_view in _USES[window]]
+        main = runs[-1]
+        ddf_f = main.ddf_fixed
+        if len(runs) == 2:  # "image+heart": the window's field blends into the whole-image one
+            ddf_f = runs[0].ddf_fixed + 0.5 * runs[1].weight * (runs[1].ddf_fixed - runs[0].ddf_fixed)
+    mid = len(centres) // 2
     return PipelineResult(
-        ddf=_with_z(ddf_f, dims), ddf_model=main.ddf_model, grid=main.grid, moving_model=main.moving_model,
-        fixed_model=main.fixed_model, warped_model=main.warped_model, reliability=rel, still=main.still,
-        overlap_percent=overlap, centre=centre, seconds_network=sum(r.seconds_network for r in runs),
+        ddf=_with_z(ddf_f, dims), ddf_model=main.ddf_model,
+        grid=heart_grid(fixed, centres[mid], profile.input_size, profile.spacing_mm) if main.windowed else whole[0][0],
+        moving_model=main.moving_model, fixed_model=main.fixed_model, warped_model=main.warped_model,
+        reliability=runs[0].reliability if profile.field_of_view == "image>heart" else main.reliability,
+        still=np.logical_or.reduce([r.still for r in runs]), overlap_percent=overlap,
+        centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
     )
+
+
+#: which fields of view register on the whole-image grid (False) and on the heart windows (True)
+_USES = {False: ("image", "image+heart"), True: ("heart", "image+heart")}
+
+
+def _slice_images(fixed: sitk.Image) -> List[sitk.Image]:
+    """The fixed image's slices as one-slice images with their own geometry (a 2-D image: itself)."""
+    if fixed.GetDimension() == 2:
+        return [fixed]
+    return [fixed[:, :, z : z + 1] for z in range(fixed.GetSize()[2])]
 
 
 def _with_z(ddf_f: torch.Tensor, dims: int) -> np.ndarray:
@@ -351,7 +359,7 @@ def _with_z(ddf_f: torch.Tensor, dims: int) -> np.ndarray:
 
 @dataclass
 class _GridRun:
-    grid: sitk.Image
+    windowed: bool
     moving_model: np.ndarray
     fixed_model: np.ndarray
     still: np.ndarray
@@ -363,15 +371,15 @@ class _GridRun:
     seconds_network: float
 
 
-def _register_on_grid(net, moving, fixed, grid, window: bool, profile: ModelProfile, device) -> _GridRun:
-    """Steps 3-5 of :func:`run_pipeline` on one model grid."""
+def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image]], window: bool, profile: ModelProfile, device) -> _GridRun:
+    """Steps 3-5 of :func:`run_pipeline`: ``grids`` are ``(model grid, the fixed image or slice it covers)``
+    pairs in slice order; all their slices go through the network as one batch of independent pairs."""
     import time
 
-    dims = fixed.GetDimension()
     nan = float("nan")
     # 3. model inputs
-    fixed_raw = _stack(resample(fixed, grid, "linear", nan), dims)
-    moving_raw = _stack(resample(moving, grid, "linear", nan), dims)
+    fixed_raw = np.concatenate([_stack(resample(target, grid, "linear", nan), grid.GetDimension()) for grid, target in grids])
+    moving_raw = np.concatenate([_stack(resample(moving, grid, "linear", nan), grid.GetDimension()) for grid, _ in grids])
     meta = getattr(net, "meta", None) or {}
     fixed_m, moving_m = profile.inputs(fixed_raw, meta), profile.inputs(moving_raw, meta)
     still = constant_slices(fixed_raw) | constant_slices(moving_raw)
@@ -394,20 +402,27 @@ def _register_on_grid(net, moving, fixed, grid, window: bool, profile: ModelProf
         rel_m = torch.zeros(z, 1, h, w)
     seconds_network = time.perf_counter() - t_net
     ddf_m = ddf_m.double()
-    weight = None
+    taper = taper_window((h, w), profile.taper) if window else None
     if window:
-        taper = taper_window((h, w), profile.taper)
         ddf_m = ddf_m * taper
-        weight = resample_model_field(taper.expand(z, 1, h, w).contiguous(), grid, fixed) * torch.from_numpy(_inside(grid, fixed))[:, None]
-    # 5. paste back: ddf in fixed voxels on the whole fixed grid (0 outside a window)
-    ddf_f = resample_model_field(ddf_m, grid, fixed, displacement=True)  # (Z, 2, H, W)
+    # 5. paste back, grid by grid: ddf in fixed voxels on the whole fixed grid (0 outside a window)
+    ddf_f, weights, rels, start = [], [], [], 0
+    for grid, target in grids:
+        n = grid.GetSize()[2] if grid.GetDimension() == 3 else 1
+        part = slice(start, start + n)
+        ddf_f.append(resample_model_field(ddf_m[part], grid, target, displacement=True))  # (n, 2, H, W)
+        inside = torch.from_numpy(_inside(grid, target))[:, None] if window else None
+        if window:
+            weights.append(resample_model_field(taper.expand(n, 1, h, w).contiguous(), grid, target) * inside)
+        if rel_m is not None:
+            rels.append(resample_model_field(rel_m[part].double(), grid, target) * (inside if window else 1.0))
+        start += n
     rel = None
     if rel_m is not None:
-        rel = resample_model_field(rel_m.double(), grid, fixed)[:, 0].float().numpy()
-        if window:
-            rel = rel * _inside(grid, fixed)
+        rel = torch.cat(rels)[:, 0].float().numpy()
         rel[still] = 0.0
-    return _GridRun(grid, moving_m, fixed_m, still, ddf_m, warped_m, ddf_f, weight, rel, seconds_network)
+    return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, torch.cat(ddf_f), torch.cat(weights) if window else None,
+                    rel, seconds_network)
 
 
 def _inside(grid: sitk.Image, fixed: sitk.Image) -> np.ndarray:
