@@ -1,6 +1,9 @@
 """Label-free heart localisation and the model's field of view on whole ACDC stacks (issue 24, item 1).
 
-    python benchmarks/localisation.py [--data-dir ../shared/data/acdc_ssl4mis] [--dice] [--variants image,heart,image+heart]
+    python benchmarks/localisation.py [--data-dir ../shared/data/acdc_ssl4mis] [--dice] [--variants image,heart-stack,heart]
+
+A variant is a ``field_of_view`` of ``monai_npc.register``, optionally with the refinement steps
+after a colon (``heart-stack:0``; default: the weights' 50).
 
 Whole short-axis stacks are rebuilt from the SSL4MIS slice files (full field of view, every
 slice; that copy stores no spacing, so the in-plane spacing is taken as 360 mm / the larger
@@ -87,15 +90,18 @@ def dice_by_variant(data: Path, patients: List[str], variants: List[str]) -> Lis
     import monai_npc
     from monai_npc.networks.nets.pretrained import load_pretrained
 
-    net = load_pretrained("acdc")
+    nets = {}
+    for v in variants:
+        fov, _, steps = v.partition(":")
+        nets[v] = (fov, load_pretrained("acdc", **({"refine_iterations": int(steps)} if steps else {})))
     rows = []
     for p in tqdm(patients, desc="patients"):
         (ed, edl), (es, esl) = read_stack(data, p, 1), read_stack(data, p, 2)
         for direction, (m, ml, f, fl) in {"ED->ES": (ed, edl, es, esl), "ES->ED": (es, esl, ed, edl)}.items():
             row = {"patient": p, "direction": direction, "initial": float(np.mean(dice3(ml, fl)))}
-            for v in variants:
+            for v, (fov, net) in nets.items():
                 t0 = time.perf_counter()
-                r = monai_npc.register(as_sitk(m), as_sitk(f), model=net, moving_label=as_sitk(ml), field_of_view=v, threads=1)
+                r = monai_npc.register(as_sitk(m), as_sitk(f), model=net, moving_label=as_sitk(ml), field_of_view=fov, threads=1)
                 row[v] = float(np.mean(dice3(sitk.GetArrayFromImage(r.warped_label), fl)))
                 row[f"{v}_folding"] = r.summary["folding_percent"]
                 row[f"{v}_seconds"] = time.perf_counter() - t0
@@ -119,7 +125,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--dice", action="store_true", help="also register every pair with each --variants field of view")
-    parser.add_argument("--variants", default="image,heart,image+heart")
+    parser.add_argument("--variants", default="image,heart-stack,heart")
     parser.add_argument("--out", type=Path, default=None, help="write the per-pair rows (JSON) here")
     args = parser.parse_args(argv)
     data = args.data_dir / "data" if (args.data_dir / "data").is_dir() else args.data_dir

@@ -42,7 +42,7 @@ def main() -> None:
     p.add_argument("--demons-iterations", type=int, default=100, help="demons iterations per slice (100: about 14 s per 10-slice pair on one thread)")
     p.add_argument("--demons-smoothing", type=float, default=1.5, help="Gaussian field smoothing (voxels)")
     p.add_argument("--refine-iterations", type=int, default=None, help="NPC test-time refinement steps (default: the weights')")
-    p.add_argument("--field-of-view", default=None, choices=("image", "heart", "image+heart", "image>heart"),
+    p.add_argument("--field-of-view", default=None, choices=("image", "heart", "heart-stack", "image+heart", "image>heart"),
                    help="NPC model grid (default: the weights' own, the heart window for acdc; 'image': the whole field of view)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--restart", action="store_true", help="ignore the pairs already in --out/per_pair.jsonl")

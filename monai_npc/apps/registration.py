@@ -15,7 +15,8 @@ through :func:`model_profile` and two registries, so the core never imports an e
   ``meta["spacing_mm"]``) on each slice, centred on where that slice's two frames differ most
   (:func:`~monai_npc.apps.localize.motion_centre`; no label needed), the field tapered to zero
   over the window's outer ``taper`` voxels and identity outside it. One window per slice, not
-  per stack: both gave the same Dice on the validation stacks, and so no slice depends on another.
+  per stack: both gave the same Dice on the validation stacks, and so no slice depends on another
+  (``"heart-stack"``: one window for the whole stack, from the frame difference of all its slices).
 
 Units: images are SimpleITK images (mm, LPS); arrays are in array order ``(Z, H, W)``; a ddf is in
 voxels of its grid, MONAI ``Warp`` convention (channel ``k`` along array axis ``k``).
@@ -80,7 +81,7 @@ PREPROCESSING: Dict[str, Union[Callable[[np.ndarray, Mapping[str, Any]], np.ndar
 }
 
 #: field-of-view policies (see the module docstring)
-FIELDS_OF_VIEW = ("image", "heart", "image+heart", "image>heart")
+FIELDS_OF_VIEW = ("image", "heart", "heart-stack", "image+heart", "image>heart")
 
 #: ``meta["bundle"]`` -> profile defaults for weights written before the profile keys existed
 _BUNDLE_DEFAULTS: Dict[str, Dict[str, Any]] = {
@@ -312,6 +313,8 @@ def run_pipeline(
         fixed_arr = _stack(sitk.GetArrayFromImage(fixed), dims)
         spacing = tuple(fixed.GetSpacing()[1::-1])  # (row, col) mm
         centres = [motion_centre(moving_on_fixed[z : z + 1], fixed_arr[z : z + 1], spacing) for z in range(fixed_arr.shape[0])]
+        if profile.field_of_view == "heart-stack":  # one window for the whole stack, from all its slices (couples them)
+            centres = [motion_centre(moving_on_fixed, fixed_arr, spacing)] * len(centres)
     whole = [(model_grid(fixed, profile.input_size, keep_aspect), fixed)]
     windows = [(heart_grid(target, c, profile.input_size, profile.spacing_mm), target) for target, c in zip(_slice_images(fixed), centres)]
     # 3-5. register on the grid(s), every slice in one batch, and paste back on the fixed grid
@@ -340,7 +343,7 @@ def run_pipeline(
 
 
 #: which fields of view register on the whole-image grid (False) and on the heart windows (True)
-_USES = {False: ("image", "image+heart"), True: ("heart", "image+heart")}
+_USES = {False: ("image", "image+heart"), True: ("heart", "heart-stack", "image+heart")}
 
 
 def _slice_images(fixed: sitk.Image) -> List[sitk.Image]:

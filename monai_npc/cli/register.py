@@ -60,7 +60,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="model grid size in-plane (default: the size the weights were trained at, from their meta; else 128)")
     p.add_argument("--stretch", action="store_true", help="stretch the field of view to the square model grid instead of padding")
     p.add_argument(
-        "--field-of-view", choices=("image", "heart", "image+heart", "image>heart"), default=None,
+        "--field-of-view", choices=("image", "heart", "heart-stack", "image+heart", "image>heart"), default=None,
         help="where the model grid goes: 'heart' (a window at the native pixel size on the region where the frames "
         "differ, found without labels; identity outside it), 'image' (the whole field of view), or a mix; "
         "default: the weights' own ('heart' for acdc, 'image' for the others)",
