@@ -147,14 +147,24 @@ def plain(obj: Any) -> Any:
 def convert_trusted(src: Union[str, Path], dst: Union[str, Path]) -> Path:
     """Rewrite an old-format file the user trusts as a data-only one (``dst``, written atomically).
 
-    This is the one place where a file is fully unpickled (``weights_only=False``): call it only on
-    a file you made or whose source you trust. Metadata become plain types (:func:`plain`); a
+    Still no arbitrary unpickling: the file is read with ``weights_only=True`` plus numpy's array,
+    scalar and dtype types (what metadata of earlier releases held); anything else is refused with
+    :class:`UnsafeWeightsError` as in :func:`safe_load`. Call it only on a file you trust. Metadata become plain types (:func:`plain`); a
     :func:`~monai_npc.networks.nets.save_pretrained` file (``config`` with ``state_dict`` or
     ``model``) is rewritten in the current format with its weights checksum in ``meta``.
     The result is read back with :func:`safe_load` before the function returns.
     """
     src, dst = Path(src), Path(dst)
-    blob = plain(torch.load(src, map_location="cpu", weights_only=False))  # explicit, on a trusted file only
+    import numpy as np
+
+    numpy_types = [np.ndarray, np.dtype, np.core.multiarray._reconstruct, np.core.multiarray.scalar]
+    numpy_types += [type(np.dtype(t)) for t in ("float32", "float64", "int32", "int64", "bool")]
+    try:
+        with torch.serialization.safe_globals(numpy_types):
+            raw = torch.load(src, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise UnsafeWeightsError(f"{src}: cannot convert, it needs objects beyond tensors and numpy values ({err}).") from None
+    blob = plain(raw)
     if isinstance(blob, dict) and "config" in blob and ("state_dict" in blob or "model" in blob):
         state = blob.get("model", blob.get("state_dict"))
         meta = {**dict(blob.get("meta") or {}), CHECKSUM_KEY: state_dict_sha256(state)}
