@@ -6,6 +6,7 @@
   (register, warp labels, per-pair metrics), plus the bundle data helpers.
 """
 
+from .distributed import finalize_distributed
 from .loops import evaluate_pairs, stack_pairs, train_pairs
 from .workflows import RegistrationEvaluator, RegistrationTrainer, as_bool, init_weights, load_pairs, prepare_dataset_dir
 
@@ -14,6 +15,7 @@ __all__ = [
     "RegistrationTrainer",
     "as_bool",
     "evaluate_pairs",
+    "finalize_distributed",
     "init_weights",
     "load_pairs",
     "prepare_dataset_dir",
