@@ -14,6 +14,11 @@ expert ED label is carried to ES without looking at the ES label:
   slice by slice on the same stacks at their native resolution (each slice min-max scaled to
   [0, 1]); the label is warped with nearest neighbour.
 
+Each method is reported twice from the same registration: ``<method>`` (the in-plane result)
+and ``<method>+descent`` (then the basal slices the RV leaves at ES cleared,
+:func:`monai_npc.tracking.through_plane.apply_basal_descent`, what ``monai_npc.track`` does by
+default on short-axis stacks).
+
 From the expert ED label and the propagated ES label: LV/RV EDV, ESV, EF, LV mass
 (:mod:`monai_npc.tracking.function`), compared with the same from the expert ED and ES labels
 (:func:`~monai_npc.tracking.function.agreement`: MAE, bias, 95 % limits of agreement, Pearson r),
@@ -126,18 +131,24 @@ def _git_commit() -> str:
 def run_method(method: str, items: List[Dict[str, object]], out: Path, refine) -> None:
     from tqdm import tqdm
 
-    path = out / f"{method}.jsonl"
-    done = set()
-    if path.is_file():
-        done = {json.loads(line)["name"] for line in path.read_text().splitlines() if line.strip()}
+    import SimpleITK as sitk
+
+    from monai_npc.tracking.through_plane import apply_basal_descent
+
+    paths = {method: out / f"{method}.jsonl", f"{method}+descent": out / f"{method}+descent.jsonl"}
+    done = set.intersection(*({json.loads(line)["name"] for line in p.read_text().splitlines() if line.strip()} if p.is_file() else set()
+                              for p in paths.values()))
     commit = _git_commit()
     for item in tqdm([i for i in items if i["name"] not in done], desc=method, unit="patient"):
         t0 = time.perf_counter()
         es_pred = propagate_npc(item, refine) if method == "npc" else propagate_demons(item)
-        record = {"name": item["name"], "group": item["group"], "method": method, "seconds": time.perf_counter() - t0,
-                  "commit": commit, **evaluate(item, es_pred)}
-        with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        seconds = time.perf_counter() - t0
+        ed_img = sitk.ReadImage(str(item["ed_gt"]))
+        descended = apply_basal_descent(es_pred, sitk.GetArrayFromImage(ed_img), ed_img.GetSpacing()[2])
+        for name, pred in ((method, es_pred), (f"{method}+descent", descended)):
+            record = {"name": item["name"], "group": item["group"], "method": name, "seconds": seconds, "commit": commit, **evaluate(item, pred)}
+            with open(paths[name], "a") as f:
+                f.write(json.dumps(record) + "\n")
 
 
 def _fmt(s: Dict[str, float]) -> str:

@@ -6,6 +6,7 @@
   with :func:`monai_npc.register` (schemes ``direct``, ``sequential``, ``average``, ``bidirectional``).
 - :mod:`~monai_npc.tracking.cohort`: :func:`track_cohort`, many studies from a CSV, resumable,
   shared between ``torchrun`` ranks.
+- :mod:`~monai_npc.tracking.through_plane`: basal slices a structure leaves as the base descends.
 - :mod:`~monai_npc.tracking.function`: volumes, ED/ES, EDV/ESV/SV/EF, LV mass (pure functions).
 - :mod:`~monai_npc.tracking.figures`: volume curve + contour strip, Bland-Altman.
 
@@ -22,6 +23,7 @@ _EXPORTS = {
     "track": ("Tracking", "track", "track_schemes"),
     "outputs": ("write_tracking",),
     "cohort": ("track_cohort", "read_cohort"),
+    "through_plane": ("apply_basal_descent", "BASAL_DESCENT_MM"),
     "function": ("cardiac_function", "volume_curves", "find_ed_es", "ejection_fraction", "myocardial_mass", "agreement"),
     "figures": ("function_figure", "bland_altman_figure"),
 }

@@ -16,14 +16,15 @@ channel 0 (through-plane) zero since the models are 2-D). With ``r`` the referen
 
 Labels are warped as one-hot maps with linear interpolation, then ``argmax`` (smoother
 contours and volumes than nearest neighbour). The default scheme was chosen by measurement
-(docs/tracking.md).
+(docs/tracking.md). With the ED frame as reference, the basal slices a structure leaves as the
+base descends are then cleared (:mod:`~monai_npc.tracking.through_plane`; ``basal_descent``).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import SimpleITK as sitk
@@ -34,6 +35,7 @@ from monai_npc.functional import warp_image
 from .cine import Cine, read_cine, read_frame_label
 from .function import ACDC_STRUCTURES, cardiac_function, volume_curves
 from .schemes import DEFAULT_SCHEME, SCHEMES
+from .through_plane import BASAL_DESCENT_MM, apply_basal_descent, systolic_phase
 
 __all__ = ["SCHEMES", "DEFAULT_SCHEME", "Tracking", "track", "track_schemes", "compose", "warp_label", "label_dice"]
 
@@ -198,13 +200,31 @@ def _prepare(cine: Any, label: Any, reference_frame: int, spacing) -> Tuple[Cine
     return data, ref, read_frame_label(label, data, ref)
 
 
-def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _Fields, ed_frame, es_frame) -> Tracking:
+def _descent(basal_descent: Any, slices: int) -> Dict[str, float]:
+    """``track``'s ``basal_descent`` argument as ``{structure: mm}`` (``{}`` = off); ``None``: on for stacks of 3 slices or more."""
+    if basal_descent is None:
+        basal_descent = slices >= 3
+    if basal_descent is True:
+        return dict(BASAL_DESCENT_MM)
+    if basal_descent is False:
+        return {}
+    if not isinstance(basal_descent, Mapping):
+        raise ValueError(f"basal_descent must be True, False or {{structure: mm}}, got {basal_descent!r}.")
+    return {str(k): float(v) for k, v in basal_descent.items()}
+
+
+def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _Fields, ed_frame, es_frame,
+            descent: Mapping[str, float]) -> Tracking:
     """Compose ``scheme``'s fields (registering what the cache lacks) into a :class:`Tracking`."""
     t0 = time.perf_counter()
     cached = set(fields.cache)
     values = sorted(int(v) for v in np.unique(ref_label) if v != 0)
     per_frame, cycle = scheme_fields(fields, scheme, ref, len(data))
     labels = np.stack([ref_label if t == ref else warp_label(ref_label, f, values) for t, f in enumerate(per_frame)])
+    if descent and values:
+        # the phase of each frame from the in-plane LV curve; all 0 unless the reference is ED
+        phase = systolic_phase(volume_curves(labels, data.spacing)["lv"], ref)
+        labels = np.stack([apply_basal_descent(lab, ref_label, data.spacing[0], p, descent) for lab, p in zip(labels, phase)])
     drift = label_dice(warp_label(ref_label, cycle, values), ref_label) if cycle is not None else None
     ddf = torch.stack([torch.cat([torch.zeros_like(f[:, :1]), f], 1).permute(1, 0, 2, 3) for f in per_frame])  # (T, 3, Z, H, W)
     volumes = volume_curves(labels, data.spacing)
@@ -235,6 +255,7 @@ def track(
     refine_iterations: Optional[int] = None,
     ed_frame: Optional[int] = None,
     es_frame: Optional[int] = None,
+    basal_descent: Union[None, bool, Mapping[str, float]] = None,
     progress: bool = True,
     **register_kwargs: Any,
 ) -> Tracking:
@@ -253,6 +274,13 @@ def track(
         spacing: mm per array axis ``(Z, H, W)`` for array inputs.
         ed_frame, es_frame: override the ED / ES frames the function figures use (default: the
             largest and the smallest tracked LV volume).
+        basal_descent: clear the basal slices a structure leaves as the base descends towards
+            the apex (:mod:`~monai_npc.tracking.through_plane`). ``None`` (default): on for
+            short-axis stacks (3 slices or more), off for single-slice cines such as CAMUS
+            views; ``True`` uses :data:`~monai_npc.tracking.through_plane.BASAL_DESCENT_MM` (the
+            RV, 12 mm at ES, scaled by each frame's phase on the LV curve); a
+            ``{structure: mm}`` mapping sets it; ``False`` keeps the in-plane result. Only acts
+            when the reference frame is ED (the largest LV volume).
         progress: a tqdm bar over the registrations.
 
     Returns:
@@ -263,7 +291,8 @@ def track(
         ValueError: a 3-D input, a label frame out of range, a label off the frame grid, an unknown scheme.
     """
     return track_schemes(cine, label, reference_frame, (scheme,), model, spacing=spacing, refine_iterations=refine_iterations,
-                         ed_frame=ed_frame, es_frame=es_frame, progress=progress, **register_kwargs)[scheme]
+                         ed_frame=ed_frame, es_frame=es_frame, basal_descent=basal_descent, progress=progress,
+                         **register_kwargs)[scheme]
 
 
 def track_schemes(
@@ -277,6 +306,7 @@ def track_schemes(
     refine_iterations: Optional[int] = None,
     ed_frame: Optional[int] = None,
     es_frame: Optional[int] = None,
+    basal_descent: Union[None, bool, Mapping[str, float]] = None,
     progress: bool = True,
     **register_kwargs: Any,
 ) -> Dict[str, Tracking]:
@@ -288,6 +318,7 @@ def track_schemes(
         if s not in SCHEMES:
             raise ValueError(f"scheme {s!r} is not one of {SCHEMES}.")
     data, ref, ref_label = _prepare(cine, label, reference_frame, spacing)
+    descent = _descent(basal_descent, ref_label.shape[0])
     kwargs = dict(model=model, refine_iterations=refine_iterations, **register_kwargs)
     frames = len(data)
     needed = {(ref, t) for t in range(frames)} if any(s in ("direct", "average") for s in schemes) else set()
@@ -298,7 +329,7 @@ def track_schemes(
     bar = _bar(progress, sum(m != f for m, f in needed), f"track ({', '.join(schemes)})")
     cache: Dict[Tuple[int, int], Tuple[torch.Tensor, float]] = {}
     try:
-        return {s: _result(data, ref, ref_label, s, _Fields(data, kwargs, bar.update if bar else None, cache), ed_frame, es_frame)
+        return {s: _result(data, ref, ref_label, s, _Fields(data, kwargs, bar.update if bar else None, cache), ed_frame, es_frame, descent)
                 for s in schemes}
     finally:
         if bar is not None:

@@ -1,0 +1,128 @@
+"""Through-plane motion of the base: basal slices that leave a structure as the heart contracts.
+
+A 2-D model registers each short-axis slice in its own plane. During systole the base of the
+heart (the atrioventricular plane) moves towards the apex, so the most basal slice that cuts the
+right ventricle at ED cuts the right atrium at ES. An in-plane registration cannot remove a
+structure from a slice: it keeps about 90 % of the ED area there, and the carried RV label
+over-states the ES volume (measured on the 44 training patients of ``acdc70_split``: RV EF
+bias -27.4 points; validation: -30.2).
+
+This module makes that explicit with a slab model of the stack. Slice ``z`` holds the slab
+``[t - s/2, t + s/2]`` (``s`` = slice spacing in mm, ``t`` = distance in mm from the most basal
+slice that holds the structure on the reference label, positive towards the apex). When the base
+has descended by ``d`` mm, the share of that slab that has left the structure is
+``clip((d - t) / s, 0, 1)`` (:func:`slab_fractions`); a slice whose share is at least one half
+is cleared of the structure (:func:`apply_basal_descent`). The base end of the stack is the one
+nearer the reference label's area-weighted centre along the slice axis (ventricles are widest at
+the base; :func:`base_end`).
+
+The descent is a population value per structure, :data:`BASAL_DESCENT_MM`, chosen on the 44
+training patients of ``acdc70_split`` (ED label carried to ES by ``monai_npc.register``; 12 mm
+for the RV: ES RV Dice 0.721 -> 0.771, RV EF error 27.6 -> 14.2 points; clearing LV or
+myocardium slices lowered their Dice at every descent tried, so they keep 0). On the 26
+validation patients: RV Dice 0.684 -> 0.787, RV EF error 30.2 -> 11.8 points. Patient-specific
+descent from the images did not work with in-plane fields (each slice's field already fits its
+own slice best), and is left open.
+
+Pure numpy; label maps ``(Z, H, W)`` with the slice axis first (as :mod:`monai_npc.tracking` uses).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional, Tuple
+
+import numpy as np
+
+from .function import ACDC_STRUCTURES
+
+__all__ = ["BASAL_DESCENT_MM", "base_end", "slab_fractions", "apply_basal_descent", "systolic_phase"]
+
+#: descent of the base at end-systole in mm per structure name (:data:`ACDC_STRUCTURES`), chosen
+#: on the training patients of acdc70_split (module docstring); structures not named keep every slice
+BASAL_DESCENT_MM: Dict[str, float] = {"rv": 12.0}
+
+
+def base_end(reference_label: np.ndarray) -> Tuple[int, int]:
+    """``(index of the most basal labelled slice, +1 or -1 = the step towards the apex)``.
+
+    The base is the end of the labelled slices nearer the area-weighted centre of all labels
+    along axis 0 (the ventricles are widest at the base, so the centre lies basal of the middle).
+
+    Raises:
+        ValueError: a label that is not ``(Z, H, W)`` or is empty.
+    """
+    lab = np.asarray(reference_label)
+    if lab.ndim != 3:
+        raise ValueError(f"reference_label must be (Z, H, W), got shape {lab.shape}.")
+    area = (lab > 0).reshape(lab.shape[0], -1).sum(1).astype(np.float64)
+    if area.sum() == 0:
+        raise ValueError("reference_label is empty: no slice holds a structure, so the base cannot be found.")
+    z = np.nonzero(area)[0]
+    centre = float((area * np.arange(lab.shape[0])).sum() / area.sum())
+    return (int(z.min()), +1) if centre - z.min() <= z.max() - centre else (int(z.max()), -1)
+
+
+def slab_fractions(reference_label: np.ndarray, value: int, slice_spacing_mm: float, descent_mm: float) -> np.ndarray:
+    """``(Z,)`` share of each slice's slab that has left structure ``value`` after a basal descent of ``descent_mm``.
+
+    ``t`` is measured from the most basal slice holding ``value`` on ``reference_label`` (0 for
+    every slice when the structure is absent: nothing to clear).
+    """
+    if not slice_spacing_mm > 0:
+        raise ValueError(f"slice_spacing_mm must be > 0, got {slice_spacing_mm}.")
+    lab = np.asarray(reference_label)
+    present = np.nonzero((lab == value).reshape(lab.shape[0], -1).any(1))[0]
+    if present.size == 0 or descent_mm <= 0:
+        return np.zeros(lab.shape[0])
+    _, step = base_end(lab)
+    first = present.min() if step > 0 else present.max()
+    t = (np.arange(lab.shape[0]) - first) * step * float(slice_spacing_mm)
+    return np.clip((float(descent_mm) - t) / float(slice_spacing_mm), 0.0, 1.0)
+
+
+def apply_basal_descent(
+    label: np.ndarray,
+    reference_label: np.ndarray,
+    slice_spacing_mm: float,
+    phase: float = 1.0,
+    descent_mm: Optional[Mapping[str, float]] = None,
+    structures: Mapping[str, int] = ACDC_STRUCTURES,
+) -> np.ndarray:
+    """Clear the basal slices a structure has left: ``label`` with those voxels set to 0 (a copy).
+
+    Args:
+        label: ``(Z, H, W)`` the reference label carried in-plane to a frame.
+        reference_label: ``(Z, H, W)`` the label of the reference frame (ED), which places the base.
+        slice_spacing_mm: distance between slice centres (the spacing of axis 0).
+        phase: how far the frame is from ED towards ES, 0..1 (:func:`systolic_phase`; 1 = ES):
+            the descent used is ``phase * descent_mm``.
+        descent_mm: ``{structure name: mm at ES}``; default :data:`BASAL_DESCENT_MM`.
+        structures: name -> label value.
+    """
+    out = np.array(label, copy=True)
+    if out.shape != np.shape(reference_label):
+        raise ValueError(f"label {out.shape} and reference_label {np.shape(reference_label)} differ in shape.")
+    phase = float(np.clip(phase, 0.0, 1.0))
+    for name, mm in (BASAL_DESCENT_MM if descent_mm is None else descent_mm).items():
+        if name not in structures:
+            raise ValueError(f"descent_mm names {name!r}, which is not one of the structures {sorted(structures)}.")
+        value = structures[name]
+        cleared = slab_fractions(reference_label, value, slice_spacing_mm, phase * float(mm)) >= 0.5
+        out[cleared[:, None, None] & (out == value)] = 0
+    return out
+
+
+def systolic_phase(lv_volume: np.ndarray, reference_frame: int) -> np.ndarray:
+    """``(T,)`` phase of each frame between the reference (0) and the smallest LV volume (1).
+
+    ``(V_ref - V_t) / (V_ref - V_min)`` on the in-plane tracked LV volume curve, clipped to 0..1;
+    all 0 when the reference is not within 10 % of the stroke range of the largest volume (not
+    ED: the base is then not known to descend) or the curve is flat.
+    """
+    v = np.asarray(lv_volume, dtype=np.float64)
+    if v.size == 0:
+        return v
+    ref = float(v[int(reference_frame)])
+    if ref - v.min() <= 0 or ref < v.max() - 0.1 * (v.max() - v.min()):
+        return np.zeros(v.shape)
+    return np.clip((ref - v) / (ref - v.min()), 0.0, 1.0)

@@ -1,0 +1,81 @@
+"""Basal descent (monai_npc.tracking.through_plane): which slices a structure leaves, and track's use of it."""
+
+import numpy as np
+import pytest
+
+from monai_npc.tracking.through_plane import apply_basal_descent, base_end, slab_fractions, systolic_phase
+
+
+def _stack(slices=8, flip=False):
+    """``(Z, 32, 32)`` label: LV (3) discs shrinking from base (slice 0) to apex, RV (1) on the basal 5 slices."""
+    lab = np.zeros((slices, 32, 32), np.int32)
+    yy, xx = np.mgrid[:32, :32]
+    for z in range(slices):
+        r = 12 - z
+        lab[z][(yy - 16) ** 2 + (xx - 20) ** 2 < r * r] = 3
+        if z < 5:
+            lab[z][(yy - 16) ** 2 + (xx - 5) ** 2 < (8 - z) ** 2] = 1
+    return lab[::-1].copy() if flip else lab
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_base_end_either_orientation(flip):
+    lab = _stack(flip=flip)
+    assert base_end(lab) == ((7, -1) if flip else (0, +1))
+    with pytest.raises(ValueError, match="empty"):
+        base_end(np.zeros_like(lab))
+
+
+def test_slab_fractions_follow_the_descent():
+    lab = _stack()
+    np.testing.assert_allclose(slab_fractions(lab, 1, 10.0, 12.0)[:3], [1.0, 0.2, 0.0])
+    np.testing.assert_allclose(slab_fractions(lab, 1, 5.0, 12.0)[:4], [1.0, 1.0, 0.4, 0.0])
+    assert not slab_fractions(lab, 1, 10.0, 0.0).any()
+    assert not slab_fractions(lab, 2, 10.0, 12.0).any()  # no myocardium on this label: nothing to clear
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_apply_clears_basal_rv_only(flip):
+    ref = _stack(flip=flip)
+    base = 7 if flip else 0
+    for spacing, cleared in ((10.0, 1), (5.0, 2)):
+        out = apply_basal_descent(ref, ref, spacing)  # default: RV 12 mm
+        rv = (out == 1).reshape(8, -1).sum(1)
+        order = rv[::-1] if flip else rv
+        assert (order[:cleared] == 0).all() and (order[cleared:5] > 0).all(), (spacing, order)
+        np.testing.assert_array_equal(out == 3, ref == 3)  # the LV keeps every slice
+    half = apply_basal_descent(ref, ref, 10.0, phase=0.3)  # 3.6 mm: under half a slab, nothing cleared
+    np.testing.assert_array_equal(half, ref)
+    assert (apply_basal_descent(ref, ref, 10.0, descent_mm={"lv": 25.0}) == 3).reshape(8, -1).any(1).sum() == 5
+    assert (ref[base] == 1).any()  # the input is not changed
+    with pytest.raises(ValueError, match="not one of the structures"):
+        apply_basal_descent(ref, ref, 10.0, descent_mm={"la": 10.0})
+    with pytest.raises(ValueError, match="differ in shape"):
+        apply_basal_descent(ref[1:], ref, 10.0)
+
+
+def test_systolic_phase():
+    v = np.array([100.0, 80, 50, 40, 60, 90])
+    np.testing.assert_allclose(systolic_phase(v, 0), [0, 1 / 3, 5 / 6, 1, 2 / 3, 1 / 6])
+    assert not systolic_phase(v, 3).any()  # the reference is ES, not ED: no descent known
+    assert not systolic_phase(np.full(4, 70.0), 0).any()
+
+
+def test_track_applies_descent_on_stacks_only():
+    """track(): RV cleared on the basal slice at ES (3-slice phantom), not at ED; off with basal_descent=False."""
+    from monai_npc import track
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=6, size=64, levels=(0.15, 0.4, 0.65), spacing=(10.0, 2.0, 2.0), seed=1)
+    kw = dict(spacing=c["spacing"], refine_iterations=0, threads=1, progress=False)
+    on = track(c["image"], c["label"][0], 0, **kw)
+    off = track(c["image"], c["label"][0], 0, basal_descent=False, **kw)
+    es = on.function["es_frame"]
+    base = base_end(c["label"][0])[0]
+    assert (off.labels[es, base] == 1).sum() > 50  # the in-plane result keeps the RV on the basal slice
+    assert (on.labels[es, base] == 1).sum() == 0
+    np.testing.assert_array_equal(on.labels[0], off.labels[0])
+    np.testing.assert_array_equal(on.labels[es] == 3, off.labels[es] == 3)
+    assert on.function["rv_esv"] < off.function["rv_esv"]
+    two = track(c["image"][:, :2], c["label"][0][:2], 0, **kw)  # 2 slices: auto is off
+    assert (two.labels[es, base] == 1).sum() > 50
