@@ -182,3 +182,31 @@ def test_sitk_reader_matches_monai_geometry(tmp_path):
         import SimpleITK as sitk
 
         np.testing.assert_array_equal(sitk.GetArrayFromImage(ours), sitk.GetArrayFromImage(theirs))
+
+
+def test_sform_disagreeing_with_pixdim_reads_the_qform_quietly(tmp_path, caplog, capfd):
+    """Official ACDC headers: a 1 mm sform, pixdim 1.6 x 1.6 x 10 mm. ITK reads the qform; we log it, ITK's console warning is gone."""
+    import logging
+
+    import nibabel as nib
+    import SimpleITK as sitk
+
+    from monai_npc.data.io import read_sitk_file, sform_mismatch
+
+    img = nib.Nifti1Image(np.random.default_rng(0).random((12, 10, 4)).astype(np.float32), np.diag([1.6, 1.6, 10.0, 1.0]))
+    img.set_qform(np.diag([1.6, 1.6, 10.0, 1.0]), code=1)
+    img.set_sform(np.diag([1.0, 1.0, 1.0, 1.0]), code=1)
+    img.header.set_zooms((1.6, 1.6, 10.0))
+    path = tmp_path / "acdc_like.nii.gz"
+    nib.save(img, str(path))
+    assert sform_mismatch(path) == ((1.0, 1.0, 1.0), (1.6, 1.6, 10.0))
+    with caplog.at_level(logging.INFO, logger="monai_npc.data.io"):
+        image = read_sitk_file(path, "moving image")
+    np.testing.assert_allclose(image.GetSpacing(), (1.6, 1.6, 10.0), rtol=1e-5)
+    assert "acdc_like.nii.gz" in caplog.text and "pixdim (1.6, 1.6, 10.0)" in caplog.text
+    assert "unexpected scales" not in capfd.readouterr().err
+    assert sitk.ProcessObject.GetGlobalWarningDisplay()  # restored
+    consistent = tmp_path / "consistent.nii.gz"
+    img.set_sform(np.diag([1.6, 1.6, 10.0, 1.0]), code=1)
+    nib.save(img, str(consistent))
+    assert sform_mismatch(consistent) is None

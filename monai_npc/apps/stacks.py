@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 from monai_npc.data.acdc import read_acdc_info
-from monai_npc.data.io import find_image
+from monai_npc.data.io import find_image, read_sitk_file
 from monai_npc.data.layout import find_patient_dirs
 
 __all__ = [
@@ -294,7 +294,7 @@ def _read(phase: Phase, what: str) -> sitk.Image:
 
 def _read_label(path: Path, reference: sitk.Image, what: str) -> np.ndarray:
     """``(Z, H, W)`` int array of a label file that must lie on ``reference``'s grid."""
-    label = sitk.ReadImage(str(path))
+    label = read_sitk_file(Path(path), "label")
     if label.GetSize() != reference.GetSize():
         raise ValueError(f"{what} {path} has size {label.GetSize()} but its image has {reference.GetSize()}")
     arr = sitk.GetArrayFromImage(label)
@@ -484,7 +484,7 @@ def _evaluate_pair(
     moving = _read(pair.moving, "moving image")
     target = _read_label(pair.fixed.label, fixed, "fixed label")
     spacing = fixed.GetSpacing()[::-1]
-    moving_label = sitk.ReadImage(str(pair.moving.label))
+    moving_label = read_sitk_file(Path(pair.moving.label), "moving label")
     initial = sitk.GetArrayFromImage(sitk.Resample(moving_label, fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt16))
     base = {
         "study": study.name, "group": study.group, "direction": pair.direction,
