@@ -229,16 +229,20 @@ def _net_dtype(net: nn.Module) -> torch.dtype:
 
 
 @torch.inference_mode()
-def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: int = 16):
+def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: int = 16, moving_label: Optional[torch.Tensor] = None,
+             label_guidance: float = 0.0):
     """``(Z, 1, h, w)`` pairs -> ``ddf (Z, 2, h, w)`` (model voxels), ``warped``, ``reliability (Z, 1, h, w)`` or ``None``.
 
-    Each slice is one independent pair of the batch (chunks of ``chunk`` slices).
+    Each slice is one independent pair of the batch (chunks of ``chunk`` slices). ``moving_label``
+    ``(Z, 1, h, w)`` with ``label_guidance`` > 0 reaches the refinement's label-guided term (NPC only).
     """
     ddfs, warps, rels = [], [], []
     for start in range(0, moving.shape[0], chunk):
         m, f = moving[start : start + chunk], fixed[start : start + chunk]
         if hasattr(net, "register"):
-            warped, ddf, diagnostics = net.register(m, f, return_diagnostics=True)
+            guide = {} if moving_label is None or not label_guidance else {
+                "moving_label": moving_label[start : start + chunk], "lambda_label": float(label_guidance)}
+            warped, ddf, diagnostics = net.register(m, f, return_diagnostics=True, **guide)
             if diagnostics:
                 last = diagnostics[-1]
                 rels.append(reliability_map(last["residual"], last["mask"], size=list(m.shape[2:])))
@@ -292,6 +296,8 @@ def run_pipeline(
     profile: ModelProfile,
     keep_aspect: bool = True,
     device: Union[str, torch.device] = "cpu",
+    moving_label: Optional[sitk.Image] = None,
+    label_guidance: float = 0.0,
 ) -> PipelineResult:
     """Localise, build the model grid, register every slice and paste the field back onto ``fixed``.
 
@@ -301,8 +307,13 @@ def run_pipeline(
         profile: :func:`model_profile` of ``net``.
         keep_aspect: ``"image"`` field of view: isotropic grid (pad the short side).
         device: torch device of ``net``.
+        moving_label: the moving image's label map (on its grid), for ``label_guidance``.
+        label_guidance: weight of the refinement's label-guided term (0 = off;
+            :data:`LABEL_GUIDANCE`); the ``"image>heart"`` windows, which register the coarsely
+            warped moving image, do not use it.
     """
     dims = fixed.GetDimension()
+    guide = {"moving_label": moving_label, "label_guidance": float(label_guidance)} if moving_label is not None else {}
     nan = float("nan")
     # 1. canonical geometry: the moving image on the fixed grid (NaN outside it)
     moving_on_fixed = _stack(resample(moving, fixed, "linear", nan), dims)
@@ -319,13 +330,13 @@ def run_pipeline(
     windows = [(heart_grid(target, c, profile.input_size, profile.spacing_mm), target) for target, c in zip(_slice_images(fixed), centres)]
     # 3-5. register on the grid(s), every slice in one batch, and paste back on the fixed grid
     if profile.field_of_view == "image>heart":  # coarse to fine: the windows register the coarsely warped moving image
-        coarse = _register_on_grids(net, moving, whole, False, profile, device)
+        coarse = _register_on_grids(net, moving, whole, False, profile, device, **guide)
         pre = sitk.Resample(moving, fixed, displacement_field_transform(_with_z(coarse.ddf_fixed, dims), fixed), sitk.sitkLinear, nan, sitk.sitkFloat32)
         main = _register_on_grids(net, pre, windows, True, profile, device)
         ddf_f = main.ddf_fixed + warp_image(coarse.ddf_fixed, main.ddf_fixed, "bilinear", "border")  # u_c(x + u_f(x)) + u_f(x)
         runs = [coarse, main]
     else:
-        runs = [_register_on_grids(net, moving, grids, window, profile, device)
+        runs = [_register_on_grids(net, moving, grids, window, profile, device, **guide)
                 for grids, window in ((whole, False), (windows, True)) if grids and profile.field_of_view in _USES[window]]
         main = runs[-1]
         ddf_f = main.ddf_fixed
@@ -341,6 +352,10 @@ def run_pipeline(
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
     )
 
+
+#: default weight of the refinement's label-guided term when ``register`` gets a moving label
+#: (:mod:`monai_npc.functional.label_intensity`); chosen on the training patients (docs/tracking.md)
+LABEL_GUIDANCE = 0.0
 
 #: which fields of view register on the whole-image grid (False) and on the heart windows (True)
 _USES = {False: ("image", "image+heart"), True: ("heart", "heart-stack", "image+heart")}
@@ -374,7 +389,8 @@ class _GridRun:
     seconds_network: float
 
 
-def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image]], window: bool, profile: ModelProfile, device) -> _GridRun:
+def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image]], window: bool, profile: ModelProfile, device,
+                       moving_label: Optional[sitk.Image] = None, label_guidance: float = 0.0) -> _GridRun:
     """Steps 3-5 of :func:`run_pipeline`: ``grids`` are ``(model grid, the fixed image or slice it covers)``
     pairs in slice order; all their slices go through the network as one batch of independent pairs."""
     import time
@@ -395,8 +411,13 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     ddf_m, warped_m = torch.zeros(z, 2, h, w), m_t.detach().float().cpu().clone()
     rel_m: Optional[torch.Tensor] = None
     active = np.flatnonzero(~still)
+    lab_t = None
+    if moving_label is not None and label_guidance > 0:
+        lab = np.concatenate([_stack(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
+        lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
     if active.size:
-        d, wp, r = _predict(net, m_t[active], f_t[active])
+        d, wp, r = _predict(net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active],
+                            label_guidance=label_guidance)
         ddf_m[active], warped_m[active] = d.cpu(), wp.cpu()
         if r is not None:
             rel_m = torch.zeros(z, 1, h, w)

@@ -386,6 +386,7 @@ def register(
     model_name: Optional[str] = None,
     refine_iterations: Optional[int] = None,
     field_of_view: Optional[str] = None,
+    label_guidance: Optional[float] = None,
 ) -> Registration:
     """Register ``moving`` onto ``fixed`` in memory; nothing is written (see :meth:`Registration.save`).
 
@@ -416,6 +417,11 @@ def register(
             (a ``size x size`` window at the native pixel size on the region where the two images
             differ, found without labels; identity outside it) or ``"image"`` (the whole field of
             view fitted into the grid). Default: the weights' own (``"heart"`` for ``acdc``).
+        label_guidance: with a ``moving_label`` and an NPC network's refinement, the weight of a
+            label-guided term: each carried label should cover fixed voxels that look like the
+            moving image under that label (:mod:`monai_npc.functional.label_intensity`; no fixed
+            label is used). ``None``: :data:`monai_npc.apps.registration.LABEL_GUIDANCE`; 0 = off
+            (the field then depends on the images only).
 
     Raises:
         FileNotFoundError: a missing image, label or weights file.
@@ -426,12 +432,12 @@ def register(
     with use_threads(threads):
         return _register(
             moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
-            size, keep_aspect, device, model_name, refine_iterations, field_of_view,
+            size, keep_aspect, device, model_name, refine_iterations, field_of_view, label_guidance,
         )
 
 
 def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
-              size, keep_aspect, device, model_name, refine_iterations=None, field_of_view=None) -> Registration:
+              size, keep_aspect, device, model_name, refine_iterations=None, field_of_view=None, label_guidance=None) -> Registration:
     t0 = time.perf_counter()
     net, name = resolve_model(model, device, refine_iterations)
     name = model_name or name
@@ -461,10 +467,14 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         warnings.warn(note, RuntimeWarning, stacklevel=3)
 
     # 1-5. canonical geometry, localisation, model grid, every slice, field pasted back on the fixed grid
-    from monai_npc.apps.registration import model_profile, run_pipeline
+    from monai_npc.apps.registration import LABEL_GUIDANCE, model_profile, run_pipeline
 
     profile = model_profile(net, size, field_of_view)
-    result = run_pipeline(net, moving_img, fixed_img, profile, keep_aspect, device)
+    guidance = LABEL_GUIDANCE if label_guidance is None else float(label_guidance)
+    if guidance < 0:
+        raise ValueError(f"label_guidance must be >= 0, got {label_guidance}.")
+    result = run_pipeline(net, moving_img, fixed_img, profile, keep_aspect, device, moving_label=moving_lab,
+                          label_guidance=guidance if moving_lab is not None else 0.0)
     overlap, still, grid = result.overlap_percent, result.still, result.grid
     if overlap == 0.0:
         raise ValueError(
@@ -534,6 +544,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         identity_slices=np.flatnonzero(still).tolist(),
         warnings=notes,
         seconds_network=seconds_network,
+        label_guidance=guidance if moving_lab is not None else 0.0,
         model_grid={
             "size": list(grid.GetSize()), "spacing_mm": list(grid.GetSpacing()), "origin_mm": list(grid.GetOrigin()),
             "field_of_view": profile.field_of_view,

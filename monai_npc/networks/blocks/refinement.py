@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Callable, Optional
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from monai_npc.functional.label_intensity import intensity_models, label_intensity_cost, label_onehot, label_region
 from monai_npc.functional.similarity import local_ncc
 from monai_npc.functional.warp import jacobian_determinant, warp_image
 
@@ -50,12 +53,19 @@ class InstanceRefinement(nn.Module):
         lambda_reg: weight of the diffusion regulariser (field in full-grid voxels).
         lambda_jac: weight of the Jacobian fold penalty.
         level: image down-sampling factor for the loss (1 = full resolution).
+        lambda_label: weight of the label-guided term when ``forward`` gets the moving label
+            (:mod:`~monai_npc.functional.label_intensity`: each warped label should cover fixed
+            voxels that look like the moving image under that label; 0 = off). A call's
+            ``lambda_label`` overrides it.
+        label_margin: the label term is evaluated within the moving labels dilated by this many
+            voxels and carried by the starting field.
 
     Pairs of a batch are independent: the loss is the sum of per-pair losses, so a pair is refined
     exactly as it would be in a batch of one (a slice inside its stack as alone).
 
-    ``forward(moving, fixed, ddf)`` with images ``(B, 1, *S)`` and ``ddf`` ``(B, D, *S)`` (voxels,
-    MONAI ``Warp`` convention) returns the refined ``(B, D, *S)`` field (no gradient).
+    ``forward(moving, fixed, ddf, moving_label=None, lambda_label=None)`` with images ``(B, 1, *S)``,
+    ``ddf`` ``(B, D, *S)`` (voxels, MONAI ``Warp`` convention) and an optional integer label map
+    ``(B, 1, *S)`` of ``moving`` returns the refined ``(B, D, *S)`` field (no gradient).
     """
 
     def __init__(
@@ -67,6 +77,8 @@ class InstanceRefinement(nn.Module):
         lambda_reg: float = 0.05,
         lambda_jac: float = 100.0,
         level: int = 1,
+        lambda_label: float = 0.0,
+        label_margin: int = 10,
     ) -> None:
         super().__init__()
         if int(iterations) < 0:
@@ -83,15 +95,25 @@ class InstanceRefinement(nn.Module):
         self.window = max(1, (int(window) // self.level) // 2 * 2 + 1)
         self.lambda_reg = float(lambda_reg)
         self.lambda_jac = float(lambda_jac)
+        if float(lambda_label) < 0:
+            raise ValueError(f"lambda_label must be >= 0, got {lambda_label}.")
+        self.lambda_label = float(lambda_label)
+        self.label_margin = int(label_margin)
 
     def extra_repr(self) -> str:
         return (f"iterations={self.iterations}, learning_rate={self.learning_rate}, grid_stride={self.grid_stride}, "
-                f"level={self.level}, window={self.window} (at the loss level), lambda_reg={self.lambda_reg}, lambda_jac={self.lambda_jac}")
+                f"level={self.level}, window={self.window} (at the loss level), lambda_reg={self.lambda_reg}, lambda_jac={self.lambda_jac}, "
+                f"lambda_label={self.lambda_label}")
 
     @torch.jit.ignore
-    def forward(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor) -> torch.Tensor:
+    def forward(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: Optional[torch.Tensor] = None,
+                lambda_label: Optional[float] = None) -> torch.Tensor:
         if self.iterations == 0:
             return ddf
+        lam = self.lambda_label if lambda_label is None else float(lambda_label)
+        if moving_label is not None and moving_label.shape[0] != ddf.shape[0]:
+            raise ValueError(f"moving_label has {moving_label.shape[0]} samples, the field {ddf.shape[0]}.")
+        guided = lam > 0 and moving_label is not None and bool((moving_label > 0).any())
         full = list(ddf.shape[2:])
         level_size = [max(1, s // self.level) for s in full]
         coarse = [max(1, s // self.grid_stride) for s in full]
@@ -104,6 +126,7 @@ class InstanceRefinement(nn.Module):
             base = ddf.detach().clone()
             v = torch.zeros([ddf.shape[0], ddf.shape[1]] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
             opt = torch.optim.Adam([v], lr=self.learning_rate)
+            label_term = self._label_term(moving.detach().clone(), fixed.detach().clone(), base, moving_label.detach().clone()) if guided else None
             for _ in range(self.iterations):
                 field = base + _resize(v, full)  # the regularisers see the full-grid field the caller gets
                 coarse_field = field if self.level == 1 else _resize(field, level_size) * axis_scale
@@ -112,9 +135,24 @@ class InstanceRefinement(nn.Module):
                     loss = loss + self.lambda_reg * _diffusion(field)
                 if self.lambda_jac:
                     loss = loss + self.lambda_jac * _per_sample_mean(torch.relu(-jacobian_determinant(field)))  # JacobianFoldLoss
+                if label_term is not None:
+                    loss = loss + lam * label_term(field)
                 opt.zero_grad(set_to_none=True)
                 # the sum of per-pair losses: each pair's residual gets exactly the gradient (and, Adam being
                 # per element, the steps) it would get alone, so a slice registers the same inside its stack
                 loss.sum().backward()
                 opt.step()
         return (base + _resize(v.detach(), full)).detach()
+
+    def _label_term(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: torch.Tensor) -> Callable:
+        """``field -> (B,)`` label-guided cost: intensity models of the moving image under each moving
+        label (within the labels dilated by ``label_margin``), scored on the fixed image under the
+        labels warped by ``field``, within that region carried by the starting field ``ddf``."""
+        label = moving_label.detach().round().to(torch.int64)
+        values = [0] + sorted(int(v) for v in torch.unique(label).tolist() if int(v) != 0)
+        onehot = label_onehot(label, values).to(ddf.dtype)
+        region_m = label_region(label, self.label_margin).to(ddf.dtype)
+        means, sds = intensity_models(moving.detach().to(ddf.dtype), onehot, region_m)
+        region_f = (warp_image(region_m, ddf.detach(), "bilinear", "zeros") > 0.5).to(ddf.dtype)
+        f = fixed.detach().to(ddf.dtype)
+        return lambda field: label_intensity_cost(f, warp_image(onehot, field, "bilinear", "zeros"), region_f, means, sds)

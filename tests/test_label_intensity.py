@@ -1,0 +1,52 @@
+"""Label-guided refinement (monai_npc.functional.label_intensity and InstanceRefinement(lambda_label))."""
+
+import numpy as np
+import pytest
+import torch
+
+from monai_npc.functional.label_intensity import intensity_models, label_intensity_cost, label_onehot, label_region
+from monai_npc.functional.warp import warp_image
+from monai_npc.networks.blocks.refinement import InstanceRefinement
+
+
+def _disc(radius, size=64, value=1.0, background=0.2):
+    yy, xx = torch.meshgrid(torch.arange(size, dtype=torch.float32), torch.arange(size, dtype=torch.float32), indexing="ij")
+    inside = ((yy - 32) ** 2 + (xx - 32) ** 2) < radius**2
+    image = torch.where(inside, torch.tensor(value), torch.tensor(background))
+    return image[None, None], inside[None, None].to(torch.int64) * 3  # the disc is label 3 (the LV)
+
+
+def test_models_and_cost():
+    image, label = _disc(10)
+    onehot = label_onehot(label, [0, 3])
+    region = label_region(label, 5)
+    assert region.sum() > (label > 0).sum() and region.max() == 1.0
+    means, sds = intensity_models(image, onehot, region)
+    np.testing.assert_allclose(means[0].numpy(), [0.2, 1.0], atol=1e-6)
+    np.testing.assert_allclose(sds[0].numpy(), [0.03, 0.03])  # constant regions: the SD floor
+    assert float(label_intensity_cost(image, onehot, region, means, sds)[0]) < 1e-6  # labels fit their intensities
+    shifted = torch.roll(onehot, 4, dims=-1)
+    assert float(label_intensity_cost(image, shifted, region, means, sds)[0]) > 10.0
+    with pytest.raises(ValueError, match="lambda_label"):
+        InstanceRefinement(lambda_label=-1.0)
+
+
+def test_guided_refinement_closes_a_shrinking_cavity():
+    """A bright cavity of radius 14 shrinks to 7. With a strong smoothness weight the image term alone
+    under-contracts (as registration does at end-systole: measured 555 px carried for 145); with the
+    label term the carried area reaches the fixed one (135). Weight 0 or no label: unchanged."""
+    moving, label = _disc(14)
+    fixed, fixed_label = _disc(7)
+    start = torch.zeros(1, 2, 64, 64)
+    ref = InstanceRefinement(30, window=9, lambda_reg=0.5, lambda_label=0.0)
+    area = lambda ddf: float((warp_image(label_onehot(label, [0, 3]), ddf, "bilinear", "zeros")[:, 1] > 0.5).sum())
+    plain = ref(moving, fixed, start)
+    guided = ref(moving, fixed, start, label, lambda_label=0.5)
+    target = float((fixed_label > 0).sum())
+    assert area(plain) > 2.5 * target, (area(plain), target)
+    assert abs(area(guided) - target) < 0.2 * target, (area(guided), target)
+    torch.testing.assert_close(ref(moving, fixed, start, label), plain)  # weight 0: the label is not used
+    torch.testing.assert_close(ref(moving, fixed, start, label, lambda_label=0.0), plain)
+    # slices stay independent: a pair gives the same field inside a batch as alone
+    batch = ref(torch.cat([moving, fixed]), torch.cat([fixed, fixed]), torch.zeros(2, 2, 64, 64), torch.cat([label, fixed_label]), 0.5)
+    torch.testing.assert_close(batch[:1], guided, atol=1e-4, rtol=0)
