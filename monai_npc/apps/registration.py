@@ -355,7 +355,7 @@ def run_pipeline(
 
 #: default weight of the refinement's label-guided term when ``register`` gets a moving label
 #: (:mod:`monai_npc.functional.label_intensity`); chosen on the training patients (docs/tracking.md)
-LABEL_GUIDANCE = 0.0
+LABEL_GUIDANCE = 0.05
 
 #: which fields of view register on the whole-image grid (False) and on the heart windows (True)
 _USES = {False: ("image", "image+heart"), True: ("heart", "heart-stack", "image+heart")}

@@ -65,6 +65,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "differ, found without labels; identity outside it), 'image' (the whole field of view), or a mix; "
         "default: the weights' own ('heart' for acdc, 'image' for the others)",
     )
+    p.add_argument(
+        "--label-guidance", type=float, default=None, metavar="W",
+        help="with --moving-label: weight of the refinement's label-guided term (the carried label should cover fixed voxels "
+        "that look like the moving image under it; no fixed label used); 0 = off; default 0.05 (docs/interop.md)",
+    )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--no-overview", action="store_true", help="do not write overview.png")
     p.add_argument("--no-progress", action="store_true", help="hide the batch progress bar")
@@ -100,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         size=args.size, keep_aspect=not args.stretch, device=args.device, overview=not args.no_overview,
         threads=getattr(args, "threads", None), pixel_space=args.pixel_space,
         moving_select=args.moving_select, fixed_select=args.fixed_select, refine_iterations=args.refine,
-        field_of_view=args.field_of_view,
+        field_of_view=args.field_of_view, label_guidance=args.label_guidance,
     )
     if args.batch:
         if args.moving or args.fixed:

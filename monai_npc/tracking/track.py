@@ -131,13 +131,19 @@ class _Fields:
     def __init__(
         self, cine: Cine, register_kwargs: Dict[str, Any], progress: Optional[Callable[[], None]] = None,
         cache: Optional[Dict[Tuple[int, int], Tuple[torch.Tensor, float]]] = None,
+        reference: Optional[Tuple[int, np.ndarray]] = None,
     ) -> None:
         self.cine, self.kwargs, self.progress = cine, register_kwargs, progress
+        #: ``(frame, label)`` of the reference: each registration then gets its moving frame's label
+        #: (the reference label, or it carried there by the chain so far) for the label-guided refinement
+        self.reference = reference
         #: ``(moving, fixed)`` -> ``(field, seconds)``; may be shared between schemes
         self.cache = {} if cache is None else cache
         self.used: set = set()
 
-    def __call__(self, moving: int, fixed: int) -> torch.Tensor:
+    def __call__(self, moving: int, fixed: int, to_reference: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The field of ``moving`` registered onto ``fixed``; ``to_reference``: the field of ``moving`` to
+        the reference frame (what carries the reference label there), when ``moving`` is not the reference."""
         key = (moving % len(self.cine), fixed % len(self.cine))
         if key not in self.cache:
             import monai_npc
@@ -147,13 +153,29 @@ class _Fields:
                 z, (h, w) = self.cine.frames[0].GetSize()[2], self.cine.frames[0].GetSize()[1::-1]
                 field_ = torch.zeros(z, 2, h, w)
             else:
-                reg = monai_npc.register(self.cine.frames[key[0]], self.cine.frames[key[1]], **self.kwargs)
+                reg = monai_npc.register(self.cine.frames[key[0]], self.cine.frames[key[1]], moving_label=self._label(key[0], to_reference),
+                                         **self.kwargs)
                 field_ = reg.ddf[1:].permute(1, 0, 2, 3).contiguous().float()  # (3, Z, H, W) -> (Z, 2, H, W)
             self.cache[key] = (field_, time.perf_counter() - t0)
             if self.progress is not None and key[0] != key[1]:
                 self.progress()
         self.used.add(key)
         return self.cache[key][0]
+
+    def _label(self, frame: int, to_reference: Optional[torch.Tensor]) -> Optional[sitk.Image]:
+        """The label of ``frame`` as an image on its grid (``None`` without a reference or a field to carry it)."""
+        if self.reference is None:
+            return None
+        ref, ref_label = self.reference
+        if frame == ref % len(self.cine):
+            arr = ref_label
+        elif to_reference is None:
+            return None
+        else:
+            arr = warp_label(ref_label, to_reference, sorted(int(v) for v in np.unique(ref_label) if v != 0))
+        image = sitk.GetImageFromArray(np.asarray(arr, dtype=np.int16))
+        image.CopyInformation(self.cine.frames[frame])
+        return image
 
     @property
     def seconds(self) -> float:
@@ -166,7 +188,7 @@ def _chain(fields: _Fields, ref: int, n: int, step: int) -> List[torch.Tensor]:
     out = [fields(ref, ref)]
     for k in range(1, n + 1):
         prev, cur = ref + (k - 1) * step, ref + k * step
-        out.append(compose(out[-1], fields(prev, cur)))
+        out.append(compose(out[-1], fields(prev, cur, out[-1])))
     return out
 
 
@@ -256,6 +278,7 @@ def track(
     ed_frame: Optional[int] = None,
     es_frame: Optional[int] = None,
     basal_descent: Union[None, bool, Mapping[str, float]] = None,
+    label_guidance: Optional[float] = None,
     progress: bool = True,
     **register_kwargs: Any,
 ) -> Tracking:
@@ -281,6 +304,10 @@ def track(
             RV, 12 mm at ES, scaled by each frame's phase on the LV curve); a
             ``{structure: mm}`` mapping sets it; ``False`` keeps the in-plane result. Only acts
             when the reference frame is ED (the largest LV volume).
+        label_guidance: weight of the refinement's label-guided term
+            (:func:`monai_npc.register`): each registration gets the label of its moving frame
+            (the reference label, or the label carried there so far). ``None``: ``register``'s
+            default; 0: the registrations see the images only.
         progress: a tqdm bar over the registrations.
 
     Returns:
@@ -291,7 +318,7 @@ def track(
         ValueError: a 3-D input, a label frame out of range, a label off the frame grid, an unknown scheme.
     """
     return track_schemes(cine, label, reference_frame, (scheme,), model, spacing=spacing, refine_iterations=refine_iterations,
-                         ed_frame=ed_frame, es_frame=es_frame, basal_descent=basal_descent, progress=progress,
+                         ed_frame=ed_frame, es_frame=es_frame, basal_descent=basal_descent, label_guidance=label_guidance, progress=progress,
                          **register_kwargs)[scheme]
 
 
@@ -307,6 +334,7 @@ def track_schemes(
     ed_frame: Optional[int] = None,
     es_frame: Optional[int] = None,
     basal_descent: Union[None, bool, Mapping[str, float]] = None,
+    label_guidance: Optional[float] = None,
     progress: bool = True,
     **register_kwargs: Any,
 ) -> Dict[str, Tracking]:
@@ -329,7 +357,11 @@ def track_schemes(
     bar = _bar(progress, sum(m != f for m, f in needed), f"track ({', '.join(schemes)})")
     cache: Dict[Tuple[int, int], Tuple[torch.Tensor, float]] = {}
     try:
-        return {s: _result(data, ref, ref_label, s, _Fields(data, kwargs, bar.update if bar else None, cache), ed_frame, es_frame, descent)
+        guided = (ref, ref_label) if label_guidance is None or float(label_guidance) > 0 else None
+        if label_guidance is not None:
+            kwargs["label_guidance"] = float(label_guidance)
+        return {s: _result(data, ref, ref_label, s, _Fields(data, kwargs, bar.update if bar else None, cache, guided), ed_frame, es_frame,
+                           descent)
                 for s in schemes}
     finally:
         if bar is not None:
