@@ -50,3 +50,43 @@ def test_guided_refinement_closes_a_shrinking_cavity():
     # slices stay independent: a pair gives the same field inside a batch as alone
     batch = ref(torch.cat([moving, fixed]), torch.cat([fixed, fixed]), torch.zeros(2, 2, 64, 64), torch.cat([label, fixed_label]), 0.5)
     torch.testing.assert_close(batch[:1], guided, atol=1e-4, rtol=0)
+
+
+def test_register_and_track_use_the_moving_label():
+    """register(): the moving label changes the field only through label_guidance (recorded in the summary);
+    track(label_guidance>0): every registration of the chain gets its moving frame's label."""
+    from unittest import mock
+
+    import monai_npc
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
+    ed, es, lab = c["image"][0], c["image"][2], c["label"][0]
+    kw = dict(spacing=c["spacing"], refine_iterations=10, threads=1, field_of_view="image")
+    plain = monai_npc.register(ed, es, **kw)
+    off = monai_npc.register(ed, es, moving_label=lab, label_guidance=0.0, **kw)
+    on = monai_npc.register(ed, es, moving_label=lab, **kw)
+    torch.testing.assert_close(off.ddf, plain.ddf)
+    assert on.summary["label_guidance"] == 0.05 and off.summary["label_guidance"] == 0.0
+    assert float((on.ddf - plain.ddf).abs().max()) > 1e-3
+    with pytest.raises(ValueError, match="label_guidance must be >= 0"):
+        monai_npc.register(ed, es, moving_label=lab, label_guidance=-1.0, **kw)
+
+    calls = []
+    real = monai_npc.register
+
+    def spy(moving, fixed, *args, **kwargs):
+        calls.append((kwargs.get("moving_label"), kwargs.get("label_guidance")))
+        return real(moving, fixed, *args, **kwargs)
+
+    with mock.patch.object(monai_npc, "register", spy):
+        monai_npc.track(c["image"], lab, 0, "sequential", spacing=c["spacing"], refine_iterations=2, threads=1, progress=False,
+                        label_guidance=0.05)
+    assert len(calls) == 4 and all(lbl is not None and w == 0.05 for lbl, w in calls)
+    import SimpleITK as sitk
+
+    np.testing.assert_array_equal(sitk.GetArrayFromImage(calls[0][0]), lab)  # the first step gets the reference label itself
+    calls.clear()
+    with mock.patch.object(monai_npc, "register", spy):
+        monai_npc.track(c["image"], lab, 0, "sequential", spacing=c["spacing"], refine_iterations=2, threads=1, progress=False)
+    assert all(lbl is None and w == 0.0 for lbl, w in calls)  # default: off

@@ -41,8 +41,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "--nproc_per_node N the studies are shared between the N processes (gloo on CPU, nccl on GPU)")
     p.add_argument("--strict", action="store_true", help="--batch: stop at the first bad study (default: report it in cohort.csv and go on)")
     p.add_argument("--label-guidance", type=float, default=None, metavar="W",
-                   help="weight of the refinement's label-guided term (each registration gets its moving frame's label); 0 = off; "
-                   "default 0.05 (docs/tracking.md)")
+                   help="weight of the refinement's label-guided term (each registration gets its moving frame's label); "
+                   "default 0 = off (docs/tracking.md; register's default for pairs is 0.05)")
     p.add_argument("--no-basal-descent", action="store_true",
                    help="keep every slice of the in-plane result (default: clear the basal RV slices the base leaves in systole; docs/tracking.md)")
     p.add_argument("--no-figure", action="store_true", help="do not write function.png")
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     result, files = track_to_folder(args.cine, args.label, args.out, args.label_frame, args.scheme, args.model, figure=not args.no_figure,
                                     progress=not (args.no_progress or quiet), refine_iterations=args.refine, threads=getattr(args, "threads", None),
-                                    basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance)
+                                    basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance or 0.0)
     frame = result.reference_frame
     if not quiet:
         f = result.function
@@ -82,7 +82,7 @@ def run_batch(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     rows = track_cohort(args.batch, args.out, args.model, args.scheme, refine_iterations=args.refine, strict=args.strict,
                         figure=not args.no_figure, progress=not (args.no_progress or quiet), threads=getattr(args, "threads", None),
-                        basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance)
+                        basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance or 0.0)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
     if not quiet and int(os.environ.get("RANK", "0")) == 0:
         print(f"tracked {len(rows)} studies: {counts['ok']} ok, {counts['skipped']} skipped (already done), {counts['failed']} failed; "

@@ -278,7 +278,7 @@ def track(
     ed_frame: Optional[int] = None,
     es_frame: Optional[int] = None,
     basal_descent: Union[None, bool, Mapping[str, float]] = None,
-    label_guidance: Optional[float] = None,
+    label_guidance: float = 0.0,
     progress: bool = True,
     **register_kwargs: Any,
 ) -> Tracking:
@@ -306,8 +306,9 @@ def track(
             when the reference frame is ED (the largest LV volume).
         label_guidance: weight of the refinement's label-guided term
             (:func:`monai_npc.register`): each registration gets the label of its moving frame
-            (the reference label, or the label carried there so far). ``None``: ``register``'s
-            default; 0: the registrations see the images only.
+            (the reference label, or the label carried there so far). Default 0 (off): on the
+            phantom cines and in patient090's drift, chaining carried labels into the term made
+            ``sequential`` worse (docs/tracking.md); ``0.05`` is ``register``'s default for pairs.
         progress: a tqdm bar over the registrations.
 
     Returns:
@@ -334,7 +335,7 @@ def track_schemes(
     ed_frame: Optional[int] = None,
     es_frame: Optional[int] = None,
     basal_descent: Union[None, bool, Mapping[str, float]] = None,
-    label_guidance: Optional[float] = None,
+    label_guidance: float = 0.0,
     progress: bool = True,
     **register_kwargs: Any,
 ) -> Dict[str, Tracking]:
@@ -357,9 +358,8 @@ def track_schemes(
     bar = _bar(progress, sum(m != f for m, f in needed), f"track ({', '.join(schemes)})")
     cache: Dict[Tuple[int, int], Tuple[torch.Tensor, float]] = {}
     try:
-        guided = (ref, ref_label) if label_guidance is None or float(label_guidance) > 0 else None
-        if label_guidance is not None:
-            kwargs["label_guidance"] = float(label_guidance)
+        guided = (ref, ref_label) if float(label_guidance) > 0 else None
+        kwargs["label_guidance"] = float(label_guidance)
         return {s: _result(data, ref, ref_label, s, _Fields(data, kwargs, bar.update if bar else None, cache, guided), ed_frame, es_frame,
                            descent)
                 for s in schemes}
