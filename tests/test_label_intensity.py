@@ -69,7 +69,7 @@ def test_register_and_track_use_the_moving_label():
     torch.testing.assert_close(off.ddf, plain.ddf)
     assert on.summary["label_guidance"] == 0.05 and off.summary["label_guidance"] == 0.0
     assert float((on.ddf - plain.ddf).abs().max()) > 1e-3
-    with pytest.raises(ValueError, match="label_guidance must be >= 0"):
+    with pytest.raises(ValueError, match=r"label_guidance \(--label-guidance\) must be >= 0"):
         monai_npc.register(ed, es, moving_label=lab, label_guidance=-1.0, **kw)
 
     calls = []

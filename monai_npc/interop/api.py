@@ -472,7 +472,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     profile = model_profile(net, size, field_of_view)
     guidance = LABEL_GUIDANCE if label_guidance is None else float(label_guidance)
     if guidance < 0:
-        raise ValueError(f"label_guidance must be >= 0, got {label_guidance}.")
+        raise ValueError(f"label_guidance (--label-guidance) must be >= 0, got {label_guidance}.")
     result = run_pipeline(net, moving_img, fixed_img, profile, keep_aspect, device, moving_label=moving_lab,
                           label_guidance=guidance if moving_lab is not None else 0.0)
     overlap, still, grid = result.overlap_percent, result.still, result.grid
