@@ -186,8 +186,7 @@ def read_frame_label(label: Any, cine: Cine, frame: int) -> np.ndarray:
         from monai_npc.data.io import read_sitk_file
 
         img = read_sitk_file(Path(label), "label")
-        if img.GetDimension() == 4:
-            label = _frames_of_4d(img)[frame]
+        label = _frames_of_4d(img)[frame] if img.GetDimension() == 4 else img  # read once
     elif isinstance(label, sitk.Image) and label.GetDimension() == 4:
         label = _frames_of_4d(label)[frame]
     elif isinstance(label, (np.ndarray, torch.Tensor)) and np.ndim(label) == 4:
