@@ -90,3 +90,15 @@ def test_register_and_track_use_the_moving_label():
     with mock.patch.object(monai_npc, "register", spy):
         monai_npc.track(c["image"], lab, 0, "sequential", spacing=c["spacing"], refine_iterations=2, threads=1, progress=False)
     assert all(lbl is None and w == 0.0 for lbl, w in calls)  # default: off
+
+
+def test_many_label_values_skip_the_term_with_a_warning():
+    """An atlas parcellation (here 19 values) is not used by the term (one warped channel per value and step)."""
+    from monai_npc.networks.blocks.refinement import MAX_GUIDE_LABELS
+
+    moving, fixed, start = torch.rand(1, 1, 32, 32), torch.rand(1, 1, 32, 32), torch.zeros(1, 2, 32, 32)
+    atlas = (torch.arange(32 * 32).reshape(1, 1, 32, 32) % 20).to(torch.int64)
+    ref = InstanceRefinement(3)
+    with pytest.warns(RuntimeWarning, match=f"19 values \\(at most {MAX_GUIDE_LABELS}"):
+        out = ref(moving, fixed, start, atlas, 0.05)
+    torch.testing.assert_close(out, ref(moving, fixed, start))

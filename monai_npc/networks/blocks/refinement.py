@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Optional
 
 import torch
@@ -12,7 +13,10 @@ from monai_npc.functional.label_intensity import intensity_models, label_intensi
 from monai_npc.functional.similarity import local_ncc
 from monai_npc.functional.warp import jacobian_determinant, warp_image
 
-__all__ = ["InstanceRefinement"]
+__all__ = ["InstanceRefinement", "MAX_GUIDE_LABELS"]
+
+#: the label-guided term is used for label maps of at most this many values (cardiac labels have 3)
+MAX_GUIDE_LABELS = 16
 
 
 def _resize(x: torch.Tensor, size: list) -> torch.Tensor:
@@ -127,6 +131,7 @@ class InstanceRefinement(nn.Module):
             v = torch.zeros([ddf.shape[0], ddf.shape[1]] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
             opt = torch.optim.Adam([v], lr=self.learning_rate)
             label_term = self._label_term(moving.detach().clone(), fixed.detach().clone(), base, moving_label.detach().clone()) if guided else None
+            lam = lam if label_term is not None else 0.0
             for _ in range(self.iterations):
                 field = base + _resize(v, full)  # the regularisers see the full-grid field the caller gets
                 coarse_field = field if self.level == 1 else _resize(field, level_size) * axis_scale
@@ -144,12 +149,18 @@ class InstanceRefinement(nn.Module):
                 opt.step()
         return (base + _resize(v.detach(), full)).detach()
 
-    def _label_term(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: torch.Tensor) -> Callable:
+    def _label_term(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: torch.Tensor) -> Optional[Callable]:
         """``field -> (B,)`` label-guided cost: intensity models of the moving image under each moving
         label (within the labels dilated by ``label_margin``), scored on the fixed image under the
-        labels warped by ``field``, within that region carried by the starting field ``ddf``."""
+        labels warped by ``field``, within that region carried by the starting field ``ddf``.
+        ``None`` (with a warning) for a label map of more than :data:`MAX_GUIDE_LABELS` values (an
+        atlas parcellation: one warped channel per value and step would dominate the time)."""
         label = moving_label.detach().round().to(torch.int64)
         values = [0] + sorted(int(v) for v in torch.unique(label).tolist() if int(v) != 0)
+        if len(values) - 1 > MAX_GUIDE_LABELS:
+            warnings.warn(f"label guidance skipped: the moving label has {len(values) - 1} values (at most {MAX_GUIDE_LABELS} are used).",
+                          RuntimeWarning, stacklevel=3)
+            return None
         onehot = label_onehot(label, values).to(ddf.dtype)
         region_m = label_region(label, self.label_margin).to(ddf.dtype)
         means, sds = intensity_models(moving.detach().to(ddf.dtype), onehot, region_m)
