@@ -44,6 +44,8 @@ def main() -> None:
     p.add_argument("--refine-iterations", type=int, default=None, help="NPC test-time refinement steps (default: the weights')")
     p.add_argument("--field-of-view", default=None, choices=("image", "heart", "heart-stack", "image+heart", "image>heart"),
                    help="NPC model grid (default: the weights' own, the heart window for acdc; 'image': the whole field of view)")
+    p.add_argument("--no-basal-descent", action="store_true",
+                   help="score the in-plane ED->ES labels (default: basal RV slices the base leaves cleared, for every method)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--restart", action="store_true", help="ignore the pairs already in --out/per_pair.jsonl")
     p.add_argument("--strict", action="store_true", help="stop at the first unusable study instead of skipping it")
@@ -63,7 +65,7 @@ def main() -> None:
     result = evaluate_studies(
         args.data_dir, out, model=args.model, with_demons=not args.no_demons, with_npc=not args.no_npc, demons_iterations=args.demons_iterations,
         demons_smoothing=args.demons_smoothing, max_studies=args.patients, threads=args.threads,
-        refine_iterations=args.refine_iterations, resume=not args.restart, strict=args.strict,
+        refine_iterations=args.refine_iterations, resume=not args.restart, strict=args.strict, basal_descent=not args.no_basal_descent,
         field_of_view=args.field_of_view,
     )
     for s in result["skipped"]:

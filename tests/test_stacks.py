@@ -287,3 +287,28 @@ def test_dicom_cine_study(tmp_path):
     np.testing.assert_allclose(target, np.clip(es_arr, 0, None), atol=0.5)  # phase 2 is ES, not the noise
     err_before = np.abs(moving - target).mean()
     assert np.abs(sitk.GetArrayFromImage(warped_img) - target).mean() < 0.8 * err_before
+
+
+def test_basal_descent_clears_the_basal_rv_slice_of_ed_to_es(tmp_path):
+    """infer_studies / evaluate_studies: with basal_descent (default) the ED->ES label loses the RV on the
+    basal slice (a 4-slice stack, 7-10 mm apart), every other voxel as without; ES->ED untouched; recorded."""
+    src = tmp_path / "src"
+    (folder,) = write_acdc_phantom(src, patients=1, first_id=107, max_slices=4, progress=False)
+    results = {}
+    for flag in (True, False):
+        out = tmp_path / f"out_{flag}"
+        summary = stacks.infer_studies(src, out, overview=False, basal_descent=flag, **FAST)
+        assert summary["n_done"] == 1 and summary["basal_descent"] is flag
+        results[flag] = {d: sitk.GetArrayFromImage(sitk.ReadImage(str(out / folder.name / d / "warped_label.nii.gz")))
+                         for d in ("ED_to_ES", "ES_to_ED")}
+        info = json.loads((out / folder.name / "ED_to_ES" / "summary.json").read_text())
+        assert ("basal_descent" in info) is flag
+    on, off = results[True]["ED_to_ES"], results[False]["ED_to_ES"]
+    ed_label = sitk.GetArrayFromImage(sitk.ReadImage(str(next(folder.glob("*_frame01_gt.nii.gz")))))
+    base = 0 if (ed_label[0] > 0).sum() >= (ed_label[-1] > 0).sum() else len(ed_label) - 1
+    assert (off[base] == 1).sum() > 0 and (on[base] == 1).sum() == 0
+    changed = on != off
+    assert changed.any() and (off[changed] == 1).all() and (on[changed] == 0).all() and not changed[np.arange(len(on)) != base].any()
+    np.testing.assert_array_equal(results[True]["ES_to_ED"], results[False]["ES_to_ED"])
+    metrics = stacks.evaluate_studies(src, tmp_path / "eval", with_demons=False, figure=False, **FAST)
+    assert metrics["basal_descent"] is True

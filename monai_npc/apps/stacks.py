@@ -286,6 +286,37 @@ def register_pair(pair: StudyPair, model: Union[str, nn.Module] = "acdc", model_
     )
 
 
+def basal_descent_label(pair: StudyPair, warped: np.ndarray, reference: np.ndarray, slice_spacing_mm: float) -> np.ndarray:
+    """An ``ED->ES`` pair of a short-axis stack (3 slices or more): the carried ED label ``warped``
+    ``(Z, H, W)`` with the basal RV slices the base leaves in systole cleared
+    (:func:`monai_npc.tracking.through_plane.apply_basal_descent`; ``reference`` is the ED label on
+    the same grid). Other pairs (``ES->ED``, plain ``moving->fixed`` pairs, single slices) are returned as they are.
+    """
+    if pair.direction != "ED->ES" or warped.ndim != 3 or warped.shape[0] < 3 or not (np.asarray(reference) > 0).any():
+        return warped
+    from monai_npc.tracking.through_plane import apply_basal_descent
+
+    return apply_basal_descent(warped, reference, slice_spacing_mm)
+
+
+def _descend_registration(pair: StudyPair, reg: Any) -> None:
+    """:func:`basal_descent_label` applied to ``reg.warped_label`` in place (recorded in ``reg.summary``)."""
+    if reg.warped_label is None or pair.moving.label is None or pair.direction != "ED->ES":
+        return
+    fixed = reg.warped_label
+    reference = sitk.GetArrayFromImage(sitk.Resample(read_sitk_file(Path(pair.moving.label), "moving label"), fixed, sitk.Transform(),
+                                                     sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
+    warped = sitk.GetArrayFromImage(fixed)
+    spacing = fixed.GetSpacing()[2] if fixed.GetDimension() == 3 else 1.0
+    new = basal_descent_label(pair, warped, reference, spacing)
+    if new is warped:
+        return
+    image = sitk.GetImageFromArray(new.astype(warped.dtype))
+    image.CopyInformation(fixed)
+    reg.warped_label = image
+    reg.summary["basal_descent"] = {"cleared_voxels": int((warped != new).sum()), "module": "monai_npc.tracking.through_plane"}
+
+
 def _read(phase: Phase, what: str) -> sitk.Image:
     from monai_npc.interop.api import as_image
 
@@ -425,6 +456,7 @@ def infer_studies(
     overview: bool = True,
     strict: bool = False,
     progress: bool = True,
+    basal_descent: bool = True,
 ) -> Dict[str, Any]:
     """Register every study under ``root`` and write the results in the fixed images' own space.
 
@@ -432,6 +464,8 @@ def infer_studies(
     :meth:`~monai_npc.interop.api.Registration.save`: ``warped.nii.gz``, ``warped_label.nii.gz``
     (when the moving frame has a label), ``transform.h5`` (ITK), ``displacement.nii.gz`` (ANTs),
     ``jacobian.nii.gz``, ``summary.json``..., every one on the fixed image's grid, every slice kept.
+    With ``basal_descent`` (default), the ``ED->ES`` warped label has the basal RV slices the base
+    leaves in systole cleared (:func:`basal_descent_label`; recorded in its ``summary.json``).
 
     ``out/summary.json`` (replaced at the start of each run) lists every study with
     ``status`` ``"done"`` or ``"skipped"`` and the ``reason``. ``strict=True`` raises on the first
@@ -450,6 +484,8 @@ def infer_studies(
         try:
             for pair in study.pairs:
                 reg = register_pair(pair, net, model_name=model_name or name, device=device, threads=threads)
+                if basal_descent:
+                    _descend_registration(pair, reg)
                 folder = out / study.name / pair.tag
                 summary = reg.save(folder, overview=overview)
                 done[pair.direction] = {"folder": str(folder), "seconds": summary["seconds"], "files": sorted(summary["outputs"].values())}
@@ -458,7 +494,7 @@ def infer_studies(
             continue
         records.append({"study": study.name, "status": "done", "kind": study.kind, "group": study.group, "pairs": done})
     result = {
-        "root": str(Path(root).resolve()), "model": name, "directions": list(directions),
+        "root": str(Path(root).resolve()), "model": name, "directions": list(directions), "basal_descent": bool(basal_descent),
         "n_done": sum(r["status"] == "done" for r in records), "n_skipped": sum(r["status"] == "skipped" for r in records),
         "studies": records,
     }
@@ -471,9 +507,10 @@ def infer_studies(
 
 def _evaluate_pair(
     study: Study, pair: StudyPair, net: nn.Module, name: str, methods: Sequence[str], demons: Mapping[str, Any],
-    device: Union[str, torch.device], threads: int,
+    device: Union[str, torch.device], threads: int, basal_descent: bool = True,
 ) -> List[Dict[str, Any]]:
-    """Rows (one per method) of one labelled pair: Dice/HD95 on the fixed grid, folding, seconds."""
+    """Rows (one per method) of one labelled pair: Dice/HD95 on the fixed grid, folding, seconds
+    (``basal_descent``: :func:`basal_descent_label` on every method's ED->ES label)."""
     from monai_npc.metrics import folding_percent
     from monai_npc.runtime import use_threads
 
@@ -505,6 +542,8 @@ def _evaluate_pair(
                 warped, ddf = demons_pair(moving, fixed, sitk.Cast(moving_label, sitk.sitkInt16), **demons)
                 seconds = time.perf_counter() - t0
             folding = float(folding_percent(ddf).mean())
+        if basal_descent:
+            warped = basal_descent_label(pair, warped, initial, fixed.GetSpacing()[2] if fixed.GetDimension() == 3 else 1.0)
         rows.append({**base, "method": method, "seconds": seconds, "folding_percent": folding, **label_metrics(warped, target, spacing)})
     return rows
 
@@ -651,6 +690,7 @@ def evaluate_studies(
     strict: bool = False,
     figure: bool = True,
     progress: bool = True,
+    basal_descent: bool = True,
 ) -> Dict[str, Any]:
     """Register every labelled study under ``root`` (only the moving label given) and score it.
 
@@ -666,7 +706,10 @@ def evaluate_studies(
     skipped studies with their reasons), ``results.md`` and ``groups.png``. ``strict=True`` makes
     the first bad study fatal. ``max_studies`` keeps the first N studies (sorted by name).
     ``field_of_view`` overrides the network's model grid (:mod:`monai_npc.apps.registration`;
-    ``"image"`` reproduces the whole-image grid used before the heart window).
+    ``"image"`` reproduces the whole-image grid used before the heart window). ``basal_descent``
+    (default): every method's ``ED->ES`` label has the basal RV slices the base leaves cleared
+    (:func:`basal_descent_label`) before it is scored; rows already in ``per_pair.jsonl`` keep
+    the setting they were computed with (use a new ``out`` or ``resume=False`` when changing it).
     Returns the content of ``metrics.json``.
     """
     out = Path(out)
@@ -696,7 +739,7 @@ def evaluate_studies(
         if not need or study.name in bad:
             continue
         try:
-            new = _evaluate_pair(study, pair, net, name, need, demons, device, threads)
+            new = _evaluate_pair(study, pair, net, name, need, demons, device, threads, basal_descent)
         except (OSError, ValueError, RuntimeError) as err:
             skipped.append(_fail(study.name, f"{pair.direction}: {_one_line(err)}", strict))
             bad.add(study.name)
@@ -713,7 +756,8 @@ def evaluate_studies(
     result: Dict[str, Any] = {
         "root": str(Path(root).resolve()), "model": name, "methods": methods, "directions": list(directions),
         "demons": {**demons, "grid": "native fixed grid, slice by slice, per-slice [0, 1] scaling"} if with_demons else None,
-        "threads": threads, "n_studies": len({r["study"] for r in rows}), "n_pairs": len({(r["study"], r["direction"]) for r in rows}),
+        "threads": threads, "basal_descent": bool(basal_descent),
+        "n_studies": len({r["study"] for r in rows}), "n_pairs": len({(r["study"], r["direction"]) for r in rows}),
         "skipped": skipped, "summary": summary,
     }
     if "npc" in summary:
@@ -765,11 +809,11 @@ class StackInference:
         self, dataset_dir: PathLike, output_dir: PathLike, network: Union[str, nn.Module], ckpt_path: Optional[PathLike] = None,
         model_meta: Optional[Mapping[str, Any]] = None, model_name: Optional[str] = None,
         directions: Sequence[str] = ("ED->ES", "ES->ED"), device: Union[str, torch.device] = "cpu", threads: Optional[int] = 1,
-        overview: bool = True, strict: bool = False, progress: bool = True,
+        overview: bool = True, strict: bool = False, progress: bool = True, basal_descent: bool = True,
     ) -> None:
         self.kwargs = dict(
             root=dataset_dir, out=output_dir, model=network, model_name=model_name, directions=list(directions), device=device,
-            threads=threads, overview=overview, strict=strict, progress=progress,
+            threads=threads, overview=overview, strict=strict, progress=progress, basal_descent=bool(basal_descent),
         )
         self.ckpt_path, self.model_meta = ckpt_path, model_meta
         self.summary: Optional[Dict[str, Any]] = None
@@ -792,11 +836,13 @@ class StackEvaluation:
         with_demons: bool = False, demons_iterations: int = 100, demons_smoothing: float = 1.5,
         directions: Sequence[str] = ("ED->ES", "ES->ED"), max_studies: Optional[int] = None, device: Union[str, torch.device] = "cpu",
         threads: int = 1, resume: bool = False, strict: bool = False, figure: bool = True, progress: bool = True,
+        basal_descent: bool = True,
     ) -> None:
         self.kwargs = dict(
             root=dataset_dir, out=output_dir, model=network, model_name=model_name, with_demons=bool(with_demons),
             demons_iterations=demons_iterations, demons_smoothing=demons_smoothing, directions=list(directions),
             max_studies=max_studies, device=device, threads=threads, resume=resume, strict=strict, figure=figure, progress=progress,
+            basal_descent=bool(basal_descent),
         )
         self.ckpt_path, self.model_meta = ckpt_path, model_meta
         self.metrics: Optional[Dict[str, Any]] = None
