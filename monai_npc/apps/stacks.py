@@ -286,33 +286,32 @@ def register_pair(pair: StudyPair, model: Union[str, nn.Module] = "acdc", model_
     )
 
 
-def basal_descent_label(pair: StudyPair, warped: np.ndarray, reference: np.ndarray, slice_spacing_mm: float) -> np.ndarray:
+def basal_descent_label(pair: StudyPair, warped: np.ndarray, reference: np.ndarray, fixed: sitk.Image) -> np.ndarray:
     """An ``ED->ES`` pair of a short-axis stack (3 slices or more): the carried ED label ``warped``
-    ``(Z, H, W)`` with the basal RV slices the base leaves in systole cleared
+    ``(Z, H, W)`` on ``fixed``'s grid with the basal RV slices the base leaves in systole cleared
     (:func:`monai_npc.tracking.through_plane.apply_basal_descent`; ``reference`` is the ED label on
     the same grid). Other pairs (``ES->ED``, plain ``moving->fixed`` pairs, single slices) are returned as they are.
     """
-    if pair.direction != "ED->ES" or warped.ndim != 3 or warped.shape[0] < 3 or not (np.asarray(reference) > 0).any():
+    if pair.direction != "ED->ES" or fixed.GetDimension() != 3 or warped.shape[0] < 3 or not (np.asarray(reference) > 0).any():
         return warped
     from monai_npc.tracking.through_plane import apply_basal_descent
 
-    return apply_basal_descent(warped, reference, slice_spacing_mm)
+    return apply_basal_descent(warped, reference, fixed.GetSpacing()[2])
 
 
 def _descend_registration(pair: StudyPair, reg: Any) -> None:
     """:func:`basal_descent_label` applied to ``reg.warped_label`` in place (recorded in ``reg.summary``)."""
     if reg.warped_label is None or pair.moving.label is None or pair.direction != "ED->ES":
         return
-    fixed = reg.warped_label
-    reference = sitk.GetArrayFromImage(sitk.Resample(read_sitk_file(Path(pair.moving.label), "moving label"), fixed, sitk.Transform(),
+    on_fixed = reg.warped_label  # on the fixed grid
+    reference = sitk.GetArrayFromImage(sitk.Resample(read_sitk_file(Path(pair.moving.label), "moving label"), on_fixed, sitk.Transform(),
                                                      sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
-    warped = sitk.GetArrayFromImage(fixed)
-    spacing = fixed.GetSpacing()[2] if fixed.GetDimension() == 3 else 1.0
-    new = basal_descent_label(pair, warped, reference, spacing)
+    warped = sitk.GetArrayFromImage(on_fixed)
+    new = basal_descent_label(pair, warped, reference, on_fixed)
     if new is warped:
         return
     image = sitk.GetImageFromArray(new.astype(warped.dtype))
-    image.CopyInformation(fixed)
+    image.CopyInformation(on_fixed)
     reg.warped_label = image
     reg.summary["basal_descent"] = {"cleared_voxels": int((warped != new).sum()), "module": "monai_npc.tracking.through_plane"}
 
@@ -543,7 +542,7 @@ def _evaluate_pair(
                 seconds = time.perf_counter() - t0
             folding = float(folding_percent(ddf).mean())
         if basal_descent:
-            warped = basal_descent_label(pair, warped, initial, fixed.GetSpacing()[2] if fixed.GetDimension() == 3 else 1.0)
+            warped = basal_descent_label(pair, warped, initial, fixed)
         rows.append({**base, "method": method, "seconds": seconds, "folding_percent": folding, **label_metrics(warped, target, spacing)})
     return rows
 

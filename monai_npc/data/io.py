@@ -458,6 +458,13 @@ def _one_line(err: Exception) -> str:
     return lines[-1] if lines else type(err).__name__
 
 
+def sform_disagrees(scales: Sequence[float], pixdim: Sequence[float]) -> bool:
+    """ITK's rule: a NIfTI sform whose voxel sizes ``scales`` differ from the header's ``pixdim``
+    (relative 1e-3) is not used; the qform is. Shared by :func:`sform_mismatch` (files) and
+    :func:`monai_npc.interop.images.nibabel_to_sitk` (nibabel images)."""
+    return not np.allclose(np.asarray(scales, dtype=np.float64), np.asarray(pixdim, dtype=np.float64), rtol=1e-3)
+
+
 def sform_mismatch(path: PathLike) -> Optional[Tuple[Tuple[float, ...], Tuple[float, ...]]]:
     """``(sform voxel sizes, pixdim)`` in mm when a NIfTI-1 file's sform scales disagree with its
     pixdim (ITK then reads the qform, and warns), else ``None`` (also for other formats).
@@ -485,7 +492,7 @@ def sform_mismatch(path: PathLike) -> Optional[Tuple[Tuple[float, ...], Tuple[fl
             return None  # no sform: ITK reads the qform anyway
         srow = np.asarray(struct.unpack(endian + "12f", header[280:328]), dtype=np.float64).reshape(3, 4)
         scales = np.linalg.norm(srow[:, :rank], axis=0)
-        if np.allclose(scales, pixdim, rtol=1e-3):
+        if not sform_disagrees(scales, pixdim):
             return None
         return tuple(round(float(v), 4) for v in scales), tuple(round(float(v), 4) for v in pixdim)
     return None

@@ -114,12 +114,14 @@ def nibabel_to_sitk(img) -> sitk.Image:
     sform has 1 mm scales and pixdim the real 1.4-1.7 mm). The same rule is applied here, so a
     nibabel image and its file path register identically.
     """
+    from monai_npc.data.io import sform_disagrees
+
     header = img.header
     affine = np.asarray(img.affine, dtype=np.float64)
     dims = min(len(img.shape), 3)
     zooms = np.asarray(header.get_zooms()[:dims], dtype=np.float64)
     scales = np.linalg.norm(affine[:3, :dims], axis=0)
-    if not np.allclose(scales, zooms, rtol=1e-3) and hasattr(header, "get_qform"):
+    if sform_disagrees(scales, zooms) and hasattr(header, "get_qform"):
         affine = np.asarray(header.get_qform(), dtype=np.float64)
     data = np.asanyarray(img.dataobj)
     if data.ndim > dims:

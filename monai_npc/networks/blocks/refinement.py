@@ -130,8 +130,7 @@ class InstanceRefinement(nn.Module):
             base = ddf.detach().clone()
             v = torch.zeros([ddf.shape[0], ddf.shape[1]] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
             opt = torch.optim.Adam([v], lr=self.learning_rate)
-            label_term = self._label_term(moving.detach().clone(), fixed.detach().clone(), base, moving_label.detach().clone()) if guided else None
-            lam = lam if label_term is not None else 0.0
+            label_term = self._label_term(moving.clone(), fixed.clone(), base, moving_label.clone()) if guided else None
             for _ in range(self.iterations):
                 field = base + _resize(v, full)  # the regularisers see the full-grid field the caller gets
                 coarse_field = field if self.level == 1 else _resize(field, level_size) * axis_scale
