@@ -63,6 +63,15 @@ def test_blocks_shapes():
     assert MiniUNetHead(3, 8, 3)(torch.rand(1, 8, 6, 6, 6)).shape == (1, 3, 6, 6, 6)
     assert Warp()(torch.rand(1, 1, 9, 9), torch.zeros(1, 2, 9, 9)).shape == (1, 1, 9, 9)
     assert split_steps(10, 2) == [5, 5] and split_steps(7, 2) == [4, 3]
+    ode = WarpODE([torch.nn.Identity(), torch.nn.Identity()], 10)
+    ode.set_steps(5)
+    assert ode.steps_per_stage == [3, 2] and ode.num_steps == 5
+    ode.set_steps([1, 4])
+    assert ode.steps_per_stage == [1, 4] and ode.num_steps == 5
+    with pytest.raises(ValueError, match="must be >= number of stages"):
+        ode.set_steps(1)
+    with pytest.raises(ValueError, match="does not give >= 1 step"):
+        ode.set_steps([3, 0])
 
 
 def test_filters_are_unit_norm_at_use_time():

@@ -33,7 +33,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="0-based frame of --label (default: ED of an Info.cfg beside the cine, else 0)")
     p.add_argument("--scheme", choices=SCHEMES, default=DEFAULT_SCHEME, help=f"tracking scheme (default: {DEFAULT_SCHEME})")
     p.add_argument("--model", default="acdc", help="registration model as for monai-npc register (default: acdc)")
-    p.add_argument("--refine", type=int, default=None, metavar="N", help="test-time refinement steps (default: the weights' setting)")
+    p.add_argument("--refine", type=int, default=None, metavar="N",
+                   help="test-time refinement steps of each registration (default 10 for shipped or saved NPC weights; "
+                   "register's pair default is 50; docs/tracking.md, Speed)")
+    p.add_argument("--steps", type=int, default=None, metavar="N",
+                   help="learned ODE steps of each registration (default 4; the weights' own setting, 10 for acdc, is for any pair)")
     p.add_argument("--out", required=True, help="output folder (--batch: where cohort.csv and, by default, each study's folder go)")
     p.add_argument("--batch", metavar="COHORT_CSV",
                    help="track many studies: a CSV with columns cine,label[,label_frame][,out][,name] (relative paths from "
@@ -62,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("missing " + ", ".join(missing) + " (or use --batch COHORT_CSV)")
     quiet = getattr(args, "quiet", False)
     result, files = track_to_folder(args.cine, args.label, args.out, args.label_frame, args.scheme, args.model, figure=not args.no_figure,
-                                    progress=not (args.no_progress or quiet), refine_iterations=args.refine, threads=getattr(args, "threads", None),
+                                    progress=not (args.no_progress or quiet), refine_iterations=args.refine, num_steps=args.steps, threads=getattr(args, "threads", None),
                                     basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance or 0.0)
     frame = result.reference_frame
     if not quiet:
@@ -80,7 +84,7 @@ def run_batch(args: argparse.Namespace) -> int:
     if args.cine or args.label or args.label_frame is not None:
         raise ValueError("use either --batch or --cine/--label/--label-frame, not both")
     quiet = getattr(args, "quiet", False)
-    rows = track_cohort(args.batch, args.out, args.model, args.scheme, refine_iterations=args.refine, strict=args.strict,
+    rows = track_cohort(args.batch, args.out, args.model, args.scheme, refine_iterations=args.refine, num_steps=args.steps, strict=args.strict,
                         figure=not args.no_figure, progress=not (args.no_progress or quiet), threads=getattr(args, "threads", None),
                         basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance or 0.0)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}

@@ -90,16 +90,21 @@ _HDF5_LOCK = threading.Lock()
 
 
 def resolve_model(
-    model: Union[str, PathLike, nn.Module], device: Union[str, torch.device] = "cpu", refine_iterations: Optional[int] = None
+    model: Union[str, PathLike, nn.Module], device: Union[str, torch.device] = "cpu", refine_iterations: Optional[int] = None,
+    num_steps: Optional[int] = None,
 ) -> Tuple[nn.Module, str]:
     """``(network, name)`` for a shipped model name (``"acdc"``...), a ``save_pretrained`` file,
     ``"phase-correlation"`` or an ``nn.Module`` (used as is). The network is in eval mode.
 
-    ``refine_iterations`` (NPC weights only) sets the test-time refinement steps after the network
-    (:class:`~monai_npc.networks.blocks.InstanceRefinement`); ``None`` keeps the weights' setting.
+    For NPC weights, ``refine_iterations`` sets the test-time refinement steps after the network
+    (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``num_steps`` the learned ODE steps
+    (:class:`~monai_npc.networks.blocks.WarpODE`, split evenly over its stages); ``None`` keeps the
+    weights' setting.
     """
     if refine_iterations is not None and int(refine_iterations) < 0:
         raise ValueError(f"refine_iterations (--refine) must be >= 0, got {refine_iterations}.")
+    if num_steps is not None and int(num_steps) < 1:
+        raise ValueError(f"num_steps (--steps) must be >= 1, got {num_steps}.")
     from monai_npc.networks.nets.pretrained import load_pretrained
 
     if isinstance(model, nn.Module):
@@ -118,6 +123,8 @@ def resolve_model(
         ) from err
     if getattr(net, "spatial_dims", 2) != 2:
         raise ValueError(f"model {spec} is {net.spatial_dims}-D; register needs a 2-D model.")
+    if num_steps is not None:
+        net.ode.set_steps(int(num_steps))
     return net.to(device), spec
 
 

@@ -226,6 +226,7 @@ def track_cohort(
     scheme: str = DEFAULT_SCHEME,
     *,
     refine_iterations: Optional[int] = None,
+    num_steps: Optional[int] = None,
     strict: bool = False,
     figure: bool = True,
     progress: bool = True,
@@ -237,8 +238,8 @@ def track_cohort(
 
     Args:
         cohort: the cohort CSV; out: folder of ``cohort.csv`` and of the studies without an ``out``.
-        model, scheme, refine_iterations, register_kwargs: as :func:`monai_npc.track` (the model
-            is loaded once per process).
+        model, scheme, refine_iterations, num_steps, register_kwargs: as :func:`monai_npc.track`
+            (the model is loaded once per process, :func:`~monai_npc.tracking.track.tracking_model`).
         strict: a bad study is fatal instead of a ``failed`` row: its rank stops, the rows so far
             are merged and written, then every rank raises ``ValueError``.
         figure: write each study's ``function.png``.
@@ -256,8 +257,9 @@ def track_cohort(
     """
     from tqdm.auto import tqdm
 
-    from monai_npc.interop.api import resolve_model
     from monai_npc.interop.register import _error_line
+
+    from .track import tracking_model
 
     if os.path.abspath(cohort) == os.path.abspath(Path(out) / COHORT_FILE):
         raise ValueError(f"the cohort CSV {cohort} is the merged table this run writes ({COHORT_FILE} in --out {out}): rename it or choose another --out.")
@@ -268,7 +270,7 @@ def track_cohort(
             remove_stale([report / COHORT_FILE])
         if device is None:
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
-        net, name = resolve_model(model, device, refine_iterations)
+        net, name = tracking_model(model, device, refine_iterations, num_steps)
         kwargs = dict(register_kwargs, device=device, threads=threads)
         mine = shard(list(enumerate(studies)), rank, world_size)
         rows: List[Dict[str, Any]] = []

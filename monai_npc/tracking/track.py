@@ -37,7 +37,18 @@ from .function import ACDC_STRUCTURES, cardiac_function, volume_curves
 from .schemes import DEFAULT_SCHEME, SCHEMES
 from .through_plane import BASAL_DESCENT_MM, apply_basal_descent, systolic_phase
 
-__all__ = ["SCHEMES", "DEFAULT_SCHEME", "Tracking", "track", "track_schemes", "compose", "warp_label", "label_dice"]
+__all__ = [
+    "SCHEMES", "DEFAULT_SCHEME", "TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "Tracking", "track", "track_schemes", "tracking_model",
+    "compose", "warp_label", "label_dice",
+]
+
+#: learned ODE steps of each registration when tracking loads NPC weights (their own setting is for
+#: any pair, 10 for ``acdc``). Consecutive frames move little: on the phantom cines and patient090,
+#: 4 ODE steps and :data:`TRACK_REFINE_ITERATIONS` refinement steps keep the accuracy of 10 and 50
+#: at a third of the time (docs/tracking.md, "Speed").
+TRACK_NUM_STEPS = 4
+#: test-time refinement steps of each registration when tracking loads NPC weights (``acdc``: 50 for pairs)
+TRACK_REFINE_ITERATIONS = 10
 
 
 def compose(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
@@ -216,6 +227,21 @@ def scheme_fields(fields: _Fields, scheme: str, ref: int, frames: int) -> Tuple[
     return out, cycle  # type: ignore[return-value]
 
 
+def tracking_model(
+    model: Any = "acdc", device: Union[str, torch.device] = "cpu", refine_iterations: Optional[int] = None, num_steps: Optional[int] = None,
+) -> Tuple[torch.nn.Module, str]:
+    """``(network, name)`` that :func:`track` registers frames with: NPC weights by name or file get
+    ``num_steps`` ODE steps and ``refine_iterations`` refinement steps (``None``:
+    :data:`TRACK_NUM_STEPS`, :data:`TRACK_REFINE_ITERATIONS`); a network is used as it is
+    (:func:`monai_npc.interop.api.resolve_model`)."""
+    from monai_npc.interop.api import resolve_model
+
+    if isinstance(model, torch.nn.Module):
+        return resolve_model(model, device)
+    return resolve_model(model, device, TRACK_REFINE_ITERATIONS if refine_iterations is None else refine_iterations,
+                         TRACK_NUM_STEPS if num_steps is None else num_steps)
+
+
 def _prepare(cine: Any, label: Any, reference_frame: int, spacing) -> Tuple[Cine, int, np.ndarray]:
     data = cine if isinstance(cine, Cine) else read_cine(cine, spacing)
     ref = int(reference_frame)
@@ -275,6 +301,7 @@ def track(
     *,
     spacing: Optional[Sequence[float]] = None,
     refine_iterations: Optional[int] = None,
+    num_steps: Optional[int] = None,
     ed_frame: Optional[int] = None,
     es_frame: Optional[int] = None,
     basal_descent: Union[None, bool, Mapping[str, float]] = None,
@@ -292,8 +319,14 @@ def track(
         reference_frame: 0-based frame the label belongs to (ED by default = 0; ACDC's
             ``Info.cfg`` ``ED: n`` is frame ``n - 1``).
         scheme: one of :data:`SCHEMES` (module docstring).
-        model, refine_iterations, **register_kwargs: passed to :func:`monai_npc.register`
-            (``threads``, ``device``, ``size``...).
+        model: the registration model as for :func:`monai_npc.register`; NPC weights by name or
+            file are loaded once with the tracking settings (:func:`tracking_model`), a network is
+            used as it is.
+        refine_iterations, num_steps: test-time refinement steps and learned ODE steps of each
+            registration; ``None``: :data:`TRACK_REFINE_ITERATIONS` (10) and
+            :data:`TRACK_NUM_STEPS` (4), a third of the pair defaults' time (docs/tracking.md);
+            ignored for a network given as a module.
+        **register_kwargs: passed to :func:`monai_npc.register` (``threads``, ``device``, ``size``...).
         spacing: mm per array axis ``(Z, H, W)`` for array inputs.
         ed_frame, es_frame: override the ED / ES frames the function figures use (default: the
             largest and the smallest tracked LV volume).
@@ -319,7 +352,7 @@ def track(
         ValueError: a 3-D input, a label frame out of range, a label off the frame grid, an unknown scheme.
     """
     return track_schemes(cine, label, reference_frame, (scheme,), model, spacing=spacing, refine_iterations=refine_iterations,
-                         ed_frame=ed_frame, es_frame=es_frame, basal_descent=basal_descent, label_guidance=label_guidance, progress=progress,
+                         num_steps=num_steps, ed_frame=ed_frame, es_frame=es_frame, basal_descent=basal_descent, label_guidance=label_guidance, progress=progress,
                          **register_kwargs)[scheme]
 
 
@@ -332,6 +365,7 @@ def track_schemes(
     *,
     spacing: Optional[Sequence[float]] = None,
     refine_iterations: Optional[int] = None,
+    num_steps: Optional[int] = None,
     ed_frame: Optional[int] = None,
     es_frame: Optional[int] = None,
     basal_descent: Union[None, bool, Mapping[str, float]] = None,
@@ -348,7 +382,9 @@ def track_schemes(
             raise ValueError(f"scheme {s!r} is not one of {SCHEMES}.")
     data, ref, ref_label = _prepare(cine, label, reference_frame, spacing)
     descent = _descent(basal_descent, ref_label.shape[0])
-    kwargs = dict(model=model, refine_iterations=refine_iterations, **register_kwargs)
+    net, name = tracking_model(model, register_kwargs.get("device") or "cpu", refine_iterations, num_steps)
+    kwargs = dict(register_kwargs, model=net)
+    kwargs.setdefault("model_name", name)
     frames = len(data)
     needed = {(ref, t) for t in range(frames)} if any(s in ("direct", "average") for s in schemes) else set()
     if any(s != "direct" for s in schemes):

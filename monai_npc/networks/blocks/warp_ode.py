@@ -133,11 +133,9 @@ class WarpODE(nn.Module):
         if len(phase_init_gains) == 0:
             raise ValueError("phase_init_gains must hold at least one gain (0 = the images as given).")
         self.stages = nn.ModuleList(stages)
-        steps = split_steps(num_steps, len(self.stages)) if isinstance(num_steps, int) else [int(n) for n in num_steps]
-        if len(steps) != len(self.stages) or min(steps) < 1:
-            raise ValueError(f"num_steps {num_steps} does not give >= 1 step to each of {len(self.stages)} stages.")
-        self.steps_per_stage: List[int] = steps
-        self.num_steps: int = sum(steps)
+        self.steps_per_stage: List[int] = []
+        self.num_steps: int = 0
+        self.set_steps(num_steps)
         self.padding_mode = padding_mode
         self.detach_steps = detach_steps
         self.phase_init = phase_init
@@ -146,6 +144,18 @@ class WarpODE(nn.Module):
         if phase_init_max_shift is not None and phase_init_max_shift < 0:
             raise ValueError(f"phase_init_max_shift must be >= 0 or None, got {phase_init_max_shift}.")
         self.phase_init_max_shift = None if phase_init_max_shift is None else float(phase_init_max_shift)
+
+    def set_steps(self, num_steps: Union[int, Sequence[int]]) -> None:
+        """Set ``n_t``: a total split evenly over the stages, or one count per stage (each >= 1).
+
+        ``dt = 1 / n_t``: fewer steps integrate the same learned velocity more coarsely (cheaper;
+        enough for small motions such as consecutive cine frames, docs/tracking.md).
+        """
+        steps = split_steps(int(num_steps), len(self.stages)) if isinstance(num_steps, int) else [int(n) for n in num_steps]
+        if len(steps) != len(self.stages) or min(steps) < 1:
+            raise ValueError(f"num_steps {num_steps} does not give >= 1 step to each of {len(self.stages)} stages.")
+        self.steps_per_stage = steps
+        self.num_steps = sum(steps)
 
     def initial_field(self, moving: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:
         """``ddf(0)`` ``(B, D, *S)``: zero, or the global phase-correlation shift with ``phase_init``

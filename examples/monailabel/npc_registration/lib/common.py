@@ -189,19 +189,21 @@ class NPCInferTask(InferTask):
             raise RequestError(404, f"{key} {value!r} is neither the id of a final label in the datastore nor a file on the server.")
         return None
 
-    def _network(self, request: Dict[str, Any]) -> Tuple[Any, str, str]:
+    def _network(self, request: Dict[str, Any], tracking: bool = False) -> Tuple[Any, str, str]:
         """``(network, name, device)`` of the request (``npc_model``, ``npc_device``, ``npc_refine``;
-        never MONAI Label's ``model`` / ``device``), each network loaded once and reused."""
+        never MONAI Label's ``model`` / ``device``), each network loaded once and reused. ``tracking``:
+        with ``monai_npc.track``'s settings for consecutive frames (fewer steps when ``npc_refine`` is absent)."""
         from monai_npc.interop.api import resolve_model
+        from monai_npc.tracking.track import tracking_model
 
         spec = str(request.get("npc_model") or self.model)
         device = str(request.get("npc_device") or self.device)
         refine = whole_number(request.get("npc_refine"), "npc_refine", "refinement steps")
-        key = (spec, device, refine)
+        key = (spec, device, refine, tracking)
         with self._nets_lock:
             if key not in self._nets:
                 try:
-                    self._nets[key] = resolve_model(spec, device, refine)
+                    self._nets[key] = (tracking_model if tracking else resolve_model)(spec, device, refine)
                 except (FileNotFoundError, ValueError) as err:
                     status = 404 if isinstance(err, FileNotFoundError) else 400
                     raise RequestError(status, f"npc_model {spec!r}: {err} Use {model_help()}.") from None
