@@ -116,6 +116,23 @@ def test_tracking_model_settings():
         tracking_model("acdc", num_steps=0)
 
 
+def test_track_settings_per_pair(cine, monkeypatch):
+    """Consecutive frames (round the cycle too) get tracking's 4 ODE steps, frames further apart the weights' 10."""
+    import monai_npc
+
+    steps, real = [], monai_npc.register
+
+    def spy(moving, fixed, **kwargs):
+        steps.append(kwargs["model"].ode.num_steps)
+        return real(moving, fixed, **kwargs)
+
+    monkeypatch.setattr(monai_npc, "register", spy)
+    track_schemes(cine["image"], cine["label"][0], 0, ("direct", "sequential"), spacing=cine["spacing"], refine_iterations=0,
+                  threads=1, progress=False)
+    # 5 frames: (0,1) (1,2) (2,3) (3,4) (4,0) and direct's (0,4) are consecutive, direct's (0,2) (0,3) are not
+    assert sorted(steps) == [4] * 6 + [10] * 2
+
+
 def test_track_default_settings_accuracy(cine):
     """track's defaults (4 ODE steps, 10 refinement steps) on the phantom: better than no refinement."""
     r = track_schemes(cine["image"], cine["label"][0], 0, ("sequential",), spacing=cine["spacing"], threads=1, progress=False)["sequential"]

@@ -199,7 +199,7 @@ def cohort_csv(rows: Sequence[Dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def _track_study(study: Study, net: torch.nn.Module, name: str, scheme: str, figure: bool, register_kwargs: Dict[str, Any]) -> Dict[str, Any]:
+def _track_study(study: Study, net: Any, name: str, scheme: str, figure: bool, register_kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """Track one study and write its files; returns its ``function.json`` summary."""
     from .outputs import track_to_folder
 
@@ -270,8 +270,10 @@ def track_cohort(
             remove_stale([report / COHORT_FILE])
         if device is None:
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
-        net, name = tracking_model(model, device, refine_iterations, num_steps)
-        kwargs = dict(register_kwargs, device=device, threads=threads)
+        net, name = tracking_model(model, device, refine_iterations, num_steps)  # a bad model fails here, before any study
+        if not isinstance(model, torch.nn.Module):
+            net = model  # by name or file: track() loads it per study (milliseconds) with the settings for each pair's frames
+        kwargs = dict(register_kwargs, device=device, threads=threads, refine_iterations=refine_iterations, num_steps=num_steps)
         mine = shard(list(enumerate(studies)), rank, world_size)
         rows: List[Dict[str, Any]] = []
         fatal: Optional[str] = None

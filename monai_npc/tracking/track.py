@@ -137,14 +137,17 @@ class Tracking:
 
 
 class _Fields:
-    """Pairwise in-plane fields ``(Z, 2, H, W)`` (frame voxels) from :func:`monai_npc.register`, cached."""
+    """Pairwise in-plane fields ``(Z, 2, H, W)`` (frame voxels) from :func:`monai_npc.register`, cached
+    (consecutive frames registered with one network, frames further apart with the other)."""
 
     def __init__(
-        self, cine: Cine, register_kwargs: Dict[str, Any], progress: Optional[Callable[[], None]] = None,
-        cache: Optional[Dict[Tuple[int, int], Tuple[torch.Tensor, float]]] = None,
+        self, cine: Cine, models: Mapping[bool, Tuple[torch.nn.Module, str]], register_kwargs: Dict[str, Any],
+        progress: Optional[Callable[[], None]] = None, cache: Optional[Dict[Tuple[int, int], Tuple[torch.Tensor, float]]] = None,
         reference: Optional[Tuple[int, np.ndarray]] = None,
     ) -> None:
         self.cine, self.kwargs, self.progress = cine, register_kwargs, progress
+        #: ``{consecutive: (network, name)}``: for consecutive frames (``True``) and for frames further apart
+        self.models = models
         #: ``(frame, label)`` of the reference: each registration then gets its moving frame's label
         #: (the reference label, or it carried there by the chain so far) for the label-guided refinement
         self.reference = reference
@@ -164,8 +167,12 @@ class _Fields:
                 z, (h, w) = self.cine.frames[0].GetSize()[2], self.cine.frames[0].GetSize()[1::-1]
                 field_ = torch.zeros(z, 2, h, w)
             else:
+                near = (key[1] - key[0]) % len(self.cine) in (1, len(self.cine) - 1)
+                net, name = self.models.get(near, self.models[True])
+                kwargs = dict(self.kwargs, model=net)
+                kwargs.setdefault("model_name", name)
                 reg = monai_npc.register(self.cine.frames[key[0]], self.cine.frames[key[1]], moving_label=self._label(key[0], to_reference),
-                                         **self.kwargs)
+                                         **kwargs)
                 field_ = reg.ddf[1:].permute(1, 0, 2, 3).contiguous().float()  # (3, Z, H, W) -> (Z, 2, H, W)
             self.cache[key] = (field_, time.perf_counter() - t0)
             if self.progress is not None and key[0] != key[1]:
@@ -229,17 +236,22 @@ def scheme_fields(fields: _Fields, scheme: str, ref: int, frames: int) -> Tuple[
 
 def tracking_model(
     model: Any = "acdc", device: Union[str, torch.device] = "cpu", refine_iterations: Optional[int] = None, num_steps: Optional[int] = None,
+    consecutive: bool = True,
 ) -> Tuple[torch.nn.Module, str]:
-    """``(network, name)`` that :func:`track` registers frames with: NPC weights by name or file get
-    ``num_steps`` ODE steps and ``refine_iterations`` refinement steps (``None``:
-    :data:`TRACK_NUM_STEPS`, :data:`TRACK_REFINE_ITERATIONS`); a network is used as it is
+    """``(network, name)`` that :func:`track` registers two frames with. NPC weights by name or file
+    get ``num_steps`` ODE steps and ``refine_iterations`` refinement steps; ``None``:
+    :data:`TRACK_NUM_STEPS` and :data:`TRACK_REFINE_ITERATIONS` for ``consecutive`` frames, the
+    weights' own for frames further apart (``direct`` registers the reference onto every frame, up
+    to the whole motion of the cycle). A network is used as it is
     (:func:`monai_npc.interop.api.resolve_model`)."""
     from monai_npc.interop.api import resolve_model
 
     if isinstance(model, torch.nn.Module):
         return resolve_model(model, device)
-    return resolve_model(model, device, TRACK_REFINE_ITERATIONS if refine_iterations is None else refine_iterations,
-                         TRACK_NUM_STEPS if num_steps is None else num_steps)
+    if consecutive:
+        refine_iterations = TRACK_REFINE_ITERATIONS if refine_iterations is None else refine_iterations
+        num_steps = TRACK_NUM_STEPS if num_steps is None else num_steps
+    return resolve_model(model, device, refine_iterations, num_steps)
 
 
 def _prepare(cine: Any, label: Any, reference_frame: int, spacing) -> Tuple[Cine, int, np.ndarray]:
@@ -323,9 +335,10 @@ def track(
             file are loaded once with the tracking settings (:func:`tracking_model`), a network is
             used as it is.
         refine_iterations, num_steps: test-time refinement steps and learned ODE steps of each
-            registration; ``None``: :data:`TRACK_REFINE_ITERATIONS` (10) and
-            :data:`TRACK_NUM_STEPS` (4), a third of the pair defaults' time (docs/tracking.md);
-            ignored for a network given as a module.
+            registration; ``None``: for the consecutive-frame schemes (``sequential``,
+            ``bidirectional``) :data:`TRACK_REFINE_ITERATIONS` (10) and :data:`TRACK_NUM_STEPS` (4),
+            a third of the pair defaults' time (docs/tracking.md, Speed); for ``direct`` and
+            ``average`` the weights' own (50 and 10 for ``acdc``). Ignored for a network given as a module.
         **register_kwargs: passed to :func:`monai_npc.register` (``threads``, ``device``, ``size``...).
         spacing: mm per array axis ``(Z, H, W)`` for array inputs.
         ed_frame, es_frame: override the ED / ES frames the function figures use (default: the
@@ -382,9 +395,11 @@ def track_schemes(
             raise ValueError(f"scheme {s!r} is not one of {SCHEMES}.")
     data, ref, ref_label = _prepare(cine, label, reference_frame, spacing)
     descent = _descent(basal_descent, ref_label.shape[0])
-    net, name = tracking_model(model, register_kwargs.get("device") or "cpu", refine_iterations, num_steps)
-    kwargs = dict(register_kwargs, model=net)
-    kwargs.setdefault("model_name", name)
+    device = register_kwargs.get("device") or "cpu"
+    # consecutive frames get tracking's settings, registrations across more frames (direct, average) the weights' own
+    nears = [True] + ([False] if any(s in ("direct", "average") for s in schemes) else [])
+    models = {near: tracking_model(model, device, refine_iterations, num_steps, consecutive=near) for near in nears}
+    kwargs = dict(register_kwargs)
     frames = len(data)
     needed = {(ref, t) for t in range(frames)} if any(s in ("direct", "average") for s in schemes) else set()
     if any(s != "direct" for s in schemes):
@@ -396,7 +411,7 @@ def track_schemes(
     try:
         guided = (ref, ref_label) if float(label_guidance) > 0 else None
         kwargs["label_guidance"] = float(label_guidance)
-        return {s: _result(data, ref, ref_label, s, _Fields(data, kwargs, bar.update if bar else None, cache, guided), ed_frame, es_frame,
+        return {s: _result(data, ref, ref_label, s, _Fields(data, models, kwargs, bar.update if bar else None, cache, guided), ed_frame, es_frame,
                            descent)
                 for s in schemes}
     finally:

@@ -192,7 +192,8 @@ class NPCInferTask(InferTask):
     def _network(self, request: Dict[str, Any], tracking: bool = False) -> Tuple[Any, str, str]:
         """``(network, name, device)`` of the request (``npc_model``, ``npc_device``, ``npc_refine``;
         never MONAI Label's ``model`` / ``device``), each network loaded once and reused. ``tracking``:
-        with ``monai_npc.track``'s settings for consecutive frames (fewer steps when ``npc_refine`` is absent)."""
+        with ``monai_npc.track``'s settings for consecutive frames (4 ODE steps; 10 refinement steps
+        unless ``npc_refine`` is given)."""
         from monai_npc.interop.api import resolve_model
         from monai_npc.tracking.track import tracking_model
 

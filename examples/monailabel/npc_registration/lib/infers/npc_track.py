@@ -21,9 +21,9 @@ Request keys (MONAI Label merges the client's ``params`` into the request):
 - ``label_frame`` (optional, 0-based): default the ED of an ACDC ``Info.cfg`` beside the cine
   (``ED: n`` is frame ``n - 1``), else 0;
 - ``scheme`` (optional): ``sequential`` (default), ``direct``, ``average`` or ``bidirectional``;
-- ``npc_model``, ``npc_device``, ``npc_refine`` (optional): as for the registration task, but shipped
-  or saved NPC weights get ``monai_npc.track``'s settings for consecutive frames (4 ODE steps, 10
-  refinement steps unless ``npc_refine`` is given).
+- ``npc_model``, ``npc_device``, ``npc_refine`` (optional): as for the registration task, but for the
+  ``sequential`` and ``bidirectional`` schemes shipped or saved NPC weights get ``monai_npc.track``'s
+  settings for consecutive frames (4 ODE steps, 10 refinement steps unless ``npc_refine`` is given).
 
 Bad requests raise :class:`~lib.common.RequestError` (HTTP 4xx with a ``detail`` saying what is
 wrong): 400 for a bad parameter, a missing label or a ``label_frame`` out of range, 404 for an
@@ -102,7 +102,7 @@ class NPCTrack(NPCInferTask):
         if label is None:
             raise RequestError(400, "NPC tracking needs the label map of one frame of the cine: upload it with the request "
                                     "(form field 'label') or name a final label of the datastore in the parameter 'label'.")
-        net, name, device = self._network(request, tracking=True)
+        net, name, device = self._network(request, tracking=scheme not in ("direct", "average"))
         cine = self._cine(cine_path, image_id)
         info = info_frames(cine_path)
         source = "request" if frame is not None else "Info.cfg ED" if info else "default"
