@@ -1,11 +1,13 @@
 """Cine tracking schemes compared: phantom cines (true labels in every frame) and a real ACDC cine.
 
     python benchmarks/cine_tracking.py --out runs/cine_tracking \\
-        [--cine-dir ../shared/data/acdc_cine_example/patient090] [--phantoms 3] [--refine N]
+        [--cine-dir ../shared/data/acdc_cine_example/patient090] [--phantoms 3] [--refine N] [--steps N]
 
 For every case, all schemes of :func:`monai_npc.tracking.track_schemes` (``direct``,
 ``sequential``, ``average``, ``bidirectional``; they share their registrations, each scheme's
-seconds count every registration it uses) with ``model="acdc"`` and the library's defaults:
+seconds count every registration it uses) with ``model="acdc"`` and the library's defaults (4 ODE
+steps and 10 refinement steps between consecutive frames, the weights' 10 and 50 across more
+frames; ``--steps`` / ``--refine`` set every registration's):
 
 - phantoms (:func:`monai_npc.data.phantom_cine.cardiac_cine`, 10 frames, 3 slices, 96 x 96,
   seeds 100, 101, ...; ED label of frame 0 given): Dice per frame against the true labels
@@ -38,7 +40,7 @@ def _mean_dice(d: Dict[str, float]) -> float:
     return float(np.nanmean([d[k] for k in STRUCT]))
 
 
-def phantom_case(seed: int, refine) -> Dict[str, object]:
+def phantom_case(seed: int, refine, steps=None) -> Dict[str, object]:
     from monai_npc.data.phantom_cine import cardiac_cine
     from monai_npc.tracking.function import cardiac_function, volume_curves
     from monai_npc.tracking.track import label_dice, track_schemes
@@ -47,7 +49,8 @@ def phantom_case(seed: int, refine) -> Dict[str, object]:
     truth_v = volume_curves(c["label"], c["spacing"])
     truth_f = cardiac_function(truth_v)
     # the phantom has no through-plane motion (every slice keeps its level), so no basal descent
-    results = track_schemes(c["image"], c["label"][0], 0, spacing=c["spacing"], refine_iterations=refine, threads=1, basal_descent=False)
+    results = track_schemes(c["image"], c["label"][0], 0, spacing=c["spacing"], refine_iterations=refine, num_steps=steps, threads=1,
+                            basal_descent=False)
     out = {"case": f"phantom{seed}", "truth": truth_f, "schemes": {}}
     for name, r in results.items():
         dice = [_mean_dice(label_dice(r.labels[t], c["label"][t])) for t in range(len(c["label"]))]
@@ -64,7 +67,7 @@ def phantom_case(seed: int, refine) -> Dict[str, object]:
     return out
 
 
-def real_case(folder: Path, refine, out_dir: Path) -> Dict[str, object]:
+def real_case(folder: Path, refine, out_dir: Path, steps=None) -> Dict[str, object]:
     import SimpleITK as sitk
 
     from monai_npc.data.layout import read_cfg
@@ -78,7 +81,7 @@ def real_case(folder: Path, refine, out_dir: Path) -> Dict[str, object]:
     ed_gt = folder / f"{name}_frame{ed + 1:02d}_gt.nii.gz"
     es_gt = sitk.GetArrayFromImage(sitk.ReadImage(str(folder / f"{name}_frame{es + 1:02d}_gt.nii.gz")))
     ed_arr = sitk.GetArrayFromImage(sitk.ReadImage(str(ed_gt)))
-    results = track_schemes(folder / f"{name}_4d.nii.gz", ed_gt, ed, threads=1, refine_iterations=refine)
+    results = track_schemes(folder / f"{name}_4d.nii.gz", ed_gt, ed, threads=1, refine_iterations=refine, num_steps=steps)
     first = next(iter(results.values()))
     expert = cardiac_function(volume_curves(np.stack([ed_arr, es_gt]), first.cine.spacing), ed=0, es=1)
     out = {"case": name, "ed_info": ed, "es_info": es, "expert": expert, "frames": len(first.cine), "schemes": {}}
@@ -141,7 +144,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="runs/cine_tracking")
     p.add_argument("--cine-dir", nargs="*", default=["../shared/data/acdc_cine_example/patient090"])
     p.add_argument("--phantoms", type=int, default=3)
-    p.add_argument("--refine", type=int, default=None)
+    p.add_argument("--refine", type=int, default=None, help="refinement steps of every registration (default: track's)")
+    p.add_argument("--steps", type=int, default=None, help="ODE steps of every registration (default: track's)")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import SimpleITK as sitk
@@ -152,8 +156,8 @@ def main(argv=None) -> int:
     sitk.ProcessObject.GlobalWarningDisplayOff()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [(f"phantom{100 + i}", lambda s=100 + i: phantom_case(s, args.refine)) for i in range(args.phantoms)]
-    jobs += [(Path(d).name, lambda d=Path(d): real_case(d, args.refine, out)) for d in args.cine_dir]
+    jobs = [(f"phantom{100 + i}", lambda s=100 + i: phantom_case(s, args.refine, args.steps)) for i in range(args.phantoms)]
+    jobs += [(Path(d).name, lambda d=Path(d): real_case(d, args.refine, out, args.steps)) for d in args.cine_dir]
     for name, job in jobs:
         path = out / f"{name}.json"
         if path.is_file():
