@@ -45,7 +45,7 @@ def main() -> None:
     p.add_argument("--field-of-view", default=None, choices=("image", "heart", "heart-stack", "image+heart", "image>heart"),
                    help="NPC model grid (default: the weights' own, the heart window for acdc; 'image': the whole field of view)")
     p.add_argument("--no-basal-descent", action="store_true",
-                   help="score the in-plane ED->ES labels (default: basal RV slices the base leaves cleared, for every method)")
+                   help="score the in-plane labels (default, for every method: ED->ES basal RV slices the base leaves cleared, ES->ED the basal slices the structures re-enter filled)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--restart", action="store_true", help="ignore the pairs already in --out/per_pair.jsonl")
     p.add_argument("--strict", action="store_true", help="stop at the first unusable study instead of skipping it")

@@ -291,7 +291,8 @@ def test_dicom_cine_study(tmp_path):
 
 def test_basal_descent_clears_the_basal_rv_slice_of_ed_to_es(tmp_path):
     """infer_studies / evaluate_studies: with basal_descent (default) the ED->ES label loses the RV on the
-    basal slice (a 4-slice stack, 7-10 mm apart), every other voxel as without; ES->ED untouched; recorded."""
+    basal slice (a 4-slice stack, 7-10 mm apart), every other voxel as without; recorded. ES->ED is
+    untouched here: the phantom's ES label keeps every structure on the basal slice, so none re-enters one."""
     src = tmp_path / "src"
     (folder,) = write_acdc_phantom(src, patients=1, first_id=107, max_slices=4, progress=False)
     results = {}
@@ -312,3 +313,22 @@ def test_basal_descent_clears_the_basal_rv_slice_of_ed_to_es(tmp_path):
     np.testing.assert_array_equal(results[True]["ES_to_ED"], results[False]["ES_to_ED"])
     metrics = stacks.evaluate_studies(src, tmp_path / "eval", with_demons=False, figure=False, **FAST)
     assert metrics["basal_descent"] is True
+
+
+def test_basal_descent_label_both_directions():
+    """ED->ES clears the basal RV slice, ES->ED fills the slice a structure re-enters; other pairs and thin stacks as they are."""
+    from types import SimpleNamespace
+
+    ed = np.zeros((4, 24, 24), np.int16)
+    ed[:, 6:18, 12:20] = 3  # LV on every slice
+    ed[:, 8:16, 3:10] = 1  # RV on every slice, slice 0 basal (the widest labels)
+    ed[0, 4:20, 10:22] = np.where(ed[0, 4:20, 10:22] == 0, 2, ed[0, 4:20, 10:22])
+    fixed = sitk.GetImageFromArray(np.zeros(ed.shape, np.float32))
+    fixed.SetSpacing((1.5, 1.5, 10.0))
+    es = stacks.basal_descent_label(SimpleNamespace(direction="ED->ES"), ed, ed, fixed)
+    assert not (es[0] == 1).any() and (es[1:] == ed[1:]).all() and (es[0] == 3).sum() == (ed[0] == 3).sum()
+    back = stacks.basal_descent_label(SimpleNamespace(direction="ES->ED"), es, es, fixed)
+    np.testing.assert_array_equal(back, ed)  # the RV outline of slice 1 is that of slice 0 here
+    assert stacks.basal_descent_label(SimpleNamespace(direction="moving->fixed"), es, es, fixed) is es
+    thin = es[:2].copy()
+    assert stacks.basal_descent_label(SimpleNamespace(direction="ES->ED"), thin, thin, fixed[:, :, :2]) is thin  # 2 slices: as is

@@ -1,9 +1,12 @@
-"""Basal descent (monai_npc.tracking.through_plane): which slices a structure leaves, and track's use of it."""
+"""Basal descent and ascent (monai_npc.tracking.through_plane): which slices a structure leaves at ES and
+re-enters at ED, and track's use of it."""
 
 import numpy as np
 import pytest
 
-from monai_npc.tracking.through_plane import apply_basal_descent, base_end, slab_fractions, systolic_phase
+from monai_npc.tracking.through_plane import (
+    apply_basal_ascent, apply_basal_descent, ascent_fractions, base_end, slab_fractions, systolic_phase,
+)
 
 
 def _stack(slices=8, flip=False):
@@ -52,6 +55,38 @@ def test_apply_clears_basal_rv_only(flip):
         apply_basal_descent(ref, ref, 10.0, descent_mm={"la": 10.0})
     with pytest.raises(ValueError, match="differ in shape"):
         apply_basal_descent(ref[1:], ref, 10.0)
+
+
+def test_ascent_fractions_basal_of_the_first_slice():
+    es = apply_basal_descent(_stack(), _stack(), 10.0)  # the ES label: no RV on slice 0
+    np.testing.assert_allclose(ascent_fractions(es, 1, 10.0, 12.0)[:3], [1.0, 0.0, 0.0])
+    es2 = _stack()
+    es2[:2][es2[:2] == 1] = 0  # RV from slice 2
+    np.testing.assert_allclose(ascent_fractions(es2, 1, 10.0, 12.0)[:3], [0.2, 1.0, 0.0])
+    assert not ascent_fractions(es2, 3, 10.0, 12.0).any()  # the LV starts at the stack's first slice: nothing above it
+    assert not ascent_fractions(es2, 2, 10.0, 12.0).any()  # absent structure
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_apply_ascent_fills_the_slice_the_structure_re_enters(flip):
+    ed = _stack(flip=flip)
+    es = apply_basal_descent(ed, ed, 10.0)  # the RV leaves the basal slice
+    base = 7 if flip else 0
+    nxt = 6 if flip else 1
+    out = apply_basal_ascent(es, es, 10.0)  # default: RV, myocardium, LV 12 mm
+    # the basal slice gets the RV outline of the next slice, on background only (the LV there is kept)
+    expected = (es[nxt] == 1) & (es[base] == 0)
+    np.testing.assert_array_equal(out[base] == 1, expected)
+    np.testing.assert_array_equal(out[base] == 3, es[base] == 3)
+    other = np.arange(8) != base
+    np.testing.assert_array_equal(out[other], es[other])
+    assert (out[base] == 1).sum() > 0.5 * (ed[base] == 1).sum()  # most of the ED RV on that slice back
+    np.testing.assert_array_equal(apply_basal_ascent(es, es, 10.0, phase=0.3), es)  # 3.6 mm: under half a slab
+    assert not (es[base] == 1).any()  # the input is not changed
+    with pytest.raises(ValueError, match="not one of the structures"):
+        apply_basal_ascent(es, es, 10.0, ascent_mm={"la": 10.0})
+    with pytest.raises(ValueError, match="differ in shape"):
+        apply_basal_ascent(es[1:], es, 10.0)
 
 
 def test_systolic_phase():

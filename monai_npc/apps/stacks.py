@@ -287,21 +287,24 @@ def register_pair(pair: StudyPair, model: Union[str, nn.Module] = "acdc", model_
 
 
 def basal_descent_label(pair: StudyPair, warped: np.ndarray, reference: np.ndarray, fixed: sitk.Image) -> np.ndarray:
-    """An ``ED->ES`` pair of a short-axis stack (3 slices or more): the carried ED label ``warped``
-    ``(Z, H, W)`` on ``fixed``'s grid with the basal RV slices the base leaves in systole cleared
-    (:func:`monai_npc.tracking.through_plane.apply_basal_descent`; ``reference`` is the ED label on
-    the same grid). Other pairs (``ES->ED``, plain ``moving->fixed`` pairs, single slices) are returned as they are.
+    """The through-plane motion of the base on a carried label of a short-axis stack (3 slices or
+    more; ``warped`` ``(Z, H, W)`` on ``fixed``'s grid, ``reference`` the moving label on the same grid):
+    ``ED->ES``: the basal RV slices the base leaves in systole cleared
+    (:func:`monai_npc.tracking.through_plane.apply_basal_descent`); ``ES->ED``: the basal slices
+    the structures re-enter in diastole filled (:func:`~monai_npc.tracking.through_plane.apply_basal_ascent`).
+    Other pairs (plain ``moving->fixed`` pairs, single slices) are returned as they are.
     """
-    if pair.direction != "ED->ES" or fixed.GetDimension() != 3 or warped.shape[0] < 3 or not (np.asarray(reference) > 0).any():
+    if pair.direction not in ("ED->ES", "ES->ED") or fixed.GetDimension() != 3 or warped.shape[0] < 3 or not (np.asarray(reference) > 0).any():
         return warped
-    from monai_npc.tracking.through_plane import apply_basal_descent
+    from monai_npc.tracking.through_plane import apply_basal_ascent, apply_basal_descent
 
-    return apply_basal_descent(warped, reference, fixed.GetSpacing()[2])
+    move = apply_basal_descent if pair.direction == "ED->ES" else apply_basal_ascent
+    return move(warped, reference, fixed.GetSpacing()[2])
 
 
 def _descend_registration(pair: StudyPair, reg: Any) -> None:
     """:func:`basal_descent_label` applied to ``reg.warped_label`` in place (recorded in ``reg.summary``)."""
-    if reg.warped_label is None or pair.moving.label is None or pair.direction != "ED->ES":
+    if reg.warped_label is None or pair.moving.label is None or pair.direction not in ("ED->ES", "ES->ED"):
         return
     on_fixed = reg.warped_label  # on the fixed grid
     reference = sitk.GetArrayFromImage(sitk.Resample(read_sitk_file(Path(pair.moving.label), "moving label"), on_fixed, sitk.Transform(),
@@ -313,7 +316,8 @@ def _descend_registration(pair: StudyPair, reg: Any) -> None:
     image = sitk.GetImageFromArray(new.astype(warped.dtype))
     image.CopyInformation(on_fixed)
     reg.warped_label = image
-    reg.summary["basal_descent"] = {"cleared_voxels": int((warped != new).sum()), "module": "monai_npc.tracking.through_plane"}
+    key = "cleared_voxels" if pair.direction == "ED->ES" else "filled_voxels"
+    reg.summary["basal_descent"] = {key: int((warped != new).sum()), "direction": pair.direction, "module": "monai_npc.tracking.through_plane"}
 
 
 def _read(phase: Phase, what: str) -> sitk.Image:
@@ -463,8 +467,9 @@ def infer_studies(
     :meth:`~monai_npc.interop.api.Registration.save`: ``warped.nii.gz``, ``warped_label.nii.gz``
     (when the moving frame has a label), ``transform.h5`` (ITK), ``displacement.nii.gz`` (ANTs),
     ``jacobian.nii.gz``, ``summary.json``..., every one on the fixed image's grid, every slice kept.
-    With ``basal_descent`` (default), the ``ED->ES`` warped label has the basal RV slices the base
-    leaves in systole cleared (:func:`basal_descent_label`; recorded in its ``summary.json``).
+    With ``basal_descent`` (default), the warped label follows the base through the plane
+    (:func:`basal_descent_label`; recorded in its ``summary.json``): ``ED->ES`` has the basal RV
+    slices the base leaves in systole cleared, ``ES->ED`` the basal slices the structures re-enter filled.
 
     ``out/summary.json`` (replaced at the start of each run) lists every study with
     ``status`` ``"done"`` or ``"skipped"`` and the ``reason``. ``strict=True`` raises on the first
@@ -509,7 +514,7 @@ def _evaluate_pair(
     device: Union[str, torch.device], threads: int, basal_descent: bool = True,
 ) -> List[Dict[str, Any]]:
     """Rows (one per method) of one labelled pair: Dice/HD95 on the fixed grid, folding, seconds
-    (``basal_descent``: :func:`basal_descent_label` on every method's ED->ES label)."""
+    (``basal_descent``: :func:`basal_descent_label` on every method's ED->ES and ES->ED labels)."""
     from monai_npc.metrics import folding_percent
     from monai_npc.runtime import use_threads
 
@@ -706,8 +711,9 @@ def evaluate_studies(
     the first bad study fatal. ``max_studies`` keeps the first N studies (sorted by name).
     ``field_of_view`` overrides the network's model grid (:mod:`monai_npc.apps.registration`;
     ``"image"`` reproduces the whole-image grid used before the heart window). ``basal_descent``
-    (default): every method's ``ED->ES`` label has the basal RV slices the base leaves cleared
-    (:func:`basal_descent_label`) before it is scored; rows already in ``per_pair.jsonl`` keep
+    (default): every method's label follows the base through the plane before it is scored
+    (:func:`basal_descent_label`: ``ED->ES`` basal RV slices cleared, ``ES->ED`` the slices the
+    structures re-enter filled); rows already in ``per_pair.jsonl`` keep
     the setting they were computed with (use a new ``out`` or ``resume=False`` when changing it).
     Returns the content of ``metrics.json``.
     """

@@ -24,6 +24,19 @@ validation patients: RV Dice 0.684 -> 0.787, RV EF error 30.2 -> 11.8 points. Pa
 descent from the images did not work with in-plane fields (each slice's field already fits its
 own slice best), and is left open.
 
+The other way, from ES to ED (:func:`apply_basal_ascent`), the base rises: a label carried from
+ES to ED lacks the basal slices the structures re-enter. Slice ``k`` slabs basal of the most
+basal slice holding a structure on the ES label gets ``clip((a - (k - 1) s) / s, 0, 1)`` of its
+slab back after an ascent of ``a`` mm, and a slice that gets at least one half takes the
+structure's in-plane outline from that most basal slice (on background voxels only).
+:data:`BASAL_ASCENT_MM` (12 mm for the RV, myocardium and LV, as the descent's RV) was chosen on
+the same 44 training patients (ES label carried to ED by ``monai_npc.register``): ED Dice RV /
+Myo / LV 0.780 / 0.795 / 0.925 -> 0.850 / 0.804 / 0.938. The LV and myocardium gain here though
+clearing them lost: most ACDC stacks start at the ED base, so their basal slice keeps the LV at
+ES in 32 of the 44 patients (clearing it is then wrong), while a slice above the ES label's
+first LV slice exists only where the LV did leave it. On the 26 validation patients: 0.756 /
+0.816 / 0.935 -> 0.849 / 0.820 / 0.941.
+
 Pure numpy; label maps ``(Z, H, W)`` with the slice axis first (as :mod:`monai_npc.tracking` uses).
 """
 
@@ -35,11 +48,17 @@ import numpy as np
 
 from .function import ACDC_STRUCTURES
 
-__all__ = ["BASAL_DESCENT_MM", "base_end", "slab_fractions", "apply_basal_descent", "systolic_phase"]
+__all__ = [
+    "BASAL_DESCENT_MM", "BASAL_ASCENT_MM", "base_end", "slab_fractions", "apply_basal_descent", "ascent_fractions",
+    "apply_basal_ascent", "systolic_phase",
+]
 
 #: descent of the base at end-systole in mm per structure name (:data:`ACDC_STRUCTURES`), chosen
 #: on the training patients of acdc70_split (module docstring); structures not named keep every slice
 BASAL_DESCENT_MM: Dict[str, float] = {"rv": 12.0}
+#: rise of the base from end-systole to end-diastole in mm per structure name, for labels carried
+#: from ES to ED (:func:`apply_basal_ascent`; chosen on the same training patients, module docstring)
+BASAL_ASCENT_MM: Dict[str, float] = {"rv": 12.0, "myo": 12.0, "lv": 12.0}
 
 
 def base_end(reference_label: np.ndarray) -> Tuple[int, int]:
@@ -71,11 +90,10 @@ def slab_fractions(reference_label: np.ndarray, value: int, slice_spacing_mm: fl
     if not slice_spacing_mm > 0:
         raise ValueError(f"slice_spacing_mm must be > 0, got {slice_spacing_mm}.")
     lab = np.asarray(reference_label)
-    present = np.nonzero((lab == value).reshape(lab.shape[0], -1).any(1))[0]
-    if present.size == 0 or descent_mm <= 0:
+    found = _first_slice(lab, value)
+    if found is None or descent_mm <= 0:
         return np.zeros(lab.shape[0])
-    _, step = base_end(lab)
-    first = present.min() if step > 0 else present.max()
+    first, step = found
     t = (np.arange(lab.shape[0]) - first) * step * float(slice_spacing_mm)
     return np.clip((float(descent_mm) - t) / float(slice_spacing_mm), 0.0, 1.0)
 
@@ -103,12 +121,88 @@ def apply_basal_descent(
     if out.shape != np.shape(reference_label):
         raise ValueError(f"label {out.shape} and reference_label {np.shape(reference_label)} differ in shape.")
     phase = float(np.clip(phase, 0.0, 1.0))
-    for name, mm in (BASAL_DESCENT_MM if descent_mm is None else descent_mm).items():
-        if name not in structures:
-            raise ValueError(f"descent_mm names {name!r}, which is not one of the structures {sorted(structures)}.")
+    table = BASAL_DESCENT_MM if descent_mm is None else descent_mm
+    _checked(structures, table, "descent_mm")
+    for name, mm in table.items():
         value = structures[name]
         cleared = slab_fractions(reference_label, value, slice_spacing_mm, phase * float(mm)) >= 0.5
         out[cleared[:, None, None] & (out == value)] = 0
+    return out
+
+
+def _first_slice(reference_label: np.ndarray, value: int) -> Optional[Tuple[int, int]]:
+    """``(most basal slice holding value, step towards the apex)``, ``None`` when ``value`` is absent."""
+    lab = np.asarray(reference_label)
+    present = np.nonzero((lab == value).reshape(lab.shape[0], -1).any(1))[0]
+    if present.size == 0:
+        return None
+    _, step = base_end(lab)
+    return int(present.min() if step > 0 else present.max()), step
+
+
+def _checked(structures: Mapping[str, int], table: Mapping[str, float], what: str) -> None:
+    for name in table:
+        if name not in structures:
+            raise ValueError(f"{what} names {name!r}, which is not one of the structures {sorted(structures)}.")
+
+
+def ascent_fractions(reference_label: np.ndarray, value: int, slice_spacing_mm: float, ascent_mm: float) -> np.ndarray:
+    """``(Z,)`` share of each slice's slab that structure ``value`` has re-entered after the base rose ``ascent_mm``.
+
+    Only slices basal of the most basal slice holding ``value`` on ``reference_label`` (the ES
+    label) get a share: ``clip((ascent_mm - (k - 1) s) / s, 0, 1)`` for the ``k``-th one; all 0
+    when the structure is absent.
+    """
+    if not slice_spacing_mm > 0:
+        raise ValueError(f"slice_spacing_mm must be > 0, got {slice_spacing_mm}.")
+    lab = np.asarray(reference_label)
+    first = _first_slice(lab, value)
+    if first is None or ascent_mm <= 0:
+        return np.zeros(lab.shape[0])
+    z0, step = first
+    k = (z0 - np.arange(lab.shape[0])) * step  # slices basal of z0: 1, 2, ...
+    share = np.clip((float(ascent_mm) - (k - 1) * float(slice_spacing_mm)) / float(slice_spacing_mm), 0.0, 1.0)
+    return np.where(k >= 1, share, 0.0)
+
+
+def apply_basal_ascent(
+    label: np.ndarray,
+    reference_label: np.ndarray,
+    slice_spacing_mm: float,
+    phase: float = 1.0,
+    ascent_mm: Optional[Mapping[str, float]] = None,
+    structures: Mapping[str, int] = ACDC_STRUCTURES,
+) -> np.ndarray:
+    """Fill the basal slices a structure re-enters from ES to ED: ``label`` with them filled (a copy).
+
+    Each slice basal of the structure's most basal slice on ``reference_label`` with an
+    :func:`ascent_fractions` share of at least one half takes the structure's outline on ``label``
+    at that most basal slice, on background voxels only.
+
+    Args:
+        label: ``(Z, H, W)`` the ES label carried in-plane to a frame (ED).
+        reference_label: ``(Z, H, W)`` the label of the reference frame (ES), which places the base.
+        slice_spacing_mm: distance between slice centres (the spacing of axis 0).
+        phase: how far the frame is from ES towards ED, 0..1 (1 = ED): the ascent used is ``phase * ascent_mm``.
+        ascent_mm: ``{structure name: mm at ED}``; default :data:`BASAL_ASCENT_MM`.
+        structures: name -> label value.
+    """
+    out = np.array(label, copy=True)
+    if out.shape != np.shape(reference_label):
+        raise ValueError(f"label {out.shape} and reference_label {np.shape(reference_label)} differ in shape.")
+    table = BASAL_ASCENT_MM if ascent_mm is None else ascent_mm
+    _checked(structures, table, "ascent_mm")
+    phase = float(np.clip(phase, 0.0, 1.0))
+    outlines = {}
+    for name, mm in table.items():  # every outline from the carried label before any slice is filled
+        value = structures[name]
+        first = _first_slice(reference_label, value)
+        filled = ascent_fractions(reference_label, value, slice_spacing_mm, phase * float(mm)) >= 0.5
+        if first is not None and filled.any():
+            outlines[value] = (filled, label[first[0]] == value)
+    for value, (filled, outline) in outlines.items():
+        for z in np.nonzero(filled)[0]:
+            out[z][outline & (out[z] == 0)] = value
     return out
 
 
