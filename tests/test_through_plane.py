@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from monai_npc.tracking.through_plane import (
-    apply_basal_ascent, apply_basal_descent, ascent_fractions, base_end, slab_fractions, systolic_phase,
+    apply_basal_ascent, apply_basal_descent, ascent_fractions, base_end, diastolic_phase, slab_fractions, systolic_phase,
 )
 
 
@@ -94,6 +94,10 @@ def test_systolic_phase():
     np.testing.assert_allclose(systolic_phase(v, 0), [0, 1 / 3, 5 / 6, 1, 2 / 3, 1 / 6])
     assert not systolic_phase(v, 3).any()  # the reference is ES, not ED: no descent known
     assert not systolic_phase(np.full(4, 70.0), 0).any()
+    np.testing.assert_allclose(diastolic_phase(v, 3), [1, 2 / 3, 1 / 6, 0, 1 / 3, 5 / 6])
+    assert not diastolic_phase(v, 0).any()  # the reference is ED: no ascent
+    w = np.array([100.0, 50, 40, 47, 80])  # ES plateau: the reference is 7 of 60 mL (12 %) above the smallest
+    assert diastolic_phase(w, 3)[0] == 1.0 and not diastolic_phase(w, 3, tolerance=0.1).any()
 
 
 def test_track_applies_descent_on_stacks_only():
@@ -114,3 +118,23 @@ def test_track_applies_descent_on_stacks_only():
     assert on.function["rv_esv"] < off.function["rv_esv"]
     two = track(c["image"][:, :2], c["label"][0][:2], 0, **kw)  # 2 slices: auto is off
     assert (two.labels[es, base] == 1).sum() > 50
+
+
+def test_track_from_es_fills_the_basal_slice_at_ed():
+    """track() from an ES label that lacks the basal RV: the frames towards ED get it back (ascent), not ES itself."""
+    from monai_npc import track
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=6, size=64, levels=(0.15, 0.4, 0.65), spacing=(10.0, 2.0, 2.0), seed=1)
+    es = int(c["es"])
+    base = base_end(c["label"][0])[0]
+    es_label = c["label"][es].copy()
+    es_label[base][es_label[base] == 1] = 0  # as an expert draws ES: the base has left the RV
+    kw = dict(spacing=c["spacing"], refine_iterations=0, threads=1, progress=False)
+    on = track(c["image"], es_label, es, **kw)
+    off = track(c["image"], es_label, es, basal_descent=False, **kw)
+    assert (off.labels[0, base] == 1).sum() == 0  # in-plane: the basal slice stays without RV at ED
+    assert (on.labels[0, base] == 1).sum() > 0.5 * (c["label"][0, base] == 1).sum()
+    np.testing.assert_array_equal(on.labels[es], off.labels[es])
+    np.testing.assert_array_equal(on.labels[:, base] == 3, off.labels[:, base] == 3)  # the LV holds that slice already
+    assert on.function["rv_edv"] > off.function["rv_edv"]

@@ -48,7 +48,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="weight of the refinement's label-guided term (each registration gets its moving frame's label); "
                    "default 0 = off (docs/tracking.md; register's default for pairs is 0.05)")
     p.add_argument("--no-basal-descent", action="store_true",
-                   help="keep every slice of the in-plane result (default: clear the basal RV slices the base leaves in systole; docs/tracking.md)")
+                   help="keep every slice of the in-plane result (default: from an ED label clear the basal RV slices the base leaves in systole, "
+                   "from an ES label fill the basal slices the structures re-enter in diastole; docs/tracking.md)")
     p.add_argument("--no-figure", action="store_true", help="do not write function.png")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_runtime_options(p, argparse.SUPPRESS)

@@ -50,7 +50,7 @@ from .function import ACDC_STRUCTURES
 
 __all__ = [
     "BASAL_DESCENT_MM", "BASAL_ASCENT_MM", "base_end", "slab_fractions", "apply_basal_descent", "ascent_fractions",
-    "apply_basal_ascent", "systolic_phase",
+    "apply_basal_ascent", "systolic_phase", "diastolic_phase",
 ]
 
 #: descent of the base at end-systole in mm per structure name (:data:`ACDC_STRUCTURES`), chosen
@@ -206,17 +206,25 @@ def apply_basal_ascent(
     return out
 
 
-def systolic_phase(lv_volume: np.ndarray, reference_frame: int) -> np.ndarray:
+def systolic_phase(lv_volume: np.ndarray, reference_frame: int, tolerance: float = 0.1) -> np.ndarray:
     """``(T,)`` phase of each frame between the reference (0) and the smallest LV volume (1).
 
     ``(V_ref - V_t) / (V_ref - V_min)`` on the in-plane tracked LV volume curve, clipped to 0..1;
-    all 0 when the reference is not within 10 % of the stroke range of the largest volume (not
-    ED: the base is then not known to descend) or the curve is flat.
+    all 0 when the reference is not within ``tolerance`` of the stroke range of the largest
+    volume (not ED: the base is then not known to descend) or the curve is flat.
     """
     v = np.asarray(lv_volume, dtype=np.float64)
     if v.size == 0:
         return v
     ref = float(v[int(reference_frame)])
-    if ref - v.min() <= 0 or ref < v.max() - 0.1 * (v.max() - v.min()):
+    if ref - v.min() <= 0 or ref < v.max() - float(tolerance) * (v.max() - v.min()):
         return np.zeros(v.shape)
     return np.clip((ref - v) / (ref - v.min()), 0.0, 1.0)
+
+
+def diastolic_phase(lv_volume: np.ndarray, reference_frame: int, tolerance: float = 0.2) -> np.ndarray:
+    """``(T,)`` phase of each frame between the reference (0) and the largest LV volume (1):
+    :func:`systolic_phase` with the roles of ED and ES swapped, all 0 unless the reference is ES
+    (within ``tolerance`` of the stroke range of the smallest volume; wider than ED's, as the end-systolic
+    plateau is flat: on patient090 tracked from its Info.cfg ES the smallest volume is the frame before, 11 % of the range lower)."""
+    return systolic_phase(-np.asarray(lv_volume, dtype=np.float64), reference_frame, tolerance)

@@ -17,7 +17,8 @@ channel 0 (through-plane) zero since the models are 2-D). With ``r`` the referen
 Labels are warped as one-hot maps with linear interpolation, then ``argmax`` (smoother
 contours and volumes than nearest neighbour). The default scheme was chosen by measurement
 (docs/tracking.md). With the ED frame as reference, the basal slices a structure leaves as the
-base descends are then cleared (:mod:`~monai_npc.tracking.through_plane`; ``basal_descent``).
+base descends are then cleared; with the ES frame, those it re-enters as the base rises are
+filled (:mod:`~monai_npc.tracking.through_plane`; ``basal_descent``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from monai_npc.functional import warp_image
 from .cine import Cine, read_cine, read_frame_label
 from .function import ACDC_STRUCTURES, cardiac_function, volume_curves
 from .schemes import DEFAULT_SCHEME, SCHEMES
-from .through_plane import BASAL_DESCENT_MM, apply_basal_descent, systolic_phase
+from .through_plane import BASAL_ASCENT_MM, BASAL_DESCENT_MM, apply_basal_ascent, apply_basal_descent, diastolic_phase, systolic_phase
 
 __all__ = [
     "SCHEMES", "DEFAULT_SCHEME", "TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "Tracking", "track", "track_schemes", "tracking_model",
@@ -260,31 +261,37 @@ def _prepare(cine: Any, label: Any, reference_frame: int, spacing) -> Tuple[Cine
     return data, ref, read_frame_label(label, data, ref)
 
 
-def _descent(basal_descent: Any, slices: int) -> Dict[str, float]:
-    """``track``'s ``basal_descent`` argument as ``{structure: mm}`` (``{}`` = off); ``None``: on for stacks of 3 slices or more."""
+def _descent(basal_descent: Any, slices: int) -> Tuple[Dict[str, float], Dict[str, float]]:
+    """``track``'s ``basal_descent`` argument as ``({structure: mm} descending from ED, {structure: mm}
+    rising from ES)`` (``{}`` = off); ``None``: on for stacks of 3 slices or more; a mapping sets both."""
     if basal_descent is None:
         basal_descent = slices >= 3
     if basal_descent is True:
-        return dict(BASAL_DESCENT_MM)
+        return dict(BASAL_DESCENT_MM), dict(BASAL_ASCENT_MM)
     if basal_descent is False:
-        return {}
+        return {}, {}
     if not isinstance(basal_descent, Mapping):
         raise ValueError(f"basal_descent must be True, False or {{structure: mm}}, got {basal_descent!r}.")
-    return {str(k): float(v) for k, v in basal_descent.items()}
+    table = {str(k): float(v) for k, v in basal_descent.items()}
+    return table, dict(table)
 
 
 def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _Fields, ed_frame, es_frame,
-            descent: Mapping[str, float]) -> Tracking:
+            descent: Tuple[Mapping[str, float], Mapping[str, float]]) -> Tracking:
     """Compose ``scheme``'s fields (registering what the cache lacks) into a :class:`Tracking`."""
     t0 = time.perf_counter()
     cached = set(fields.cache)
     values = sorted(int(v) for v in np.unique(ref_label) if v != 0)
     per_frame, cycle = scheme_fields(fields, scheme, ref, len(data))
     labels = np.stack([ref_label if t == ref else warp_label(ref_label, f, values) for t, f in enumerate(per_frame)])
-    if descent and values:
-        # the phase of each frame from the in-plane LV curve; all 0 unless the reference is ED
-        phase = systolic_phase(volume_curves(labels, data.spacing)["lv"], ref)
-        labels = np.stack([apply_basal_descent(lab, ref_label, data.spacing[0], p, descent) for lab, p in zip(labels, phase)])
+    if any(descent) and values:
+        # the phase of each frame from the in-plane LV curve: towards ES from an ED reference (the
+        # base descends), towards ED from an ES reference (it rises); the other is all 0
+        lv = volume_curves(labels, data.spacing)["lv"]
+        down, up = systolic_phase(lv, ref), diastolic_phase(lv, ref)
+        labels = np.stack([apply_basal_ascent(apply_basal_descent(lab, ref_label, data.spacing[0], d, descent[0]), ref_label, data.spacing[0], u,
+                                              descent[1])
+                           for lab, d, u in zip(labels, down, up)])
     drift = label_dice(warp_label(ref_label, cycle, values), ref_label) if cycle is not None else None
     ddf = torch.stack([torch.cat([torch.zeros_like(f[:, :1]), f], 1).permute(1, 0, 2, 3) for f in per_frame])  # (T, 3, Z, H, W)
     volumes = volume_curves(labels, data.spacing)
@@ -343,13 +350,15 @@ def track(
         spacing: mm per array axis ``(Z, H, W)`` for array inputs.
         ed_frame, es_frame: override the ED / ES frames the function figures use (default: the
             largest and the smallest tracked LV volume).
-        basal_descent: clear the basal slices a structure leaves as the base descends towards
-            the apex (:mod:`~monai_npc.tracking.through_plane`). ``None`` (default): on for
-            short-axis stacks (3 slices or more), off for single-slice cines such as CAMUS
-            views; ``True`` uses :data:`~monai_npc.tracking.through_plane.BASAL_DESCENT_MM` (the
-            RV, 12 mm at ES, scaled by each frame's phase on the LV curve); a
-            ``{structure: mm}`` mapping sets it; ``False`` keeps the in-plane result. Only acts
-            when the reference frame is ED (the largest LV volume).
+        basal_descent: follow the base through the plane (:mod:`~monai_npc.tracking.through_plane`):
+            from an ED reference (the largest LV volume) clear the basal slices a structure leaves
+            as the base descends towards the apex, from an ES reference (the smallest) fill those
+            it re-enters as the base rises. ``None`` (default): on for short-axis stacks (3 slices
+            or more), off for single-slice cines such as CAMUS views; ``True`` uses
+            :data:`~monai_npc.tracking.through_plane.BASAL_DESCENT_MM` (the RV, 12 mm at ES) and
+            :data:`~monai_npc.tracking.through_plane.BASAL_ASCENT_MM` (RV, myocardium and LV, 12 mm
+            at ED), scaled by each frame's phase on the LV curve; a ``{structure: mm}`` mapping
+            sets both; ``False`` keeps the in-plane result. A reference between ED and ES gets neither.
         label_guidance: weight of the refinement's label-guided term
             (:func:`monai_npc.register`): each registration gets the label of its moving frame
             (the reference label, or the label carried there so far). Default 0 (off): on the
