@@ -131,6 +131,11 @@ def test_track_settings_per_pair(cine, monkeypatch):
                   threads=1, progress=False)
     # 5 frames: (0,1) (1,2) (2,3) (3,4) (4,0) and direct's (0,4) are consecutive, direct's (0,2) (0,3) are not
     assert sorted(steps) == [4] * 6 + [10] * 2
+    res = track_schemes(cine["image"], cine["label"][0], 0, ("direct", "sequential"), spacing=cine["spacing"], refine_iterations=0,
+                        threads=1, progress=False)
+    assert res["sequential"].summary["registration_settings"] == {
+        "consecutive frames": {"model": "acdc", "num_steps": 4, "refine_iterations": 0}}
+    assert res["direct"].settings["further apart"] == {"model": "acdc", "num_steps": 10, "refine_iterations": 0}
 
 
 def test_track_default_settings_accuracy(cine):

@@ -114,6 +114,8 @@ class Tracking:
     seconds: float
     cine: Cine = field(repr=False)
     registrations: int = 0
+    #: the networks the registrations used: ``{"consecutive frames" | "further apart": {model, num_steps, refine_iterations}}``
+    settings: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
     @property
     def seconds_per_frame(self) -> float:
@@ -132,7 +134,8 @@ class Tracking:
             "cine": self.cine.source, "frames": len(self.cine), "reference_frame": self.reference_frame,
             "scheme": self.scheme, "function": self.function, "drift_dice": self.drift,
             "volumes_ml": {k: v.tolist() for k, v in self.volumes.items()},
-            "registrations": self.registrations, "seconds": self.seconds, "seconds_per_frame": self.seconds_per_frame,
+            "registrations": self.registrations, "registration_settings": self.settings,
+            "seconds": self.seconds, "seconds_per_frame": self.seconds_per_frame,
             "convention": "ddf in frame voxels, label_t(x) = label_ref(x + ddf_t(x)); frames 0-based",
         }
 
@@ -195,6 +198,19 @@ class _Fields:
         image = sitk.GetImageFromArray(np.asarray(arr, dtype=np.int16))
         image.CopyInformation(self.cine.frames[frame])
         return image
+
+    def settings(self) -> Dict[str, Dict[str, Any]]:
+        """The network of each kind of pair this scheme registered: name, ODE steps, refinement steps (``None``: not an NPC network)."""
+        n = len(self.cine)
+        kinds = {(m - f) % n in (1, n - 1) for m, f in self.used if m != f}
+        out = {}
+        for near in sorted(kinds, reverse=True):
+            net, name = self.models.get(near, self.models[True])
+            out["consecutive frames" if near else "further apart"] = {
+                "model": name, "num_steps": getattr(getattr(net, "ode", None), "num_steps", None),
+                "refine_iterations": getattr(getattr(net, "refiner", None), "iterations", None),
+            }
+        return out
 
     @property
     def seconds(self) -> float:
@@ -300,7 +316,8 @@ def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _F
     new = sum(sec for key, (_, sec) in fields.cache.items() if key not in cached)
     seconds = fields.seconds + (time.perf_counter() - t0) - new
     return Tracking(labels=labels, ddf=ddf.float(), volumes=volumes, function=function, reference_frame=ref, scheme=scheme,
-                    drift=drift, seconds=seconds, cine=data, registrations=sum(k[0] != k[1] for k in fields.used))
+                    drift=drift, seconds=seconds, cine=data, registrations=sum(k[0] != k[1] for k in fields.used),
+                    settings=fields.settings())
 
 
 def _bar(progress: bool, total: int, desc: str):
