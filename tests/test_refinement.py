@@ -100,11 +100,18 @@ def test_register_refine_option(tmp_path):
     plain = monai_npc.register(m, f, model="acdc", spacing=(1.0, 1.0), threads=1)
     refined = monai_npc.register(m, f, model="acdc", spacing=(1.0, 1.0), threads=1, refine_iterations=10)
     assert not torch.equal(plain.ddf, refined.ddf)
+    assert plain.summary["steps"] == {"num_steps": 10, "refine_iterations": 50} and refined.summary["steps"]["refine_iterations"] == 10
+    fewer = monai_npc.register(m, f, model="acdc", spacing=(1.0, 1.0), threads=1, refine_iterations=10, num_steps=4)
+    assert fewer.summary["steps"] == {"num_steps": 4, "refine_iterations": 10} and not torch.equal(fewer.ddf, refined.ddf)
     with pytest.raises(ValueError, match="--refine"):
         monai_npc.register(m, f, model="acdc", spacing=(1.0, 1.0), refine_iterations=-1)
+    with pytest.raises(ValueError, match="--steps"):
+        monai_npc.register(m, f, model="acdc", spacing=(1.0, 1.0), num_steps=0)
     write_image(np.ascontiguousarray(m), tmp_path / "m.nii.gz", spacing=(1.0, 1.0))
     write_image(np.ascontiguousarray(f), tmp_path / "f.nii.gz", spacing=(1.0, 1.0))
     args = ["register", "--moving", str(tmp_path / "m.nii.gz"), "--fixed", str(tmp_path / "f.nii.gz"), "--out", str(tmp_path / "out"),
-            "--refine", "10", "--no-overview", "--threads", "1", "--quiet"]
+            "--refine", "10", "--steps", "4", "--no-overview", "--threads", "1", "--quiet"]
     assert cli_main(args) == 0
-    assert (tmp_path / "out" / "summary.json").is_file()
+    import json
+
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["steps"] == {"num_steps": 4, "refine_iterations": 10}

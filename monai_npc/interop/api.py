@@ -394,6 +394,7 @@ def register(
     refine_iterations: Optional[int] = None,
     field_of_view: Optional[str] = None,
     label_guidance: Optional[float] = None,
+    num_steps: Optional[int] = None,
 ) -> Registration:
     """Register ``moving`` onto ``fixed`` in memory; nothing is written (see :meth:`Registration.save`).
 
@@ -429,6 +430,10 @@ def register(
             moving image under that label (:mod:`monai_npc.functional.label_intensity`; no fixed
             label is used). ``None``: :data:`monai_npc.apps.registration.LABEL_GUIDANCE`; 0 = off
             (the field then depends on the images only).
+        num_steps: learned ODE steps of an NPC network (``--steps``; split evenly over its
+            stages); ``None`` keeps the weights' setting (10 for ``acdc``). On the validation
+            patients ``num_steps=6, refine_iterations=25`` gives the same whole-stack Dice in about
+            60 % of the time, with the LV a little less contracted at ES (README).
 
     Raises:
         FileNotFoundError: a missing image, label or weights file.
@@ -439,14 +444,15 @@ def register(
     with use_threads(threads):
         return _register(
             moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
-            size, keep_aspect, device, model_name, refine_iterations, field_of_view, label_guidance,
+            size, keep_aspect, device, model_name, refine_iterations, field_of_view, label_guidance, num_steps,
         )
 
 
 def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
-              size, keep_aspect, device, model_name, refine_iterations=None, field_of_view=None, label_guidance=None) -> Registration:
+              size, keep_aspect, device, model_name, refine_iterations=None, field_of_view=None, label_guidance=None,
+              num_steps=None) -> Registration:
     t0 = time.perf_counter()
-    net, name = resolve_model(model, device, refine_iterations)
+    net, name = resolve_model(model, device, refine_iterations, num_steps)
     name = model_name or name
     fixed_img = as_image(fixed, "fixed image", spacing, fixed_select)
     moving_img = as_image(moving, "moving image", spacing, moving_select)
@@ -518,6 +524,10 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         "moving_label": _describe(moving_label),
         "fixed_label": _describe(fixed_label),
     }
+    steps = {"num_steps": getattr(getattr(net, "ode", None), "num_steps", None),
+             "refine_iterations": getattr(getattr(net, "refiner", None), "iterations", None)}
+    if any(v is not None for v in steps.values()):  # an NPC network: its ODE and refinement steps
+        summary["steps"] = steps
     if moving_select or fixed_select:
         summary["select"] = {"moving": moving_select, "fixed": fixed_select}
     if pixel_space:

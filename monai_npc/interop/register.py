@@ -171,7 +171,7 @@ def register_batch(
     if out is not None:
         report = make_folder(out, "batch output folder")
         remove_stale([report / "batch_summary.csv"])
-    net, name = resolve_model(model, kwargs.get("device", "cpu"), kwargs.pop("refine_iterations", None))
+    net, name = resolve_model(model, kwargs.get("device", "cpu"), kwargs.pop("refine_iterations", None), kwargs.pop("num_steps", None))
     results: List[Dict[str, Any]] = []
     for row in tqdm(rows, desc="register", unit="pair", disable=not progress):
         try:
