@@ -18,16 +18,8 @@ def global_ncc(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-12) -> torch.Te
     return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1) + eps)
 
 
-def box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
-    """Sum of ``x`` ``(B, C, *S)`` over a ``window``-wide box around every voxel (zero padding), same shape.
-
-    Separable running sums (a cumulative sum per spatial axis and one subtraction, in float64 so
-    that the subtraction keeps the precision local variances need): the cost per voxel does not
-    grow with ``window``, forward and backward, unlike a convolution with a ones kernel or an
-    average pooling.
-    """
-    if window < 1 or window % 2 == 0:
-        raise ValueError(f"window must be a positive odd integer, got {window}.")
+def _box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
+    """The running-sum box filter of :func:`box_sum` (float64 inside, ``x``'s dtype out), without autograd."""
     half = window // 2
     dtype = x.dtype
     x = x.double()  # running sums of float32 lose the small differences that local variances are made of
@@ -39,6 +31,34 @@ def box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
         n = x.shape[axis]
         x = c.narrow(axis, window, n) - c.narrow(axis, 0, n)
     return x.to(dtype)
+
+
+class _BoxSum(torch.autograd.Function):
+    """A zero-padded box filter is its own adjoint (a symmetric kernel), so the gradient of
+    :func:`box_sum` is :func:`box_sum` of the incoming gradient: one more pair of running sums
+    instead of autograd's record of the padding, the sums and the slices (about half the backward time)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, window: int) -> torch.Tensor:  # type: ignore[override]
+        ctx.window = window
+        return _box_sum(x, window)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        return _box_sum(grad, ctx.window), None
+
+
+def box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
+    """Sum of ``x`` ``(B, C, *S)`` over a ``window``-wide box around every voxel (zero padding), same shape.
+
+    Separable running sums (a cumulative sum per spatial axis and one subtraction, in float64 so
+    that the subtraction keeps the precision local variances need): the cost per voxel does not
+    grow with ``window``, forward and backward, unlike a convolution with a ones kernel or an
+    average pooling. The backward pass is the same box filter of the gradient (:class:`_BoxSum`).
+    """
+    if window < 1 or window % 2 == 0:
+        raise ValueError(f"window must be a positive odd integer, got {window}.")
+    return _BoxSum.apply(x, int(window))
 
 
 def local_ncc(pred: torch.Tensor, target: torch.Tensor, window: int = 17, smooth_nr: float = 0.0, smooth_dr: float = 1e-5) -> torch.Tensor:
