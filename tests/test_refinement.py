@@ -4,7 +4,7 @@ import pytest
 import torch
 from monai.losses import LocalNormalizedCrossCorrelationLoss
 
-from monai_npc.functional.similarity import box_sum, local_ncc
+from monai_npc.functional.similarity import box_sum, local_ncc, local_target_stats
 from monai_npc.functional.warp import warp_image
 from monai_npc.networks.blocks import InstanceRefinement
 from monai_npc.networks.nets import NPCNet
@@ -17,6 +17,7 @@ def test_local_ncc_equals_monai(dims):
     ref = LocalNormalizedCrossCorrelationLoss(spatial_dims=dims, kernel_size=7)(p, t)
     assert torch.allclose(-local_ncc(p, t, 7).mean(), ref, rtol=1e-4)
     assert torch.allclose(-local_ncc(t, t, 7).mean(), torch.tensor(-1.0, dtype=torch.float64), atol=1e-3)
+    assert torch.equal(local_ncc(p, t, 7, target_stats=local_target_stats(t, 7)), local_ncc(p, t, 7))  # the refinement's shortcut
 
 
 def test_box_sum_counts_the_window_with_zero_padding():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Optional, Tuple
+
 import torch
 import torch.nn.functional as F
 
-__all__ = ["box_sum", "global_ncc", "local_ncc"]
+__all__ = ["box_sum", "global_ncc", "local_ncc", "local_target_stats"]
 
 
 def global_ncc(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
@@ -61,18 +63,32 @@ def box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
     return _BoxSum.apply(x, int(window))
 
 
-def local_ncc(pred: torch.Tensor, target: torch.Tensor, window: int = 17, smooth_nr: float = 0.0, smooth_dr: float = 1e-5) -> torch.Tensor:
+def local_target_stats(target: torch.Tensor, window: int = 17, smooth_dr: float = 1e-5) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(box sum, clamped windowed sum of squared deviations)`` of ``target`` ``(B, C, *S)``: the part of
+    :func:`local_ncc` that depends on the target only, for callers that score many images against one
+    target (the test-time refinement)."""
+    n = float(window ** (target.dim() - 2))
+    t_sum = box_sum(target, window)
+    return t_sum, torch.clamp(box_sum(target * target, window) - t_sum * t_sum / n, min=smooth_dr)
+
+
+def local_ncc(
+    pred: torch.Tensor, target: torch.Tensor, window: int = 17, smooth_nr: float = 0.0, smooth_dr: float = 1e-5,
+    target_stats: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
+) -> torch.Tensor:
     """Squared local normalised cross-correlation map ``(B, C, *S)`` of images ``(B, C, *S)``, in ``[0, 1]``.
 
     The same quantity as MONAI's ``LocalNormalizedCrossCorrelationLoss`` with a rectangular
     window (whose loss is ``-local_ncc(...).mean()``), including its smoothing constants.
+    ``target_stats``: :func:`local_target_stats` of ``target`` with the same ``window`` and
+    ``smooth_dr``, computed once instead of at every call.
     """
     if pred.shape != target.shape:
         raise ValueError(f"pred and target must have the same shape, got {tuple(pred.shape)} and {tuple(target.shape)}.")
     n = float(window ** (pred.dim() - 2))
-    t_sum, p_sum = box_sum(target, window), box_sum(pred, window)
-    t2_sum, p2_sum, tp_sum = box_sum(target * target, window), box_sum(pred * pred, window), box_sum(target * pred, window)
+    t_sum, t_var = local_target_stats(target, window, smooth_dr) if target_stats is None else target_stats
+    p_sum = box_sum(pred, window)
+    p2_sum, tp_sum = box_sum(pred * pred, window), box_sum(target * pred, window)
     cross = tp_sum - p_sum * t_sum / n
-    t_var = torch.clamp(t2_sum - t_sum * t_sum / n, min=smooth_dr)
     p_var = torch.clamp(p2_sum - p_sum * p_sum / n, min=smooth_dr)
     return (cross * cross + smooth_nr) / (t_var * p_var)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from monai_npc.functional.label_intensity import intensity_models, label_intensity_cost, label_onehot, label_region
-from monai_npc.functional.similarity import local_ncc
+from monai_npc.functional.similarity import local_ncc, local_target_stats
 from monai_npc.functional.warp import jacobian_determinant, warp_image
 
 __all__ = ["InstanceRefinement", "MAX_GUIDE_LABELS"]
@@ -131,10 +131,11 @@ class InstanceRefinement(nn.Module):
             v = torch.zeros([ddf.shape[0], ddf.shape[1]] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
             opt = torch.optim.Adam([v], lr=self.learning_rate)
             label_term = self._label_term(moving.clone(), fixed.clone(), base, moving_label.clone()) if guided else None
+            f_stats = local_target_stats(f, self.window)  # the fixed image's part of the LNCC, once
             for _ in range(self.iterations):
                 field = base + _resize(v, full)  # the regularisers see the full-grid field the caller gets
                 coarse_field = field if self.level == 1 else _resize(field, level_size) * axis_scale
-                loss = -_per_sample_mean(local_ncc(warp_image(m, coarse_field, "bilinear", "border"), f, self.window))
+                loss = -_per_sample_mean(local_ncc(warp_image(m, coarse_field, "bilinear", "border"), f, self.window, target_stats=f_stats))
                 if self.lambda_reg:
                     loss = loss + self.lambda_reg * _diffusion(field)
                 if self.lambda_jac:
