@@ -24,6 +24,13 @@ def test_box_sum_counts_the_window_with_zero_padding():
     x = torch.ones(1, 1, 9, 9)
     s = box_sum(x, 3)
     assert s[0, 0, 4, 4] == 9 and s[0, 0, 0, 0] == 4 and s[0, 0, 0, 4] == 6
+    # windows wider than the axis, odd shapes, 3-D: against an explicit zero-padded convolution
+    for shape, window in (((1, 2, 5, 3), 7), ((2, 1, 4, 6, 3), 5), ((1, 1, 1, 7), 9), ((1, 1, 12, 10), 17)):
+        y = torch.rand(shape, dtype=torch.float64)
+        dims = len(shape) - 2
+        conv = (torch.nn.functional.conv2d, torch.nn.functional.conv3d)[dims - 2]
+        ref = conv(y.flatten(0, 1)[:, None], torch.ones((1, 1) + (window,) * dims, dtype=torch.float64), padding=window // 2)
+        assert torch.allclose(box_sum(y, window), ref.reshape(shape)), (shape, window)
     with pytest.raises(ValueError, match="odd"):
         box_sum(x, 4)
 

@@ -21,17 +21,28 @@ def global_ncc(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-12) -> torch.Te
 
 
 def _box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
-    """The running-sum box filter of :func:`box_sum` (float64 inside, ``x``'s dtype out), without autograd."""
+    """The running-sum box filter of :func:`box_sum` (float64 inside, ``x``'s dtype out), without autograd.
+
+    Along each axis of length ``n`` with ``C`` the cumulative sum: ``out[i] = C[min(i + h, n - 1)] -
+    C[i - h - 1]`` (the second term 0 for ``i <= h``), ``h = window // 2``: written into one buffer
+    by slices, with no zero-padded copy of the input.
+    """
     half = window // 2
     dtype = x.dtype
     x = x.double()  # running sums of float32 lose the small differences that local variances are made of
     for axis in range(2, x.dim()):
-        pad = [0, 0] * (x.dim() - 2)
-        pad[2 * (x.dim() - 1 - axis)] = half + 1  # F.pad lists the last axis first
-        pad[2 * (x.dim() - 1 - axis) + 1] = half
-        c = F.pad(x, pad).cumsum(axis)
         n = x.shape[axis]
-        x = c.narrow(axis, window, n) - c.narrow(axis, 0, n)
+        c = x.cumsum(axis)
+        out = torch.empty_like(c)
+        inner = max(n - half, 0)  # i + h still inside the axis
+        if inner:
+            out.narrow(axis, 0, inner).copy_(c.narrow(axis, half, inner))
+        if n - inner:
+            tail = out.narrow(axis, inner, n - inner)
+            tail.copy_(c.narrow(axis, n - 1, 1).expand_as(tail))
+        if n - half - 1 > 0:
+            out.narrow(axis, half + 1, n - half - 1).sub_(c.narrow(axis, 0, n - half - 1))
+        x = out
     return x.to(dtype)
 
 
