@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 
 __all__ = ["box_sum", "global_ncc", "local_ncc", "local_target_stats"]
 

@@ -87,14 +87,10 @@ def slab_fractions(reference_label: np.ndarray, value: int, slice_spacing_mm: fl
     ``t`` is measured from the most basal slice holding ``value`` on ``reference_label`` (0 for
     every slice when the structure is absent: nothing to clear).
     """
-    if not slice_spacing_mm > 0:
-        raise ValueError(f"slice_spacing_mm must be > 0, got {slice_spacing_mm}.")
-    lab = np.asarray(reference_label)
-    found = _first_slice(lab, value)
-    if found is None or descent_mm <= 0:
-        return np.zeros(lab.shape[0])
-    first, step = found
-    t = (np.arange(lab.shape[0]) - first) * step * float(slice_spacing_mm)
+    offset = _basal_offsets(reference_label, value, slice_spacing_mm)
+    if offset is None or descent_mm <= 0:
+        return np.zeros(np.shape(reference_label)[0])
+    t = offset * float(slice_spacing_mm)
     return np.clip((float(descent_mm) - t) / float(slice_spacing_mm), 0.0, 1.0)
 
 
@@ -117,12 +113,7 @@ def apply_basal_descent(
         descent_mm: ``{structure name: mm at ES}``; default :data:`BASAL_DESCENT_MM`.
         structures: name -> label value.
     """
-    out = np.array(label, copy=True)
-    if out.shape != np.shape(reference_label):
-        raise ValueError(f"label {out.shape} and reference_label {np.shape(reference_label)} differ in shape.")
-    phase = float(np.clip(phase, 0.0, 1.0))
-    table = BASAL_DESCENT_MM if descent_mm is None else descent_mm
-    _checked(structures, table, "descent_mm")
+    out, table, phase = _prepared(label, reference_label, phase, BASAL_DESCENT_MM if descent_mm is None else descent_mm, "descent_mm", structures)
     for name, mm in table.items():
         value = structures[name]
         cleared = slab_fractions(reference_label, value, slice_spacing_mm, phase * float(mm)) >= 0.5
@@ -140,10 +131,28 @@ def _first_slice(reference_label: np.ndarray, value: int) -> Optional[Tuple[int,
     return int(present.min() if step > 0 else present.max()), step
 
 
-def _checked(structures: Mapping[str, int], table: Mapping[str, float], what: str) -> None:
+def _basal_offsets(reference_label: np.ndarray, value: int, slice_spacing_mm: float) -> Optional[np.ndarray]:
+    """``(Z,)`` each slice's distance in slices from the most basal slice holding ``value``, positive
+    towards the apex; ``None`` when ``value`` is absent."""
+    if not slice_spacing_mm > 0:
+        raise ValueError(f"slice_spacing_mm must be > 0, got {slice_spacing_mm}.")
+    found = _first_slice(reference_label, value)
+    if found is None:
+        return None
+    first, step = found
+    return (np.arange(np.shape(reference_label)[0]) - first) * step
+
+
+def _prepared(label: np.ndarray, reference_label: np.ndarray, phase: float, table: Mapping[str, float], what: str,
+              structures: Mapping[str, int]) -> Tuple[np.ndarray, Mapping[str, float], float]:
+    """``(a copy of label, table, phase clipped to 0..1)`` after checking the shapes and the table's structure names."""
+    out = np.array(label, copy=True)
+    if out.shape != np.shape(reference_label):
+        raise ValueError(f"label {out.shape} and reference_label {np.shape(reference_label)} differ in shape.")
     for name in table:
         if name not in structures:
             raise ValueError(f"{what} names {name!r}, which is not one of the structures {sorted(structures)}.")
+    return out, table, float(np.clip(phase, 0.0, 1.0))
 
 
 def ascent_fractions(reference_label: np.ndarray, value: int, slice_spacing_mm: float, ascent_mm: float) -> np.ndarray:
@@ -153,14 +162,10 @@ def ascent_fractions(reference_label: np.ndarray, value: int, slice_spacing_mm: 
     label) get a share: ``clip((ascent_mm - (k - 1) s) / s, 0, 1)`` for the ``k``-th one; all 0
     when the structure is absent.
     """
-    if not slice_spacing_mm > 0:
-        raise ValueError(f"slice_spacing_mm must be > 0, got {slice_spacing_mm}.")
-    lab = np.asarray(reference_label)
-    first = _first_slice(lab, value)
-    if first is None or ascent_mm <= 0:
-        return np.zeros(lab.shape[0])
-    z0, step = first
-    k = (z0 - np.arange(lab.shape[0])) * step  # slices basal of z0: 1, 2, ...
+    offset = _basal_offsets(reference_label, value, slice_spacing_mm)
+    if offset is None or ascent_mm <= 0:
+        return np.zeros(np.shape(reference_label)[0])
+    k = -offset  # slices basal of the first one: 1, 2, ...
     share = np.clip((float(ascent_mm) - (k - 1) * float(slice_spacing_mm)) / float(slice_spacing_mm), 0.0, 1.0)
     return np.where(k >= 1, share, 0.0)
 
@@ -187,12 +192,7 @@ def apply_basal_ascent(
         ascent_mm: ``{structure name: mm at ED}``; default :data:`BASAL_ASCENT_MM`.
         structures: name -> label value.
     """
-    out = np.array(label, copy=True)
-    if out.shape != np.shape(reference_label):
-        raise ValueError(f"label {out.shape} and reference_label {np.shape(reference_label)} differ in shape.")
-    table = BASAL_ASCENT_MM if ascent_mm is None else ascent_mm
-    _checked(structures, table, "ascent_mm")
-    phase = float(np.clip(phase, 0.0, 1.0))
+    out, table, phase = _prepared(label, reference_label, phase, BASAL_ASCENT_MM if ascent_mm is None else ascent_mm, "ascent_mm", structures)
     outlines = {}
     for name, mm in table.items():  # every outline from the carried label before any slice is filled
         value = structures[name]
