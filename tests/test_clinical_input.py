@@ -99,6 +99,41 @@ def test_heart_window_field_is_pasted_back_with_identity_outside_and_no_fold():
     assert float(jac.min()) > 0.5  # the taper adds no fold
 
 
+def test_a_given_heart_centre_places_the_window_and_bad_ones_are_named():
+    """``register(heart_centre=)``: the window goes where the caller says (one centre for all slices or
+    one per slice) instead of where the frames differ; a centre of the wrong shape is a clear error."""
+    ed, es = _beating_stack(size=200, centre=(120, 80))
+    fixed, moving = _stack_image(es), _stack_image(ed)
+    kw = dict(model=ConstantShift((2.0, -3.0)), field_of_view="heart", size=96, threads=1)
+    found = monai_npc.register(moving, fixed, **kw)
+    assert found.summary["model_grid"]["centre_voxel"] == pytest.approx([120, 80], abs=3)
+    given = monai_npc.register(moving, fixed, heart_centre=(60.0, 130.0), **kw)
+    assert given.summary["model_grid"]["centre_voxel"] == pytest.approx([60.0, 130.0])
+    ddf = given.ddf.numpy()
+    assert ddf[1, :, 60, 130] == pytest.approx(2.0) and np.abs(ddf[1:, :, 150:, :40]).max() == 0  # identity far from it
+    per_slice = monai_npc.register(moving, fixed, heart_centre=[(60.0, 130.0)] * 3, **kw)
+    assert torch.equal(per_slice.ddf, given.ddf)
+    with pytest.raises(ValueError, match="heart_centre"):
+        monai_npc.register(moving, fixed, heart_centre=[(60.0, 130.0)] * 2, **kw)
+
+
+def test_transform_and_warped_images_are_built_on_first_use():
+    """A caller that needs only the field (tracking) does not pay for the ITK transform and the
+    resampled images; built on demand they are what ``sitk.Resample`` gives."""
+    ed, es = _beating_stack(size=120, centre=(60, 60))
+    fixed, moving = _stack_image(es), _stack_image(ed)
+    label = sitk.Cast(moving > 0.9, sitk.sitkUInt8)
+    reg = monai_npc.register(moving, fixed, model=ConstantShift((2.0, -3.0)), moving_label=label, field_of_view="image", size=64, threads=1)
+    assert not reg._lazy  # nothing resampled yet
+    warped = sitk.GetArrayFromImage(reg.warped)
+    expect = sitk.Resample(moving, fixed, reg.transform, sitk.sitkLinear, 0.0, sitk.sitkFloat32)
+    assert np.array_equal(warped, sitk.GetArrayFromImage(expect))
+    lab = sitk.GetArrayFromImage(reg.warped_label)
+    assert lab.sum() > 0 and np.array_equal(lab, sitk.GetArrayFromImage(
+        sitk.Resample(label, fixed, reg.transform, sitk.sitkNearestNeighbor, 0, sitk.sitkInt32)))
+    assert reg.warped is reg.warped  # kept
+
+
 def test_shipped_cardiac_model_uses_the_heart_window_and_others_the_whole_image():
     from monai_npc.networks.nets.pretrained import load_pretrained
 

@@ -298,6 +298,7 @@ def run_pipeline(
     device: Union[str, torch.device] = "cpu",
     moving_label: Optional[sitk.Image] = None,
     label_guidance: float = 0.0,
+    heart_centre: Optional[Sequence[Tuple[float, float]]] = None,
 ) -> PipelineResult:
     """Localise, build the model grid, register every slice and paste the field back onto ``fixed``.
 
@@ -311,6 +312,9 @@ def run_pipeline(
         label_guidance: weight of the refinement's label-guided term (0 = off;
             :data:`LABEL_GUIDANCE`); the ``"image>heart"`` windows, which register the coarsely
             warped moving image, do not use it.
+        heart_centre: the heart windows' in-plane centres ``(row, col)`` in fixed voxels, one per
+            slice (or one for all); ``None``: each slice's from its own pair
+            (:func:`~monai_npc.apps.localize.motion_centre`).
     """
     dims = fixed.GetDimension()
     guide = {"moving_label": moving_label, "label_guidance": float(label_guidance)} if moving_label is not None else {}
@@ -320,7 +324,9 @@ def run_pipeline(
     overlap = float(100.0 * np.isfinite(moving_on_fixed).mean())
     # 2. localise: a heart window per slice, each from its own slice pair (slices stay independent)
     centres: List[Tuple[float, float]] = []
-    if profile.field_of_view != "image":
+    if heart_centre is not None and profile.field_of_view != "image":
+        centres = _given_centres(heart_centre, fixed)
+    elif profile.field_of_view != "image":
         fixed_arr = _stack(sitk.GetArrayFromImage(fixed), dims)
         spacing = tuple(fixed.GetSpacing()[1::-1])  # (row, col) mm
         centres = [motion_centre(moving_on_fixed[z : z + 1], fixed_arr[z : z + 1], spacing) for z in range(fixed_arr.shape[0])]
@@ -351,6 +357,17 @@ def run_pipeline(
         still=np.logical_or.reduce([r.still for r in runs]), overlap_percent=overlap,
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
     )
+
+
+def _given_centres(heart_centre: Sequence[Tuple[float, float]], fixed: sitk.Image) -> List[Tuple[float, float]]:
+    """``heart_centre`` checked: one ``(row, col)`` per slice of ``fixed`` (a single pair: every slice)."""
+    arr = np.asarray(heart_centre, dtype=np.float64)
+    slices = fixed.GetSize()[2] if fixed.GetDimension() == 3 else 1
+    if arr.shape == (2,):
+        arr = np.repeat(arr[None], slices, 0)
+    if arr.shape != (slices, 2) or not np.isfinite(arr).all():
+        raise ValueError(f"heart_centre must be one finite (row, col) pair or one per slice ({slices}), got shape {arr.shape}.")
+    return [(float(r), float(c)) for r, c in arr]
 
 
 #: default weight of the refinement's label-guided term when ``register`` gets a moving label

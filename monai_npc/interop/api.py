@@ -296,17 +296,48 @@ class Registration:
             registered as identity because an image is constant), ``None`` for other models.
         summary: model, times, overlap, folding, Jacobian, displacement in mm, Dice (with both
             labels), grids, warnings: what ``summary.json`` holds.
+
+    ``transform``, ``warped`` and ``warped_label`` are built on first use (then kept): a caller
+    that needs only ``ddf``, such as :func:`monai_npc.track` over a cine, does not pay for them.
     """
 
-    warped: sitk.Image
-    warped_label: Optional[sitk.Image]
-    transform: sitk.DisplacementFieldTransform
     ddf: torch.Tensor
     jacobian: sitk.Image
     reliability: Optional[sitk.Image]
     summary: Dict[str, Any]
     fixed: sitk.Image = field(repr=False)
+    #: the (canonical) moving image and label map the lazy outputs resample
+    moving: Optional[sitk.Image] = field(default=None, repr=False)
+    moving_label: Optional[sitk.Image] = field(default=None, repr=False)
+    #: ``ddf`` in float64, what ``transform`` is built from
+    ddf_array: Optional[np.ndarray] = field(default=None, repr=False)
     _figure: Dict[str, Any] = field(default_factory=dict, repr=False)
+    _lazy: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def transform(self) -> sitk.DisplacementFieldTransform:
+        if "transform" not in self._lazy:
+            ddf = self.ddf_array if self.ddf_array is not None else self.ddf.double().numpy()
+            self._lazy["transform"] = displacement_field_transform(ddf, self.fixed)
+        return self._lazy["transform"]
+
+    @property
+    def warped(self) -> sitk.Image:
+        if "warped" not in self._lazy:
+            self._lazy["warped"] = sitk.Resample(self.moving, self.fixed, self.transform, sitk.sitkLinear, 0.0, sitk.sitkFloat32)
+        return self._lazy["warped"]
+
+    @property
+    def warped_label(self) -> Optional[sitk.Image]:
+        if "warped_label" not in self._lazy:
+            self._lazy["warped_label"] = None if self.moving_label is None else sitk.Resample(
+                self.moving_label, self.fixed, self.transform, sitk.sitkNearestNeighbor, 0, sitk.sitkInt32)
+        return self._lazy["warped_label"]
+
+    @warped_label.setter
+    def warped_label(self, image: Optional[sitk.Image]) -> None:
+        """Replace the warped label (e.g. after a through-plane correction on the fixed grid)."""
+        self._lazy["warped_label"] = image
 
     def save(self, out: Union[PathLike, OutputFolder], overview: bool = True) -> Dict[str, Any]:
         """Write :data:`OUTPUTS` into ``out`` all or nothing and return the summary written to ``summary.json``.
@@ -395,6 +426,7 @@ def register(
     field_of_view: Optional[str] = None,
     label_guidance: Optional[float] = None,
     num_steps: Optional[int] = None,
+    heart_centre: Optional[Sequence[Sequence[float]]] = None,
 ) -> Registration:
     """Register ``moving`` onto ``fixed`` in memory; nothing is written (see :meth:`Registration.save`).
 
@@ -434,6 +466,9 @@ def register(
             stages); ``None`` keeps the weights' setting (10 for ``acdc``). On the validation
             patients ``num_steps=6, refine_iterations=25`` gives the same whole-stack Dice in about
             60 % of the time, with the LV a little less contracted at ES (README).
+        heart_centre: for ``"heart"`` models, the window's in-plane centre ``(row, col)`` in fixed
+            voxels (array order), one for every slice or one per slice; ``None`` (default): found
+            from the two images (:func:`monai_npc.apps.localize.motion_centre`, slice by slice).
 
     Raises:
         FileNotFoundError: a missing image, label or weights file.
@@ -444,13 +479,13 @@ def register(
     with use_threads(threads):
         return _register(
             moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
-            size, keep_aspect, device, model_name, refine_iterations, field_of_view, label_guidance, num_steps,
+            size, keep_aspect, device, model_name, refine_iterations, field_of_view, label_guidance, num_steps, heart_centre,
         )
 
 
 def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
               size, keep_aspect, device, model_name, refine_iterations=None, field_of_view=None, label_guidance=None,
-              num_steps=None) -> Registration:
+              num_steps=None, heart_centre=None) -> Registration:
     t0 = time.perf_counter()
     net, name = resolve_model(model, device, refine_iterations, num_steps)
     name = model_name or name
@@ -487,7 +522,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     if guidance < 0:
         raise ValueError(f"label_guidance (--label-guidance) must be >= 0, got {label_guidance}.")
     result = run_pipeline(net, moving_img, fixed_img, profile, keep_aspect, device, moving_label=moving_lab,
-                          label_guidance=guidance if moving_lab is not None else 0.0)
+                          label_guidance=guidance if moving_lab is not None else 0.0, heart_centre=heart_centre)
     overlap, still, grid = result.overlap_percent, result.still, result.grid
     if overlap == 0.0:
         raise ValueError(
@@ -503,27 +538,27 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     ddf_m, warped_m, moving_m, fixed_m = result.ddf_model, result.warped_model, result.moving_model, result.fixed_model
     seconds_network = result.seconds_network
 
-    # 6. ITK transform on the fixed grid -> warped image and label (what ITK, ANTs and Slicer compute)
+    # 6. the result on the fixed grid; its ITK transform, warped image and label (what ITK, ANTs and
+    # Slicer compute) are built on first use
     ddf_out = result.ddf
     ddf_f = torch.from_numpy(ddf_out[1:] if dims == 3 else ddf_out[:, None]).permute(1, 0, 2, 3)  # (Z, 2, H, W)
-    transform = displacement_field_transform(ddf_out, fixed_img)
-    warped = sitk.Resample(moving_img, fixed_img, transform, sitk.sitkLinear, 0.0, sitk.sitkFloat32)
-    warped_lab = None
-    if moving_lab is not None:
-        warped_lab = sitk.Resample(moving_lab, fixed_img, transform, sitk.sitkNearestNeighbor, 0, sitk.sitkInt32)
     jac = jacobian_determinant(ddf_f).float().numpy()  # (Z, H, W); in-plane = full det (no through-plane motion)
-    jac_img = _image_like(jac, fixed_img)
     rel_img = None if result.reliability is None else _image_like(result.reliability, fixed_img)
+    summary: Dict[str, Any] = {}
+    reg = Registration(
+        ddf=torch.from_numpy(ddf_out).float(), jacobian=_image_like(jac, fixed_img), reliability=rel_img, summary=summary, fixed=fixed_img,
+        moving=moving_img, moving_label=moving_lab, ddf_array=ddf_out,
+    )
 
     # 4. summary
     norm_mm = np.linalg.norm(ddf_to_physical(ddf_out, fixed_img.GetSpacing(), fixed_img.GetDirection()), axis=-1)
-    summary: Dict[str, Any] = {
+    summary.update({
         "model": name,
         "moving": _describe(moving),
         "fixed": _describe(fixed),
         "moving_label": _describe(moving_label),
         "fixed_label": _describe(fixed_label),
-    }
+    })
     steps = {"num_steps": getattr(getattr(net, "ode", None), "num_steps", None),
              "refine_iterations": getattr(getattr(net, "refiner", None), "iterations", None)}
     if any(v is not None for v in steps.values()):  # an NPC network: its ODE and refinement steps
@@ -542,7 +577,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
             initial = sitk.GetArrayFromImage(
                 sitk.Resample(moving_lab, fixed_img, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32)
             )
-            after = sitk.GetArrayFromImage(warped_lab)
+            after = sitk.GetArrayFromImage(reg.warped_label)
             values = sorted(int(v) for v in set(np.unique(fixed_arr)) | set(np.unique(initial)) if v > 0)
             summary["dice"] = _dice(after, fixed_arr, values)
             summary["dice_mean"] = _mean(summary["dice"])
@@ -585,10 +620,8 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         "title": f"{Path(_describe(moving) or '').name} -> {Path(_describe(fixed) or '').name} ({name}, model grid)",
     }
     summary["seconds"] = time.perf_counter() - t0
-    return Registration(
-        warped=warped, warped_label=warped_lab, transform=transform, ddf=torch.from_numpy(ddf_out).float(),
-        jacobian=jac_img, reliability=rel_img, summary=summary, fixed=fixed_img, _figure=figure,
-    )
+    reg._figure = figure
+    return reg
 
 
 def _image_like(array: np.ndarray, reference: sitk.Image) -> sitk.Image:
