@@ -75,6 +75,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="with --moving-label: weight of the refinement's label-guided term (the carried label should cover fixed voxels "
         "that look like the moving image under it; no fixed label used); 0 = off; default 0.05 (docs/interop.md)",
     )
+    p.add_argument(
+        "--heart-centre", type=float, nargs=2, default=None, metavar=("ROW", "COL"),
+        help="centre of the heart window in fixed-image voxels (array order: row, column), the same for every slice; "
+        "default: found where the two images differ (use it when that finds the wrong place: overview.png shows what the window holds)",
+    )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--no-overview", action="store_true", help="do not write overview.png")
     p.add_argument("--no-progress", action="store_true", help="hide the batch progress bar")
@@ -111,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         threads=getattr(args, "threads", None), pixel_space=args.pixel_space,
         moving_select=args.moving_select, fixed_select=args.fixed_select, refine_iterations=args.refine,
         num_steps=args.steps, field_of_view=args.field_of_view, label_guidance=args.label_guidance,
+        heart_centre=None if args.heart_centre is None else tuple(args.heart_centre),
     )
     if args.batch:
         if args.moving or args.fixed:
