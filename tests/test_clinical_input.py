@@ -115,6 +115,8 @@ def test_a_given_heart_centre_places_the_window_and_bad_ones_are_named():
     assert torch.equal(per_slice.ddf, given.ddf)
     with pytest.raises(ValueError, match="heart_centre"):
         monai_npc.register(moving, fixed, heart_centre=[(60.0, 130.0)] * 2, **kw)
+    with pytest.raises(ValueError, match="outside the fixed image's 200 x 200"):
+        monai_npc.register(moving, fixed, heart_centre=(60.0, 250.0), **kw)
 
 
 def test_transform_and_warped_images_are_built_on_first_use():

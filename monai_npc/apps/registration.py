@@ -367,6 +367,11 @@ def _given_centres(heart_centre: Sequence[Tuple[float, float]], fixed: sitk.Imag
         arr = np.repeat(arr[None], slices, 0)
     if arr.shape != (slices, 2) or not np.isfinite(arr).all():
         raise ValueError(f"heart_centre must be one finite (row, col) pair or one per slice ({slices}), got shape {arr.shape}.")
+    rows, cols = fixed.GetSize()[1], fixed.GetSize()[0]
+    outside = (arr[:, 0] < 0) | (arr[:, 0] > rows - 1) | (arr[:, 1] < 0) | (arr[:, 1] > cols - 1)
+    if outside.any():
+        raise ValueError(f"heart_centre {arr[np.argmax(outside)].tolist()} (row, col) lies outside the fixed image's "
+                         f"{rows} x {cols} voxels (array order: rows 0-{rows - 1}, columns 0-{cols - 1}).")
     return [(float(r), float(c)) for r, c in arr]
 
 
