@@ -148,6 +148,12 @@ def test_task_model_comes_from_npc_model_not_from_monailabel_model(tmp_path):
     label_file, result = task(dict(base, npc_model="phase-correlation", npc_refine=0))
     assert result["model"] == "phase-correlation"
     os.remove(label_file)
+    # a click on the heart (MONAI Label "foreground", [i, j] = column, row) centres the heart window there
+    label_file, result = task(dict(base, foreground=[[30, 20], [34, 24]]))
+    assert result["model_grid"]["centre_voxel"] == pytest.approx([22.0, 32.0])
+    os.remove(label_file)
+    _refused(task, dict(base, foreground="the heart"), 400, "foreground")
+    _refused(task, dict(base, foreground=[[500, 20]]), 422, "outside the fixed image")
     assert len(task._nets) == 2  # each network is loaded once and reused
     camus = module.NPCRegistration(model="camus")
     assert camus.is_valid() and camus.labels == {"lv": 1, "myocardium": 2, "la": 3}

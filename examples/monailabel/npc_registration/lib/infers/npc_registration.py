@@ -20,6 +20,10 @@ Request keys (MONAI Label merges the client's ``params`` into the request):
 - ``fixed_label`` (optional): datastore id or path of the fixed image's label map (for Dice);
 - ``npc_model`` (optional, overrides the task's model), ``npc_device`` (optional),
   ``npc_refine`` (optional: test-time refinement steps, ``0`` for the network alone);
+- ``foreground`` (optional): click(s) on the heart in the open image, as MONAI Label's interactive
+  clients send them (voxel indices ``[i, j]`` or ``[i, j, k]``: column, row, slice); the heart
+  window of a ``"heart"`` model (``acdc``) is centred on their mean (``register(heart_centre=)``)
+  instead of where the two images differ;
 - ``output_dir`` (optional): a folder *on the server* where all the files of
   :meth:`monai_npc.Registration.save` are written (transforms for ITK/ANTs/Slicer, overview...).
 
@@ -41,7 +45,22 @@ from typing import Any, Dict, Optional, Tuple
 
 from ..common import MODEL_LABELS, NPCInferTask, RequestError
 
-__all__ = ["MODEL_LABELS", "NPCRegistration", "RequestError"]
+__all__ = ["MODEL_LABELS", "NPCRegistration", "RequestError", "heart_centre"]
+
+
+def heart_centre(foreground: Any) -> Optional[Tuple[float, float]]:
+    """``(row, col)`` of the mean of MONAI Label ``foreground`` clicks (``[[i, j(, k)], ...]`` voxel
+    indices: column, row, slice), or ``None`` without clicks. Raises :class:`RequestError` (400) for
+    anything else."""
+    if foreground is None or (isinstance(foreground, (list, tuple)) and len(foreground) == 0):
+        return None
+    try:
+        points = [[float(v) for v in p] for p in foreground]
+    except (TypeError, ValueError):
+        points = []
+    if not points or any(len(p) not in (2, 3) or any(v != v for v in p) for p in points):
+        raise RequestError(400, f"foreground must be a list of clicks [i, j] or [i, j, k] (voxel indices), got {foreground!r}.")
+    return sum(p[1] for p in points) / len(points), sum(p[0] for p in points) / len(points)
 
 
 class NPCRegistration(NPCInferTask):
@@ -75,9 +94,10 @@ class NPCRegistration(NPCInferTask):
         moving_label = self._label(request.get("moving_label"), "moving_label", str(moving_id))
         fixed_label = self._label(request.get("fixed_label"), "fixed_label")
         net, name, device = self._network(request)  # npc_model / npc_device / npc_refine, not MONAI Label's keys
+        centre = heart_centre(request.get("foreground"))
         try:
             reg = monai_npc.register(moving, fixed, model=net, moving_label=moving_label, fixed_label=fixed_label,
-                                     device=device, model_name=name)
+                                     device=device, model_name=name, heart_centre=centre)
         except FileNotFoundError as err:
             raise RequestError(404, str(err)) from None
         except (ValueError, TypeError) as err:  # unreadable files, 2-D vs 3-D, no overlap, label off its grid...
