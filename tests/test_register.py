@@ -353,9 +353,13 @@ def test_cli_heart_centre_places_the_window(oblique_run, tiny_model, tmp_path):
     """``--heart-centre ROW COL``: the heart window goes there (summary.json records it), not where the frames differ."""
     _, files, found = oblique_run
     args = ["register", "--moving", str(files["moving"]), "--fixed", str(files["fixed"]), "--model", str(tiny_model),
-            "--field-of-view", "heart", "--size", "48", "--no-overview", "--threads", "1"]
-    assert main(args + ["--out", str(tmp_path / "auto")]) == 0
+            "--field-of-view", "heart", "--size", "48", "--threads", "1"]
+    assert main(args + ["--out", str(tmp_path / "auto"), "--no-overview"]) == 0
     assert main(args + ["--heart-centre", "30", "25", "--out", str(tmp_path / "given")]) == 0
+    from PIL import Image
+
+    with Image.open(tmp_path / "given" / "overview.png") as png:  # 5 model-grid panels + the window on the whole slice
+        assert png.size[0] > 5 * 256 + 6 * 6 + 100
     auto = json.loads((tmp_path / "auto" / "summary.json").read_text())["model_grid"]["centre_voxel"]
     given = json.loads((tmp_path / "given" / "summary.json").read_text())["model_grid"]["centre_voxel"]
     assert given == pytest.approx([30.0, 25.0]) and auto != pytest.approx(given, abs=1.0)

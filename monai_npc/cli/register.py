@@ -78,7 +78,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--heart-centre", type=float, nargs=2, default=None, metavar=("ROW", "COL"),
         help="centre of the heart window in fixed-image voxels (array order: row, column), the same for every slice; "
-        "default: found where the two images differ (use it when that finds the wrong place: overview.png shows what the window holds)",
+        "default: found where the two images differ (use it when that finds the wrong place: overview.png outlines the window on the whole slice)",
     )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--no-overview", action="store_true", help="do not write overview.png")

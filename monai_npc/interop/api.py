@@ -399,7 +399,7 @@ class Registration:
         dice = f"Dice {s['dice_mean']:.3f}" if s.get("dice_mean") is not None else ""
         registration_overview(
             f["moving"], f["fixed"], f["warped"], f["ddf"], path, title=f["title"], labels=f.get("labels"),
-            captions=["", "", dice, "", f"folding {s['folding_percent']:.2f} %"],
+            captions=["", "", dice, "", f"folding {s['folding_percent']:.2f} %"], context=f.get("context"),
         )
 
 
@@ -618,10 +618,24 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         "moving": moving_m[mid], "fixed": fixed_m[mid], "warped": warped_m[mid, 0], "ddf": ddf_m[mid].float(),
         "labels": None if labels_m is None else tuple(lab[mid] for lab in labels_m),
         "title": f"{Path(_describe(moving) or '').name} -> {Path(_describe(fixed) or '').name} ({name}, model grid)",
+        "context": None if result.centre is None else _window_outline(fixed_img, grid, mid),
     }
     summary["seconds"] = time.perf_counter() - t0
     reg._figure = figure
     return reg
+
+
+def _window_outline(fixed: sitk.Image, grid: sitk.Image, z: int) -> Tuple[np.ndarray, np.ndarray]:
+    """``(slice z of the fixed image (H, W), the model grid's outline on it (4, 2) (row, col) voxels)``:
+    where the heart window lies in the whole field of view (the overview's last panel)."""
+    n = grid.GetSize()[0] - 1, grid.GetSize()[1] - 1
+    corners = []
+    for i, j in ((0, 0), (n[0], 0), (n[0], n[1]), (0, n[1])):
+        index = (i, j, z) if grid.GetDimension() == 3 else (i, j)
+        c = fixed.TransformPhysicalPointToContinuousIndex(grid.TransformContinuousIndexToPhysicalPoint([float(v) for v in index]))
+        corners.append((c[1], c[0]))
+    arr = sitk.GetArrayFromImage(fixed)
+    return (arr[z] if fixed.GetDimension() == 3 else arr), np.asarray(corners)
 
 
 def _image_like(array: np.ndarray, reference: sitk.Image) -> sitk.Image:

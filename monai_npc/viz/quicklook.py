@@ -1,6 +1,6 @@
 """A registration overview PNG drawn with PIL: the ``overview.png`` of ``monai-npc register``.
 
-The same five panels as :func:`~monai_npc.viz.figures.registration_panel` (moving, fixed, warped,
+The same five panels (and, for a heart window, a sixth: the window outlined on the whole fixed slice) as :func:`~monai_npc.viz.figures.registration_panel` (moving, fixed, warped,
 warped - fixed, deformed grid), drawn in about 30 ms without matplotlib, whose import and
 rendering (about 1 s) would otherwise be a third of a single ``register`` call from the shell.
 """
@@ -8,7 +8,7 @@ rendering (about 1 s) would otherwise be a third of a single ``register`` call f
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -59,6 +59,7 @@ def registration_overview(
     labels: Optional[Sequence] = None,
     captions: Optional[Sequence[str]] = None,
     panel: int = 256,
+    context: Optional[Tuple[np.ndarray, np.ndarray]] = None,
 ) -> Path:
     """Save a 5-panel PNG: moving, fixed, warped, warped - fixed, deformed grid over the warped image.
 
@@ -70,6 +71,8 @@ def registration_overview(
         labels: optional ``(moving_label, fixed_label, warped_label)`` drawn as coloured contours.
         captions: optional text under each of the 5 panels (e.g. Dice).
         panel: panel size in pixels (images are scaled to fit, nearest neighbour).
+        context: optional ``(whole fixed slice (H', W'), outline (K, 2) (row, col) voxels of it)``: a
+            sixth panel, the registered window (the other panels) drawn on the whole field of view.
     """
     from PIL import Image, ImageDraw
 
@@ -82,7 +85,14 @@ def registration_overview(
     scale = panel / max(h, w)
     size = (max(1, round(w * scale)), max(1, round(h * scale)))
     top, bottom, gap = (32 if title else 18), 18, 6
-    canvas = Image.new("RGB", (5 * size[0] + 6 * gap, size[1] + top + bottom), "white")
+    extra = None
+    if context is not None:
+        whole, outline = _np(context[0]), np.asarray(context[1], dtype=np.float64)
+        cs = size[1] / whole.shape[0]  # same height as the other panels
+        extra = Image.fromarray(_gray(whole)).resize((max(1, round(whole.shape[1] * cs)), size[1]), Image.BILINEAR)
+        ImageDraw.Draw(extra).polygon([((c + 0.5) * cs, (r + 0.5) * cs) for r, c in outline], outline=(255, 215, 0), width=2)
+    width = 5 * size[0] + 6 * gap + (extra.size[0] + gap if extra is not None else 0)
+    canvas = Image.new("RGB", (width, size[1] + top + bottom), "white")
     draw = ImageDraw.Draw(canvas)
     names = ["moving", "fixed", "warped", "warped - fixed", "deformation"]
     for i, (tile, name) in enumerate(zip(tiles, names)):
@@ -96,6 +106,10 @@ def registration_overview(
         draw.text((x0, top - 12), name, fill="black")
         if captions is not None and i < len(captions) and captions[i]:
             draw.text((x0, top + size[1] + 4), captions[i], fill="black")
+    if extra is not None:
+        x0 = gap + 5 * (size[0] + gap)
+        canvas.paste(extra, (x0, top))
+        draw.text((x0, top - 12), "window in the fixed image", fill="black")
     if title:
         draw.text((gap, 2), title, fill="black")
     path = Path(path)
