@@ -1,8 +1,9 @@
 """A registration overview PNG drawn with PIL: the ``overview.png`` of ``monai-npc register``.
 
-The same five panels (and, for a heart window, a sixth: the window outlined on the whole fixed slice) as :func:`~monai_npc.viz.figures.registration_panel` (moving, fixed, warped,
-warped - fixed, deformed grid), drawn in about 30 ms without matplotlib, whose import and
-rendering (about 1 s) would otherwise be a third of a single ``register`` call from the shell.
+The same five panels as :func:`~monai_npc.viz.figures.registration_panel` (moving, fixed, warped,
+warped - fixed, deformed grid), and for a heart window a sixth (the window outlined on the whole
+fixed slice), drawn in about 30 ms without matplotlib, whose import and rendering (about 1 s)
+would otherwise be a third of a single ``register`` call from the shell.
 """
 
 from __future__ import annotations
