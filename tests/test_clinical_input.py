@@ -112,7 +112,9 @@ def test_a_given_heart_centre_places_the_window_and_bad_ones_are_named():
     ddf = given.ddf.numpy()
     assert ddf[1, :, 60, 130] == pytest.approx(2.0) and np.abs(ddf[1:, :, 150:, :40]).max() == 0  # identity far from it
     # the overview's last panel outlines the window on the whole fixed slice
-    whole, outline = given._figure["context"]
+    from monai_npc.interop.api import _window_outline
+
+    whole, outline = _window_outline(given.fixed, *given._figure["window"])
     assert whole.shape == (200, 200) and outline.shape == (4, 2)
     assert outline.mean(0) == pytest.approx([60.0, 130.0], abs=1.0) and np.ptp(outline, 0) == pytest.approx([95.0, 95.0])
     per_slice = monai_npc.register(moving, fixed, heart_centre=[(60.0, 130.0)] * 3, **kw)

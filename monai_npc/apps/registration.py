@@ -324,14 +324,15 @@ def run_pipeline(
     overlap = float(100.0 * np.isfinite(moving_on_fixed).mean())
     # 2. localise: a heart window per slice, each from its own slice pair (slices stay independent)
     centres: List[Tuple[float, float]] = []
-    if heart_centre is not None and profile.field_of_view != "image":
+    if profile.field_of_view != "image" and heart_centre is not None:  # placed by the caller
         centres = _given_centres(heart_centre, fixed)
     elif profile.field_of_view != "image":
         fixed_arr = _stack(sitk.GetArrayFromImage(fixed), dims)
         spacing = tuple(fixed.GetSpacing()[1::-1])  # (row, col) mm
-        centres = [motion_centre(moving_on_fixed[z : z + 1], fixed_arr[z : z + 1], spacing) for z in range(fixed_arr.shape[0])]
         if profile.field_of_view == "heart-stack":  # one window for the whole stack, from all its slices (couples them)
-            centres = [motion_centre(moving_on_fixed, fixed_arr, spacing)] * len(centres)
+            centres = [motion_centre(moving_on_fixed, fixed_arr, spacing)] * fixed_arr.shape[0]
+        else:
+            centres = [motion_centre(moving_on_fixed[z : z + 1], fixed_arr[z : z + 1], spacing) for z in range(fixed_arr.shape[0])]
     whole = [(model_grid(fixed, profile.input_size, keep_aspect), fixed)]
     windows = [(heart_grid(target, c, profile.input_size, profile.spacing_mm), target) for target, c in zip(_slice_images(fixed), centres)]
     # 3-5. register on the grid(s), every slice in one batch, and paste back on the fixed grid

@@ -307,8 +307,8 @@ def _descend_registration(pair: StudyPair, reg: Any) -> None:
     if reg.warped_label is None or pair.moving.label is None or pair.direction not in ("ED->ES", "ES->ED"):
         return
     on_fixed = reg.warped_label  # on the fixed grid
-    moving_label = reg.moving_label if getattr(reg, "moving_label", None) is not None else read_sitk_file(Path(pair.moving.label), "moving label")
-    reference = sitk.GetArrayFromImage(sitk.Resample(moving_label, on_fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
+    # the moving label as register read it, on the fixed grid
+    reference = sitk.GetArrayFromImage(sitk.Resample(reg.moving_label, on_fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
     warped = sitk.GetArrayFromImage(on_fixed)
     new = basal_descent_label(pair, warped, reference, on_fixed)
     if new is warped:

@@ -399,7 +399,8 @@ class Registration:
         dice = f"Dice {s['dice_mean']:.3f}" if s.get("dice_mean") is not None else ""
         registration_overview(
             f["moving"], f["fixed"], f["warped"], f["ddf"], path, title=f["title"], labels=f.get("labels"),
-            captions=["", "", dice, "", f"folding {s['folding_percent']:.2f} %"], context=f.get("context"),
+            captions=["", "", dice, "", f"folding {s['folding_percent']:.2f} %"],
+            context=None if f.get("window") is None else _window_outline(self.fixed, *f["window"]),
         )
 
 
@@ -618,7 +619,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         "moving": moving_m[mid], "fixed": fixed_m[mid], "warped": warped_m[mid, 0], "ddf": ddf_m[mid].float(),
         "labels": None if labels_m is None else tuple(lab[mid] for lab in labels_m),
         "title": f"{Path(_describe(moving) or '').name} -> {Path(_describe(fixed) or '').name} ({name}, model grid)",
-        "context": None if result.centre is None else _window_outline(fixed_img, grid, mid),
+        "window": None if result.centre is None else (grid, mid),  # drawn on the whole fixed slice by the overview
     }
     summary["seconds"] = time.perf_counter() - t0
     reg._figure = figure
