@@ -133,3 +133,17 @@ def test_register_refine_option(tmp_path):
     import json
 
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["steps"] == {"num_steps": 4, "refine_iterations": 10}
+
+
+@pytest.mark.parametrize("coarse,full", [([32, 32], [128, 128]), ([1, 7], [3, 30]), ([2, 5, 4], [10, 21, 16])])
+def test_linear_upsampler_equals_interpolate(coarse, full):
+    """The refinement's per-axis matrix upsampling against ``F.interpolate`` (values and gradients)."""
+    from monai_npc.networks.blocks.refinement import _linear_upsampler, _resize
+
+    v = torch.randn([2, len(coarse)] + coarse, dtype=torch.float64, requires_grad=True)
+    up = _linear_upsampler(coarse, full, torch.float64, torch.device("cpu"))
+    weight = torch.randn([2, len(coarse)] + full, dtype=torch.float64)
+    (g_fast,) = torch.autograd.grad((up(v) * weight).sum(), v)
+    (g_ref,) = torch.autograd.grad((_resize(v, full) * weight).sum(), v)
+    assert torch.allclose(up(v), _resize(v, full), atol=1e-12)
+    assert torch.allclose(g_fast, g_ref, atol=1e-10)

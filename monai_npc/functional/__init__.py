@@ -7,7 +7,7 @@ from .interaction import interaction_features, pair_interaction, pair_residual, 
 from .phase_correlation import phase_correlation, tukey_window
 from .reliability import reliability_map
 from .topk import soft_topk_mask, soft_topk_mask_with_threshold
-from .warp import identity_grid, jacobian_determinant, warp_image
+from .warp import identity_grid, jacobian_determinant, sample_at, warp_image
 
 __all__ = [
     "DIHEDRAL_INVERSE",
@@ -30,5 +30,6 @@ __all__ = [
     "soft_topk_mask_with_threshold",
     "identity_grid",
     "jacobian_determinant",
+    "sample_at",
     "warp_image",
 ]

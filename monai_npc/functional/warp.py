@@ -12,13 +12,28 @@ from typing import List
 import torch
 import torch.nn.functional as F
 
-__all__ = ["identity_grid", "warp_image", "jacobian_determinant"]
+__all__ = ["identity_grid", "sample_at", "warp_image", "jacobian_determinant"]
 
 
 def identity_grid(shape: List[int], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """Voxel coordinates of a grid: ``(D, *shape)``, channel ``k`` = index along axis ``k``."""
     axes = [torch.arange(n, device=device, dtype=dtype) for n in shape]
     return torch.stack(torch.meshgrid(axes, indexing="ij"), 0)
+
+
+def sample_at(image: torch.Tensor, points: torch.Tensor, mode: str = "bilinear", padding_mode: str = "border") -> torch.Tensor:
+    """Sample ``image`` ``(B, C, *S)`` at voxel coordinates ``points`` ``(B, D, *P)`` (channel ``k`` = position
+    along axis ``k``; any grid shape ``P``, for example a crop of the image's grid) -> ``(B, C, *P)``.
+
+    ``mode`` and ``padding_mode`` as in :func:`warp_image`, which is ``sample_at(image, identity + ddf)``.
+    """
+    spatial = image.shape[2:]
+    dims = len(spatial)
+    if points.shape[1] != dims:
+        raise ValueError(f"points must have {dims} channels for {dims} spatial dims, got {points.shape[1]}.")
+    # grid_sample wants (B, *P, D) in [-1, 1] with the last spatial axis first (x = width)
+    axes = [points[:, i] * (2.0 / max(spatial[i] - 1, 1)) - 1.0 for i in range(dims - 1, -1, -1)]
+    return F.grid_sample(image, torch.stack(axes, -1), mode=mode, padding_mode=padding_mode, align_corners=True)
 
 
 def warp_image(
@@ -41,12 +56,7 @@ def warp_image(
         image = image.unsqueeze(-1)
         ddf = torch.cat([ddf.unsqueeze(-1), torch.zeros_like(ddf).unsqueeze(-1)], 1)
         spatial = ddf.shape[2:]
-        dims = 2
-    grid = identity_grid(list(spatial), ddf.device, ddf.dtype).unsqueeze(0) + ddf
-    # grid_sample wants (B, *S, D) in [-1, 1] with the last spatial axis first (x = width)
-    axes = [grid[:, i] * (2.0 / max(spatial[i] - 1, 1)) - 1.0 for i in range(dims - 1, -1, -1)]
-    grid = torch.stack(axes, -1)
-    out = F.grid_sample(image, grid, mode=mode, padding_mode=padding_mode, align_corners=True)
+    out = sample_at(image, identity_grid(list(spatial), ddf.device, ddf.dtype).unsqueeze(0) + ddf, mode, padding_mode)
     if squeeze:
         out = out.squeeze(-1)
     return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +11,8 @@ from torch import nn
 
 from monai_npc.functional.label_intensity import intensity_models, label_intensity_cost, label_onehot, label_region
 from monai_npc.functional.similarity import local_ncc, local_target_stats
-from monai_npc.functional.warp import jacobian_determinant, warp_image
+from monai_npc.functional.regularisers import smoothness_fold_penalty
+from monai_npc.functional.warp import identity_grid, sample_at, warp_image
 
 __all__ = ["InstanceRefinement", "MAX_GUIDE_LABELS"]
 
@@ -24,14 +25,24 @@ def _resize(x: torch.Tensor, size: list) -> torch.Tensor:
     return F.interpolate(x, size=size, mode=mode, align_corners=False)
 
 
+def _linear_upsampler(coarse: List[int], full: List[int], dtype: torch.dtype, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``(B, C, *coarse) -> (B, C, *full)``: :func:`_resize` (linear, ``align_corners=False``) as one small
+    matrix product per axis (the interpolation is separable): the same values to float rounding, and
+    with its backward pass about 2.5x faster than ``F.interpolate`` on the refinement's grids."""
+    mats = [F.interpolate(torch.eye(c, dtype=dtype, device=device)[:, None], size=n, mode="linear", align_corners=False)[:, 0].T.contiguous()
+            for c, n in zip(coarse, full)]  # (n, c): column j = the coarse unit vector j interpolated
+
+    def upsample(x: torch.Tensor) -> torch.Tensor:
+        for axis, mat in enumerate(mats, start=2):
+            x = (x.movedim(axis, -1) @ mat.T).movedim(-1, axis)
+        return x
+
+    return upsample
+
+
 def _per_sample_mean(x: torch.Tensor) -> torch.Tensor:
     """``(B, ...)`` -> ``(B,)``: the mean over every axis but the batch."""
     return x.reshape(x.shape[0], -1).mean(1)
-
-
-def _diffusion(ddf: torch.Tensor) -> torch.Tensor:
-    """``(B,)`` mean squared forward difference of each ``ddf`` ``(B, D, *S)`` over every axis (MONAI ``DiffusionLoss`` up to boundary handling)."""
-    return sum(_per_sample_mean(ddf.diff(dim=axis) ** 2) for axis in range(2, ddf.dim()))
 
 
 class InstanceRefinement(nn.Module):
@@ -130,16 +141,15 @@ class InstanceRefinement(nn.Module):
             base = ddf.detach().clone()
             v = torch.zeros([ddf.shape[0], ddf.shape[1]] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
             opt = torch.optim.Adam([v], lr=self.learning_rate)
+            upsample = _linear_upsampler(coarse, full, ddf.dtype, ddf.device)
             label_term = self._label_term(moving.clone(), fixed.clone(), base, moving_label.clone()) if guided else None
             f_stats = local_target_stats(f, self.window)  # the fixed image's part of the LNCC, once
             for _ in range(self.iterations):
-                field = base + _resize(v, full)  # the regularisers see the full-grid field the caller gets
+                field = base + upsample(v)  # the regularisers see the full-grid field the caller gets
                 coarse_field = field if self.level == 1 else _resize(field, level_size) * axis_scale
                 loss = -_per_sample_mean(local_ncc(warp_image(m, coarse_field, "bilinear", "border"), f, self.window, target_stats=f_stats))
-                if self.lambda_reg:
-                    loss = loss + self.lambda_reg * _diffusion(field)
-                if self.lambda_jac:
-                    loss = loss + self.lambda_jac * _per_sample_mean(torch.relu(-jacobian_determinant(field)))  # JacobianFoldLoss
+                if self.lambda_reg or self.lambda_jac:  # diffusion + JacobianFoldLoss, per pair, closed-form gradient
+                    loss = loss + smoothness_fold_penalty(field, self.lambda_reg, self.lambda_jac)
                 if label_term is not None:
                     loss = loss + lam * label_term(field)
                 opt.zero_grad(set_to_none=True)
@@ -147,7 +157,7 @@ class InstanceRefinement(nn.Module):
                 # per element, the steps) it would get alone, so a slice registers the same inside its stack
                 loss.sum().backward()
                 opt.step()
-        return (base + _resize(v.detach(), full)).detach()
+        return (base + upsample(v.detach())).detach()
 
     def _label_term(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: torch.Tensor) -> Optional[Callable]:
         """``field -> (B,)`` label-guided cost: intensity models of the moving image under each moving
@@ -165,5 +175,16 @@ class InstanceRefinement(nn.Module):
         region_m = label_region(label, self.label_margin).to(ddf.dtype)
         means, sds = intensity_models(moving.detach().to(ddf.dtype), onehot, region_m)
         region_f = (warp_image(region_m, ddf.detach(), "bilinear", "zeros") > 0.5).to(ddf.dtype)
-        f = fixed.detach().to(ddf.dtype)
-        return lambda field: label_intensity_cost(f, warp_image(onehot, field, "bilinear", "zeros"), region_f, means, sds)
+        # the cost is a sum over region_f: evaluate it on the box around region_f in every pair of the batch
+        # only (the heart and its margin, a fraction of the grid), sampling the whole one-hot moving labels
+        inside = region_f.flatten(2).amax((0, 1)).reshape(region_f.shape[2:]) > 0
+        if not bool(inside.any()):
+            return None
+        box = [slice(None), slice(None)]
+        for axis in range(inside.dim()):
+            idx = inside.movedim(axis, 0).reshape(inside.shape[axis], -1).any(1).nonzero().flatten()
+            box.append(slice(int(idx[0]), int(idx[-1]) + 1))
+        points = identity_grid(list(ddf.shape[2:]), ddf.device, ddf.dtype).unsqueeze(0)[tuple(box)]
+        f = fixed.detach().to(ddf.dtype)[tuple(box)]
+        region_f = region_f[tuple(box)]
+        return lambda field: label_intensity_cost(f, sample_at(onehot, points + field[tuple(box)], "bilinear", "zeros"), region_f, means, sds)
