@@ -33,7 +33,7 @@ def _box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
     x = x.double()  # running sums of float32 lose the small differences that local variances are made of
     for axis in range(2, x.dim()):
         n = x.shape[axis]
-        s = F.pad(x, [0, 0] * (x.dim() - 1 - axis) + [half + 1, half]).cumsum(axis)
+        s = F.pad(x, [0, 0] * (x.dim() - 1 - axis) + [half + 1, half]).cumsum_(axis)
         x = s.narrow(axis, 2 * half + 1, n) - s.narrow(axis, 0, n)
     return x.to(dtype)
 
@@ -102,10 +102,11 @@ class _LocalNCCToTarget(torch.autograd.Function):
     def backward(ctx, grad):  # type: ignore[override]
         pred, target, t_sum, t_var, p_sum, ncc, cross, p_var, unclamped = ctx.saved_tensors
         window, n = ctx.consts
-        g_cross = grad * 2.0 * cross / (t_var * p_var)  # d ncc / d cross
-        g_var = -grad * ncc / p_var * unclamped  # d ncc / d p_var, zero where the variance is clamped
-        g_p_sum = -(g_cross * t_sum + 2.0 * g_var * p_sum) / n
-        g_pred = _box_sum(g_p_sum, window) + 2.0 * pred * _box_sum(g_var, window) + target * _box_sum(g_cross, window)
+        # in place on fresh buffers: each full-size temporary is a page-faulted allocation on the CPU
+        g_cross = (grad * cross).mul_(2.0).div_(t_var).div_(p_var)  # d ncc / d cross
+        g_var = (grad * ncc).div_(p_var).mul_(unclamped).neg_()  # d ncc / d p_var, zero where the variance is clamped
+        g_p_sum = (g_cross * t_sum).addcmul_(g_var, p_sum, value=2.0).div_(-n)
+        g_pred = _box_sum(g_p_sum, window).addcmul_(pred, _box_sum(g_var, window), value=2.0).addcmul_(target, _box_sum(g_cross, window))
         return g_pred, None, None, None, None, None, None
 
 
