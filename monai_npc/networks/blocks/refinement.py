@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +38,19 @@ def _linear_upsampler(coarse: List[int], full: List[int], dtype: torch.dtype, de
         return x
 
     return upsample
+
+
+def _adam_step(param: torch.Tensor, grad: torch.Tensor, moments: Tuple[torch.Tensor, torch.Tensor], step: int, lr: float,
+               betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    """Step ``step`` (1, 2, ...) of ``torch.optim.Adam`` (no weight decay) on ``param`` in place: the same
+    arithmetic, operation for operation, without the optimizer object, whose first construction in a
+    process imports ``torch._dynamo`` (about 1.4 s of a command-line registration)."""
+    exp_avg, exp_avg_sq = moments
+    exp_avg.lerp_(grad, 1 - betas[0])
+    exp_avg_sq.mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])
+    denom = (exp_avg_sq.sqrt() / (1 - betas[1] ** float(step)) ** 0.5).add_(eps)
+    with torch.no_grad():
+        param.addcdiv_(exp_avg, denom, value=-lr / (1 - betas[0] ** float(step)))
 
 
 def _per_sample_mean(x: torch.Tensor) -> torch.Tensor:
@@ -140,11 +153,11 @@ class InstanceRefinement(nn.Module):
             axis_scale = torch.tensor(scale, dtype=ddf.dtype, device=ddf.device).view([1, -1] + [1] * len(full))
             base = ddf.detach().clone()
             v = torch.zeros([ddf.shape[0], ddf.shape[1]] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
-            opt = torch.optim.Adam([v], lr=self.learning_rate)
+            moments = (torch.zeros_like(v), torch.zeros_like(v))
             upsample = _linear_upsampler(coarse, full, ddf.dtype, ddf.device)
             label_term = self._label_term(moving.clone(), fixed.clone(), base, moving_label.clone()) if guided else None
             f_stats = local_target_stats(f, self.window)  # the fixed image's part of the LNCC, once
-            for _ in range(self.iterations):
+            for step in range(1, self.iterations + 1):
                 field = base + upsample(v)  # the regularisers see the full-grid field the caller gets
                 coarse_field = field if self.level == 1 else _resize(field, level_size) * axis_scale
                 loss = -_per_sample_mean(local_ncc(warp_image(m, coarse_field, "bilinear", "border"), f, self.window, target_stats=f_stats))
@@ -152,11 +165,10 @@ class InstanceRefinement(nn.Module):
                     loss = loss + smoothness_fold_penalty(field, self.lambda_reg, self.lambda_jac)
                 if label_term is not None:
                     loss = loss + lam * label_term(field)
-                opt.zero_grad(set_to_none=True)
                 # the sum of per-pair losses: each pair's residual gets exactly the gradient (and, Adam being
                 # per element, the steps) it would get alone, so a slice registers the same inside its stack
-                loss.sum().backward()
-                opt.step()
+                (grad,) = torch.autograd.grad(loss.sum(), v)
+                _adam_step(v, grad, moments, step, self.learning_rate)
         return (base + upsample(v.detach())).detach()
 
     def _label_term(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: torch.Tensor) -> Optional[Callable]:
