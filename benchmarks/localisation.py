@@ -3,7 +3,8 @@
     python benchmarks/localisation.py [--data-dir ../shared/data/acdc_ssl4mis] [--dice] [--variants image,heart-stack,heart]
 
 A variant is a ``field_of_view`` of ``monai_npc.register``, optionally with the refinement steps
-after a colon (``heart-stack:0``; default: the weights' 50).
+after a colon (``heart-stack:0``; default: the weights' 50) and their learning rate after a second
+one (``heart:25:0.4``; default: the weights' 0.25).
 
 Whole short-axis stacks are rebuilt from the SSL4MIS slice files (full field of view, every
 slice; that copy stores no spacing, so the in-plane spacing is taken as 360 mm / the larger
@@ -16,7 +17,9 @@ side, ACDC's typical field of view). Two measurements:
    ``monai_npc.register(model="acdc")`` with each ``field_of_view`` variant, both directions, on
    the validation and test patients of ``bundles/npc_acdc/configs/acdc70_split.json`` (26
    patients, 52 pairs; none trained on; the official ACDC test set is never used here), by
-   initial-Dice bucket, with folding and seconds per pair.
+   initial-Dice bucket, with folding and seconds per pair, and the LV EF error of the ED->ES pairs
+   (points; the ES LV volume of the carried ED label against the expert ES label's, slice voxel
+   counts, no basal descent): mean absolute error and bias.
 """
 
 from __future__ import annotations
@@ -92,8 +95,12 @@ def dice_by_variant(data: Path, patients: List[str], variants: List[str]) -> Lis
 
     nets = {}
     for v in variants:
-        fov, _, steps = v.partition(":")
-        nets[v] = (fov, load_pretrained("acdc", **({"refine_iterations": int(steps)} if steps else {})))
+        fov, _, rest = v.partition(":")
+        steps, _, lr = rest.partition(":")
+        net = load_pretrained("acdc", **({"refine_iterations": int(steps)} if steps else {}))
+        if lr:
+            net.refiner.learning_rate = float(lr)
+        nets[v] = (fov, net)
     rows = []
     for p in tqdm(patients, desc="patients"):
         (ed, edl), (es, esl) = read_stack(data, p, 1), read_stack(data, p, 2)
@@ -102,7 +109,9 @@ def dice_by_variant(data: Path, patients: List[str], variants: List[str]) -> Lis
             for v, (fov, net) in nets.items():
                 t0 = time.perf_counter()
                 r = monai_npc.register(as_sitk(m), as_sitk(f), model=net, moving_label=as_sitk(ml), field_of_view=fov, threads=1)
-                row[v] = float(np.mean(dice3(sitk.GetArrayFromImage(r.warped_label), fl)))
+                warped = sitk.GetArrayFromImage(r.warped_label)
+                row[v] = float(np.mean(dice3(warped, fl)))
+                row[f"{v}_lv_voxels"] = [int((ml == 3).sum()), int((warped == 3).sum()), int((fl == 3).sum())]  # moving, carried, fixed
                 row[f"{v}_folding"] = r.summary["folding_percent"]
                 row[f"{v}_seconds"] = time.perf_counter() - t0
             rows.append(row)
@@ -112,12 +121,16 @@ def dice_by_variant(data: Path, patients: List[str], variants: List[str]) -> Lis
 def summarise(rows: List[dict], variants: List[str]) -> str:
     init = np.asarray([r["initial"] for r in rows])
     buckets = {"large (<0.55)": init < 0.55, "medium": (init >= 0.55) & (init < 0.70), "small (>=0.70)": init >= 0.70}
-    lines = ["| field of view | mean Dice | " + " | ".join(f"{k} ({int(m.sum())})" for k, m in buckets.items()) + " | folding % | s/pair |",
-             "|---|---|" + "---|" * len(buckets) + "---|---|"]
+    lines = ["| variant | mean Dice | " + " | ".join(f"{k} ({int(m.sum())})" for k, m in buckets.items())
+             + " | ED->ES LV EF error MAE / bias | folding % | s/pair |",
+             "|---|---|" + "---|" * len(buckets) + "---|---|---|"]
     for v in variants:
         d = np.asarray([r[v] for r in rows])
+        ef = np.asarray([100.0 * (r[f"{v}_lv_voxels"][2] - r[f"{v}_lv_voxels"][1]) / max(r[f"{v}_lv_voxels"][0], 1)
+                         for r in rows if r["direction"] == "ED->ES"])  # EF(carried) - EF(expert), same ED volume
         lines.append(f"| {v} | {d.mean():.4f} | " + " | ".join(f"{d[m].mean():.4f}" for m in buckets.values())
-                     + f" | {np.mean([r[v + '_folding'] for r in rows]):.4f} | {np.mean([r[v + '_seconds'] for r in rows]):.2f} |")
+                     + f" | {np.abs(ef).mean():.2f} / {ef.mean():+.2f} | {np.mean([r[v + '_folding'] for r in rows]):.4f}"
+                     + f" | {np.mean([r[v + '_seconds'] for r in rows]):.2f} |")
     return "\n".join(lines)
 
 
