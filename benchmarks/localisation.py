@@ -3,8 +3,9 @@
     python benchmarks/localisation.py [--data-dir ../shared/data/acdc_ssl4mis] [--dice] [--variants image,heart-stack,heart]
 
 A variant is a ``field_of_view`` of ``monai_npc.register``, optionally with the refinement steps
-after a colon (``heart-stack:0``; default: the weights' 50) and their learning rate after a second
-one (``heart:25:0.4``; default: the weights' 0.25).
+after a colon (``heart-stack:0``; default: the weights' 50), their learning rate after a second
+one (``heart:25:0.4``; default: the weights' 0.25) and the label-guidance weight after a third
+(``heart:25:0.25:0.1``; default: ``register``'s 0.05).
 
 Whole short-axis stacks are rebuilt from the SSL4MIS slice files (full field of view, every
 slice; that copy stores no spacing, so the in-plane spacing is taken as 360 mm / the larger
@@ -95,20 +96,19 @@ def dice_by_variant(data: Path, patients: List[str], variants: List[str]) -> Lis
 
     nets = {}
     for v in variants:
-        fov, _, rest = v.partition(":")
-        steps, _, lr = rest.partition(":")
+        fov, steps, lr, guidance = (v.split(":") + ["", "", ""])[:4]
         net = load_pretrained("acdc", **({"refine_iterations": int(steps)} if steps else {}))
         if lr:
             net.refiner.learning_rate = float(lr)
-        nets[v] = (fov, net)
+        nets[v] = (fov, net, {"label_guidance": float(guidance)} if guidance else {})
     rows = []
     for p in tqdm(patients, desc="patients"):
         (ed, edl), (es, esl) = read_stack(data, p, 1), read_stack(data, p, 2)
         for direction, (m, ml, f, fl) in {"ED->ES": (ed, edl, es, esl), "ES->ED": (es, esl, ed, edl)}.items():
             row = {"patient": p, "direction": direction, "initial": float(np.mean(dice3(ml, fl)))}
-            for v, (fov, net) in nets.items():
+            for v, (fov, net, extra) in nets.items():
                 t0 = time.perf_counter()
-                r = monai_npc.register(as_sitk(m), as_sitk(f), model=net, moving_label=as_sitk(ml), field_of_view=fov, threads=1)
+                r = monai_npc.register(as_sitk(m), as_sitk(f), model=net, moving_label=as_sitk(ml), field_of_view=fov, threads=1, **extra)
                 warped = sitk.GetArrayFromImage(r.warped_label)
                 row[v] = float(np.mean(dice3(warped, fl)))
                 row[f"{v}_lv_voxels"] = [int((ml == 3).sum()), int((warped == 3).sum()), int((fl == 3).sum())]  # moving, carried, fixed

@@ -102,3 +102,32 @@ def test_many_label_values_skip_the_term_with_a_warning():
     with pytest.warns(RuntimeWarning, match=f"19 values \\(at most {MAX_GUIDE_LABELS}"):
         out = ref(moving, fixed, start, atlas, 0.05)
     torch.testing.assert_close(out, ref(moving, fixed, start))
+
+
+def test_label_term_on_the_region_box_equals_the_whole_grid():
+    """The refinement evaluates the label cost on the box around its region only: same value and
+    gradient as the cost on the whole grid, for a batch whose pairs have their regions in different places."""
+    torch.manual_seed(0)
+    moving = torch.rand(2, 1, 48, 40)
+    fixed = torch.rand(2, 1, 48, 40)
+    label = torch.zeros(2, 1, 48, 40, dtype=torch.int64)
+    label[0, 0, 5:12, 4:10] = 1
+    label[0, 0, 8:14, 10:16] = 3
+    label[1, 0, 30:40, 25:33] = 2
+    start = torch.randn(2, 2, 48, 40) * 0.5
+    ref = InstanceRefinement(label_margin=3)
+    term = ref._label_term(moving, fixed, start, label)
+    field = (start + torch.randn(2, 2, 48, 40)).requires_grad_(True)
+    values = [0, 1, 2, 3]
+    onehot = label_onehot(label, values)
+    region_m = label_region(label, 3)
+    means, sds = intensity_models(moving, onehot, region_m)
+    region_f = (warp_image(region_m, start, "bilinear", "zeros") > 0.5).float()
+    assert region_f.sum() < 0.5 * region_f.numel()  # the box is a real crop
+    whole = label_intensity_cost(fixed, warp_image(onehot, field, "bilinear", "zeros"), region_f, means, sds)
+    boxed = term(field)
+    torch.testing.assert_close(boxed, whole, rtol=1e-5, atol=1e-6)
+    (g_box,) = torch.autograd.grad(boxed.sum(), field)
+    (g_whole,) = torch.autograd.grad(whole.sum(), field)
+    torch.testing.assert_close(g_box, g_whole, rtol=1e-4, atol=1e-6)
+    assert g_whole.abs().max() > 0
