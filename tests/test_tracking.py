@@ -112,6 +112,9 @@ def test_tracking_model_settings():
     assert pair.ode.num_steps == 10 and pair.refiner.iterations == 50
     given, name = tracking_model(pair)
     assert given is pair and given.ode.num_steps == 10 and given.refiner.iterations == 50 and name == "NPCNet"
+    with pytest.warns(RuntimeWarning, match="num_steps=3, refine_iterations=2 ignored"):  # a module is not changed, and says so
+        given, _ = tracking_model(pair, refine_iterations=2, num_steps=3)
+    assert given.ode.num_steps == 10 and given.refiner.iterations == 50
     with pytest.raises(ValueError, match="num_steps"):
         tracking_model("acdc", num_steps=0)
 

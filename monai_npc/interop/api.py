@@ -99,7 +99,7 @@ def resolve_model(
     For NPC weights, ``refine_iterations`` sets the test-time refinement steps after the network
     (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``num_steps`` the learned ODE steps
     (:class:`~monai_npc.networks.blocks.WarpODE`, split evenly over its stages); ``None`` keeps the
-    weights' setting.
+    weights' setting. A module is not changed: either given with it warns that it is ignored.
     """
     if refine_iterations is not None and int(refine_iterations) < 0:
         raise ValueError(f"refine_iterations (--refine) must be >= 0, got {refine_iterations}.")
@@ -108,6 +108,11 @@ def resolve_model(
     from monai_npc.networks.nets.pretrained import load_pretrained
 
     if isinstance(model, nn.Module):
+        ignored = [f"{k}={v}" for k, v in (("num_steps", num_steps), ("refine_iterations", refine_iterations)) if v is not None]
+        if ignored:
+            warnings.warn(f"{', '.join(ignored)} ignored: a network passed as a module is used as it is; set them on it "
+                          "(net.ode.set_steps(N), net.refiner.iterations = N) or pass the weights by name or file.",
+                          RuntimeWarning, stacklevel=3)
         return model.eval().to(device), type(model).__name__
     spec = str(model)
     if spec.lower() in (PHASE_CORRELATION, "phase_correlation"):

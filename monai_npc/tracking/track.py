@@ -265,7 +265,7 @@ def tracking_model(
     from monai_npc.interop.api import resolve_model
 
     if isinstance(model, torch.nn.Module):
-        return resolve_model(model, device)
+        return resolve_model(model, device, refine_iterations, num_steps)  # used as it is (warns if steps were given)
     if consecutive:
         refine_iterations = TRACK_REFINE_ITERATIONS if refine_iterations is None else refine_iterations
         num_steps = TRACK_NUM_STEPS if num_steps is None else num_steps
