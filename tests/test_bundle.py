@@ -142,10 +142,15 @@ def test_configs_reproduce_paper_recipe(bundle):
     assert evaluate["num_steps"] == infer["num_steps"] in (4, 10)
     assert net == {k: v for k, v in evaluate["network_def"].items() if k not in ("_target_", "refine_iterations")}
     assert net == {k: v for k, v in infer["network_def"].items() if k not in ("_target_", "refine_iterations")}
-    for name in ("evaluate.json", "inference.json"):  # the whole-stack configs run the same network
+    from monai_npc.apps.registration import _BUNDLE_DEFAULTS
+
+    # the whole-stack configs run the same network, with the steps monai_npc.register gives these weights
+    crops = {"num_steps": infer["num_steps"], "refine_iterations": infer.get("refine_iterations", 0)}
+    stacks = {**crops, **_BUNDLE_DEFAULTS.get(bundle, {}).get("register_steps", {})}
+    for name in ("evaluate.json", "inference.json"):
         other = _load(bundle, name)
         assert net == {k: v for k, v in other["network_def"].items() if k not in ("_target_", "refine_iterations")}, name
-        assert (other["num_steps"], other.get("refine_iterations", 0)) == (infer["num_steps"], infer.get("refine_iterations", 0)), name
+        assert {"num_steps": other["num_steps"], "refine_iterations": other.get("refine_iterations", 0)} == stacks, name
     assert train["num_steps"] == 10  # the paper's recipe
     expected = dict(ACDC_CONFIG if bundle == "npc_acdc" else CAMUS_CONFIG)
     if bundle == "npc_camus":  # the configs let num_steps split 5/5 over the stages

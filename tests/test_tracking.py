@@ -108,19 +108,21 @@ def test_tracking_model_settings():
     assert net.refiner.iterations == TRACK_REFINE_ITERATIONS == 10
     net, _ = tracking_model("acdc", refine_iterations=3, num_steps=7)
     assert net.ode.steps_per_stage == [4, 3] and net.refiner.iterations == 3
-    pair, _ = resolve_model("acdc")  # register's pair defaults stay the weights' own
-    assert pair.ode.num_steps == 10 and pair.refiner.iterations == 50
+    pair, _ = resolve_model("acdc")  # register's pair settings (apps.registration.register_steps), not tracking's
+    assert pair.ode.num_steps == 6 and pair.refiner.iterations == 40
+    far, _ = tracking_model("acdc", consecutive=False)  # frames further apart get register's
+    assert far.ode.num_steps == 6 and far.refiner.iterations == 40
     given, name = tracking_model(pair)
-    assert given is pair and given.ode.num_steps == 10 and given.refiner.iterations == 50 and name == "NPCNet"
+    assert given is pair and given.ode.num_steps == 6 and given.refiner.iterations == 40 and name == "NPCNet"
     with pytest.warns(RuntimeWarning, match="num_steps=3, refine_iterations=2 ignored"):  # a module is not changed, and says so
         given, _ = tracking_model(pair, refine_iterations=2, num_steps=3)
-    assert given.ode.num_steps == 10 and given.refiner.iterations == 50
+    assert given.ode.num_steps == 6 and given.refiner.iterations == 40
     with pytest.raises(ValueError, match="num_steps"):
         tracking_model("acdc", num_steps=0)
 
 
 def test_track_settings_per_pair(cine, monkeypatch):
-    """Consecutive frames (round the cycle too) get tracking's 4 ODE steps, frames further apart the weights' 10."""
+    """Consecutive frames (round the cycle too) get tracking's 4 ODE steps, frames further apart register's 6."""
     import monai_npc
 
     steps, real = [], monai_npc.register
@@ -133,12 +135,12 @@ def test_track_settings_per_pair(cine, monkeypatch):
     track_schemes(cine["image"], cine["label"][0], 0, ("direct", "sequential"), spacing=cine["spacing"], refine_iterations=0,
                   threads=1, progress=False)
     # 5 frames: (0,1) (1,2) (2,3) (3,4) (4,0) and direct's (0,4) are consecutive, direct's (0,2) (0,3) are not
-    assert sorted(steps) == [4] * 6 + [10] * 2
+    assert sorted(steps) == [4] * 6 + [6] * 2
     res = track_schemes(cine["image"], cine["label"][0], 0, ("direct", "sequential"), spacing=cine["spacing"], refine_iterations=0,
                         threads=1, progress=False)
     assert res["sequential"].summary["registration_settings"] == {
         "consecutive frames": {"model": "acdc", "num_steps": 4, "refine_iterations": 0}}
-    assert res["direct"].settings["further apart"] == {"model": "acdc", "num_steps": 10, "refine_iterations": 0}
+    assert res["direct"].settings["further apart"] == {"model": "acdc", "num_steps": 6, "refine_iterations": 0}
 
 
 def test_track_default_settings_accuracy(cine):

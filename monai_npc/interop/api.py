@@ -98,8 +98,10 @@ def resolve_model(
 
     For NPC weights, ``refine_iterations`` sets the test-time refinement steps after the network
     (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``num_steps`` the learned ODE steps
-    (:class:`~monai_npc.networks.blocks.WarpODE`, split evenly over its stages); ``None`` keeps the
-    weights' setting. A module is not changed: either given with it warns that it is ignored.
+    (:class:`~monai_npc.networks.blocks.WarpODE`, split evenly over its stages); ``None``: the
+    weights' register settings (:func:`monai_npc.apps.registration.register_steps`; ``acdc``: 6 ODE
+    and 40 refinement steps instead of the 10 and 50 it was trained and benchmarked on crops with),
+    else their own. A module is not changed: either given with it warns that it is ignored.
     """
     if refine_iterations is not None and int(refine_iterations) < 0:
         raise ValueError(f"refine_iterations (--refine) must be >= 0, got {refine_iterations}.")
@@ -128,6 +130,12 @@ def resolve_model(
         ) from err
     if getattr(net, "spatial_dims", 2) != 2:
         raise ValueError(f"model {spec} is {net.spatial_dims}-D; register needs a 2-D model.")
+    from monai_npc.apps.registration import register_steps
+
+    defaults = register_steps(net)  # the weights' register settings (acdc: 6 ODE + 40 refinement steps)
+    if refine_iterations is None and "refine_iterations" in defaults:
+        net.refiner.iterations = defaults["refine_iterations"]
+    num_steps = defaults.get("num_steps") if num_steps is None else num_steps
     if num_steps is not None:
         net.ode.set_steps(int(num_steps))
     return net.to(device), spec

@@ -258,10 +258,10 @@ def tracking_model(
 ) -> Tuple[torch.nn.Module, str]:
     """``(network, name)`` that :func:`track` registers two frames with. NPC weights by name or file
     get ``num_steps`` ODE steps and ``refine_iterations`` refinement steps; ``None``:
-    :data:`TRACK_NUM_STEPS` and :data:`TRACK_REFINE_ITERATIONS` for ``consecutive`` frames, the
-    weights' own for frames further apart (``direct`` registers the reference onto every frame, up
-    to the whole motion of the cycle). A network is used as it is
-    (:func:`monai_npc.interop.api.resolve_model`)."""
+    :data:`TRACK_NUM_STEPS` and :data:`TRACK_REFINE_ITERATIONS` for ``consecutive`` frames,
+    ``register``'s for frames further apart (:func:`monai_npc.apps.registration.register_steps`; 6 and
+    40 for ``acdc``: ``direct`` registers the reference onto every frame, up to the whole motion of
+    the cycle). A network is used as it is (:func:`monai_npc.interop.api.resolve_model`)."""
     from monai_npc.interop.api import resolve_model
 
     if isinstance(model, torch.nn.Module):
@@ -363,7 +363,7 @@ def track(
             registration; ``None``: for the consecutive-frame schemes (``sequential``,
             ``bidirectional``) :data:`TRACK_REFINE_ITERATIONS` (10) and :data:`TRACK_NUM_STEPS` (4),
             a third of the pair defaults' time (docs/tracking.md, Speed); for ``direct`` and
-            ``average`` the weights' own (50 and 10 for ``acdc``). Ignored for a network given as a module.
+            ``average`` ``register``'s (40 and 6 for ``acdc``). Ignored for a network given as a module.
         **register_kwargs: passed to :func:`monai_npc.register` (``threads``, ``device``, ``size``...).
         spacing: mm per array axis ``(Z, H, W)`` for array inputs.
         ed_frame, es_frame: override the ED / ES frames the function figures use (default: the
@@ -423,7 +423,7 @@ def track_schemes(
     data, ref, ref_label = _prepare(cine, label, reference_frame, spacing)
     descent = _descent(basal_descent, ref_label.shape[0])
     device = register_kwargs.get("device") or "cpu"
-    # consecutive frames get tracking's settings, registrations across more frames (direct, average) the weights' own
+    # consecutive frames get tracking's settings, registrations across more frames (direct, average) register's
     nears = [True] + ([False] if any(s in ("direct", "average") for s in schemes) else [])
     models = {near: tracking_model(model, device, refine_iterations, num_steps, consecutive=near) for near in nears}
     kwargs = dict(register_kwargs)
