@@ -48,12 +48,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--refine", type=int, default=None, metavar="N",
         help="test-time refinement: N optimiser steps on a smooth residual field after an NPC model "
-        "(50 is a good start, about 0.5 s per 128x128 pair on one thread; default: the weights' setting: 50 for the shipped acdc model, 0 for the others)",
+        "(about 10 ms per step for a 128x128 pair on one thread; default: the model's register setting: 40 for the shipped acdc model, 0 for the others)",
     )
     p.add_argument(
         "--steps", type=int, default=None, metavar="N",
-        help="learned ODE steps of an NPC model (default: the weights' setting, 10 for acdc; --steps 6 --refine 25 takes about "
-        "60 %% of the time at the same validation Dice, README)",
+        help="learned ODE steps of an NPC model (default: the model's register setting, 6 for acdc (its weights' own: 10), "
+        "else the weights' own)",
     )
     p.add_argument("--out", help="output folder (batch mode: where batch_summary.csv goes)")
     p.add_argument(

@@ -34,10 +34,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--scheme", choices=SCHEMES, default=DEFAULT_SCHEME, help=f"tracking scheme (default: {DEFAULT_SCHEME})")
     p.add_argument("--model", default="acdc", help="registration model as for monai-npc register (default: acdc)")
     p.add_argument("--refine", type=int, default=None, metavar="N",
-                   help="test-time refinement steps of each registration (default 10 for shipped or saved NPC weights; "
-                   "register's pair default is 50; docs/tracking.md, Speed)")
+                   help="test-time refinement steps of each registration (default 10 between consecutive frames for shipped "
+                   "or saved NPC weights; register's, 40 for acdc, across more frames; docs/tracking.md, Speed)")
     p.add_argument("--steps", type=int, default=None, metavar="N",
-                   help="learned ODE steps of each registration (default 4; the weights' own setting, 10 for acdc, is for any pair)")
+                   help="learned ODE steps of each registration (default 4 between consecutive frames; register's, 6 for acdc, "
+                   "across more frames)")
     p.add_argument("--out", required=True, help="output folder (--batch: where cohort.csv and, by default, each study's folder go)")
     p.add_argument("--batch", metavar="COHORT_CSV",
                    help="track many studies: a CSV with columns cine,label[,label_frame][,out][,name] (relative paths from "
