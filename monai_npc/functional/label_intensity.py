@@ -18,7 +18,7 @@ import torch
 
 from monai_npc.functional.similarity import box_sum
 
-__all__ = ["label_onehot", "label_region", "intensity_models", "label_intensity_cost"]
+__all__ = ["label_onehot", "label_region", "intensity_models", "label_intensity_weights", "label_intensity_cost"]
 
 
 def label_onehot(label: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
@@ -56,6 +56,16 @@ def intensity_models(image: torch.Tensor, onehot: torch.Tensor, region: torch.Te
     return mean, var.sqrt().clamp(min=float(min_sd))
 
 
+def label_intensity_weights(fixed: torch.Tensor, region: torch.Tensor, means: torch.Tensor, sds: torch.Tensor) -> torch.Tensor:
+    """``(B, C, *S)`` per-voxel, per-label weights ``w`` with ``label_intensity_cost(...) = sum(warped_onehot * w)``
+    over each sample: ``((fixed - mean_k) / sd_k)^2`` inside ``region``, divided by the region's size.
+    They do not depend on the field, so a caller scoring many fields computes them once."""
+    shape = list(means.shape) + [1] * (fixed.dim() - 2)
+    z = ((fixed - means.view(shape)) / sds.view(shape)) ** 2  # (B, C, *S)
+    count = region.flatten(1).sum(1).clamp(min=1.0).view([-1] + [1] * (fixed.dim() - 1))
+    return z * region / count
+
+
 def label_intensity_cost(
     fixed: torch.Tensor, warped_onehot: torch.Tensor, region: torch.Tensor, means: torch.Tensor, sds: torch.Tensor
 ) -> torch.Tensor:
@@ -67,7 +77,4 @@ def label_intensity_cost(
         region: ``(B, 1, *S)`` where the term is evaluated (on ``fixed``'s grid).
         means, sds: ``(B, C)`` from :func:`intensity_models` of the moving image.
     """
-    shape = list(means.shape) + [1] * (fixed.dim() - 2)
-    z = ((fixed - means.view(shape)) / sds.view(shape)) ** 2  # (B, C, *S)
-    per_voxel = (warped_onehot * z).sum(1, keepdim=True) * region
-    return per_voxel.flatten(1).sum(1) / region.flatten(1).sum(1).clamp(min=1.0)
+    return (warped_onehot * label_intensity_weights(fixed, region, means, sds)).flatten(1).sum(1)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from monai_npc.functional.label_intensity import intensity_models, label_intensity_cost, label_onehot, label_region
+from monai_npc.functional.label_intensity import intensity_models, label_intensity_weights, label_onehot, label_region
 from monai_npc.functional.similarity import local_ncc, local_target_stats
 from monai_npc.functional.regularisers import smoothness_fold_penalty
 from monai_npc.functional.warp import identity_grid, sample_at, warp_image
@@ -197,6 +197,5 @@ class InstanceRefinement(nn.Module):
             idx = inside.movedim(axis, 0).reshape(inside.shape[axis], -1).any(1).nonzero().flatten()
             box.append(slice(int(idx[0]), int(idx[-1]) + 1))
         points = identity_grid(list(ddf.shape[2:]), ddf.device, ddf.dtype).unsqueeze(0)[tuple(box)]
-        f = fixed.detach().to(ddf.dtype)[tuple(box)]
-        region_f = region_f[tuple(box)]
-        return lambda field: label_intensity_cost(f, sample_at(onehot, points + field[tuple(box)], "bilinear", "zeros"), region_f, means, sds)
+        weights = label_intensity_weights(fixed.detach().to(ddf.dtype)[tuple(box)], region_f[tuple(box)], means, sds)  # once
+        return lambda field: (sample_at(onehot, points + field[tuple(box)], "bilinear", "zeros") * weights).flatten(1).sum(1)
