@@ -83,3 +83,14 @@ def test_sample_at_a_crop_equals_the_crop_of_the_warp():
         assert torch.allclose(sample_at(image, (grid + ddf)[crop], "bilinear", padding), full[crop], atol=1e-6)
     with pytest.raises(ValueError, match="channels"):
         sample_at(image, ddf[:, :1])
+
+
+def test_sample_at_in_1d_and_3d_equals_the_warp():
+    torch.manual_seed(5)
+    for shape in ((2, 1, 30), (1, 2, 6, 9, 8)):
+        image = torch.rand(shape)
+        dims = len(shape) - 2
+        ddf = torch.randn((shape[0], dims) + shape[2:]) * 1.5
+        grid = torch.stack(torch.meshgrid(*[torch.arange(float(n)) for n in shape[2:]], indexing="ij"))[None]
+        torch.testing.assert_close(sample_at(image, grid + ddf, "bilinear", "zeros"), warp_image(image, ddf, "bilinear", "zeros"))
+        assert not torch.allclose(sample_at(image, grid + ddf), image)  # it moved

@@ -26,14 +26,22 @@ def sample_at(image: torch.Tensor, points: torch.Tensor, mode: str = "bilinear",
     along axis ``k``; any grid shape ``P``, for example a crop of the image's grid) -> ``(B, C, *P)``.
 
     ``mode`` and ``padding_mode`` as in :func:`warp_image`, which is ``sample_at(image, identity + ddf)``.
+    1-D, 2-D and 3-D.
     """
     spatial = image.shape[2:]
     dims = len(spatial)
     if points.shape[1] != dims:
         raise ValueError(f"points must have {dims} channels for {dims} spatial dims, got {points.shape[1]}.")
+    squeeze = dims == 1
+    if squeeze:  # grid_sample has no 1-D mode: add a unit axis
+        image = image.unsqueeze(-1)
+        points = torch.cat([points.unsqueeze(-1), torch.zeros_like(points).unsqueeze(-1)], 1)
+        spatial = image.shape[2:]
+        dims = 2
     # grid_sample wants (B, *P, D) in [-1, 1] with the last spatial axis first (x = width)
     axes = [points[:, i] * (2.0 / max(spatial[i] - 1, 1)) - 1.0 for i in range(dims - 1, -1, -1)]
-    return F.grid_sample(image, torch.stack(axes, -1), mode=mode, padding_mode=padding_mode, align_corners=True)
+    out = F.grid_sample(image, torch.stack(axes, -1), mode=mode, padding_mode=padding_mode, align_corners=True)
+    return out.squeeze(-1) if squeeze else out
 
 
 def warp_image(
@@ -51,15 +59,7 @@ def warp_image(
         raise ValueError(f"ddf must have {dims} channels for {dims} spatial dims, got {ddf.shape[1]}.")
     if image.shape[2:] != spatial:
         raise ValueError(f"image spatial shape {list(image.shape[2:])} differs from ddf's {list(spatial)}.")
-    squeeze = dims == 1
-    if squeeze:  # grid_sample has no 1-D mode: add a unit axis
-        image = image.unsqueeze(-1)
-        ddf = torch.cat([ddf.unsqueeze(-1), torch.zeros_like(ddf).unsqueeze(-1)], 1)
-        spatial = ddf.shape[2:]
-    out = sample_at(image, identity_grid(list(spatial), ddf.device, ddf.dtype).unsqueeze(0) + ddf, mode, padding_mode)
-    if squeeze:
-        out = out.squeeze(-1)
-    return out
+    return sample_at(image, identity_grid(list(spatial), ddf.device, ddf.dtype).unsqueeze(0) + ddf, mode, padding_mode)
 
 
 def jacobian_determinant(ddf: torch.Tensor) -> torch.Tensor:
