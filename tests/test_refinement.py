@@ -118,7 +118,7 @@ def test_register_refine_option(tmp_path):
     plain = monai_npc.register(m, f, model="acdc", spacing=(1.0, 1.0), threads=1)
     refined = monai_npc.register(m, f, model="acdc", spacing=(1.0, 1.0), threads=1, refine_iterations=10)
     assert not torch.equal(plain.ddf, refined.ddf)
-    # register's settings for acdc (apps.registration.register_steps), not the weights' 10 / 50
+    # register's settings for acdc (apps.registration.register_settings), not the weights' 10 / 50
     assert plain.summary["steps"] == {"num_steps": 6, "refine_iterations": 40} and refined.summary["steps"]["refine_iterations"] == 10
     fewer = monai_npc.register(m, f, model="acdc", spacing=(1.0, 1.0), threads=1, refine_iterations=10, num_steps=4)
     assert fewer.summary["steps"] == {"num_steps": 4, "refine_iterations": 10} and not torch.equal(fewer.ddf, refined.ddf)

@@ -108,8 +108,8 @@ def test_tracking_model_settings():
     assert net.refiner.iterations == TRACK_REFINE_ITERATIONS == 10
     net, _ = tracking_model("acdc", refine_iterations=3, num_steps=7)
     assert net.ode.steps_per_stage == [4, 3] and net.refiner.iterations == 3
-    pair, _ = resolve_model("acdc")  # register's pair settings (apps.registration.register_steps), not tracking's
-    assert pair.ode.num_steps == 6 and pair.refiner.iterations == 40
+    pair, _ = resolve_model("acdc")  # register's pair settings (apps.registration.register_settings), not tracking's
+    assert pair.ode.num_steps == 6 and pair.refiner.iterations == 40 and pair.refiner.grid_stride == 6
     far, _ = tracking_model("acdc", consecutive=False)  # frames further apart get register's
     assert far.ode.num_steps == 6 and far.refiner.iterations == 40
     given, name = tracking_model(pair)

@@ -99,9 +99,9 @@ def resolve_model(
     For NPC weights, ``refine_iterations`` sets the test-time refinement steps after the network
     (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``num_steps`` the learned ODE steps
     (:class:`~monai_npc.networks.blocks.WarpODE`, split evenly over its stages); ``None``: the
-    weights' register settings (:func:`monai_npc.apps.registration.register_steps`; ``acdc``: 6 ODE
-    and 40 refinement steps instead of the 10 and 50 it was trained and benchmarked on crops with),
-    else their own. A module is not changed: either given with it warns that it is ignored.
+    weights' register settings (:func:`monai_npc.apps.registration.register_settings`; ``acdc``: 6 ODE
+    and 40 refinement steps, the refinement's residual 6 voxels apart, instead of the 10, 50 and 4 it
+    was benchmarked on crops with), else their own. A module is not changed: either given with it warns that it is ignored.
     """
     if refine_iterations is not None and int(refine_iterations) < 0:
         raise ValueError(f"refine_iterations (--refine) must be >= 0, got {refine_iterations}.")
@@ -130,11 +130,13 @@ def resolve_model(
         ) from err
     if getattr(net, "spatial_dims", 2) != 2:
         raise ValueError(f"model {spec} is {net.spatial_dims}-D; register needs a 2-D model.")
-    from monai_npc.apps.registration import register_steps
+    from monai_npc.apps.registration import register_settings
 
-    defaults = register_steps(net)  # the weights' register settings (acdc: 6 ODE + 40 refinement steps)
+    defaults = register_settings(net)  # the weights' register settings (acdc: 6 ODE + 40 refinement steps, grid stride 6)
     if refine_iterations is None and "refine_iterations" in defaults:
         net.refiner.iterations = defaults["refine_iterations"]
+    if "refine_grid_stride" in defaults:
+        net.refiner.grid_stride = defaults["refine_grid_stride"]
     num_steps = defaults.get("num_steps") if num_steps is None else num_steps
     if num_steps is not None:
         net.ode.set_steps(int(num_steps))
@@ -467,7 +469,7 @@ def register(
         model_name: name recorded in the summary (default: from ``model``).
         refine_iterations: test-time refinement steps after an NPC network (``--refine``; about 10 ms
             each for a 128 x 128 pair on one CPU thread); ``None``: the weights' register setting
-            (:func:`monai_npc.apps.registration.register_steps`: 40 for ``acdc``), else their own.
+            (:func:`monai_npc.apps.registration.register_settings`: 40 for ``acdc``), else their own.
         field_of_view: where the model grid goes (:mod:`monai_npc.apps.registration`): ``"heart"``
             (a ``size x size`` window at the native pixel size on the region where the two images
             differ, found without labels; identity outside it) or ``"image"`` (the whole field of

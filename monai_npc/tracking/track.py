@@ -259,7 +259,7 @@ def tracking_model(
     """``(network, name)`` that :func:`track` registers two frames with. NPC weights by name or file
     get ``num_steps`` ODE steps and ``refine_iterations`` refinement steps; ``None``:
     :data:`TRACK_NUM_STEPS` and :data:`TRACK_REFINE_ITERATIONS` for ``consecutive`` frames,
-    ``register``'s for frames further apart (:func:`monai_npc.apps.registration.register_steps`; 6 and
+    ``register``'s for frames further apart (:func:`monai_npc.apps.registration.register_settings`; 6 and
     40 for ``acdc``: ``direct`` registers the reference onto every frame, up to the whole motion of
     the cycle). A network is used as it is (:func:`monai_npc.interop.api.resolve_model`)."""
     from monai_npc.interop.api import resolve_model
