@@ -5,9 +5,10 @@
 A variant is a ``field_of_view`` of ``monai_npc.register``, optionally with the refinement steps
 after a colon (``heart-stack:0``; default: the weights' 50), their learning rate after a second
 one (``heart:25:0.4``; default: the weights' 0.25), the label-guidance weight after a third
-(``heart:25:0.25:0.1``; default: ``register``'s 0.05) and the learned ODE steps after a fourth
-(``heart:40:::6``; empty fields keep their default; default steps: ``register``'s, 6 and 40 for
-``acdc``).
+(``heart:25:0.25:0.1``; default: ``register``'s 0.05), the learned ODE steps after a fourth
+(``heart:40:::6``) and the refinement's residual grid stride after a fifth (``heart:40:::6:4``);
+empty fields keep their default, ``register``'s settings (6 ODE steps, 40 refinement steps, grid
+stride 6 for ``acdc``).
 
 Whole short-axis stacks are rebuilt from the SSL4MIS slice files (full field of view, every
 slice; that copy stores no spacing, so the in-plane spacing is taken as 360 mm / the larger
@@ -99,10 +100,12 @@ def dice_by_variant(data: Path, patients: List[str], variants: List[str]) -> Lis
 
     nets = {}
     for v in variants:
-        fov, steps, lr, guidance, ode = (v.split(":") + [""] * 4)[:5]
+        fov, steps, lr, guidance, ode, stride = (v.split(":") + [""] * 5)[:6]
         net, _ = resolve_model("acdc", "cpu", int(steps) if steps else None, int(ode) if ode else None)
         if lr:
             net.refiner.learning_rate = float(lr)
+        if stride:
+            net.refiner.grid_stride = int(stride)
         nets[v] = (fov, net, {"label_guidance": float(guidance)} if guidance else {})
     rows = []
     for p in tqdm(patients, desc="patients"):
