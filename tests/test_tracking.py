@@ -105,13 +105,13 @@ def test_tracking_model_settings():
 
     net, name = tracking_model("acdc")
     assert name == "acdc" and net.ode.num_steps == TRACK_NUM_STEPS == 4 and net.ode.steps_per_stage == [2, 2]
-    assert net.refiner.iterations == TRACK_REFINE_ITERATIONS == 10
+    assert net.refiner.iterations == TRACK_REFINE_ITERATIONS == 10 and net.refiner.grid_stride == 4  # the weights' grid
     net, _ = tracking_model("acdc", refine_iterations=3, num_steps=7)
     assert net.ode.steps_per_stage == [4, 3] and net.refiner.iterations == 3
     pair, _ = resolve_model("acdc")  # register's pair settings (apps.registration.register_settings), not tracking's
     assert pair.ode.num_steps == 6 and pair.refiner.iterations == 40 and pair.refiner.grid_stride == 6
     far, _ = tracking_model("acdc", consecutive=False)  # frames further apart get register's
-    assert far.ode.num_steps == 6 and far.refiner.iterations == 40
+    assert far.ode.num_steps == 6 and far.refiner.iterations == 40 and far.refiner.grid_stride == 6
     given, name = tracking_model(pair)
     assert given is pair and given.ode.num_steps == 6 and given.refiner.iterations == 40 and name == "NPCNet"
     with pytest.warns(RuntimeWarning, match="num_steps=3, refine_iterations=2 ignored"):  # a module is not changed, and says so

@@ -91,7 +91,7 @@ _HDF5_LOCK = threading.Lock()
 
 def resolve_model(
     model: Union[str, PathLike, nn.Module], device: Union[str, torch.device] = "cpu", refine_iterations: Optional[int] = None,
-    num_steps: Optional[int] = None,
+    num_steps: Optional[int] = None, register_defaults: bool = True,
 ) -> Tuple[nn.Module, str]:
     """``(network, name)`` for a shipped model name (``"acdc"``...), a ``save_pretrained`` file,
     ``"phase-correlation"`` or an ``nn.Module`` (used as is). The network is in eval mode.
@@ -101,7 +101,9 @@ def resolve_model(
     (:class:`~monai_npc.networks.blocks.WarpODE`, split evenly over its stages); ``None``: the
     weights' register settings (:func:`monai_npc.apps.registration.register_settings`; ``acdc``: 6 ODE
     and 40 refinement steps, the refinement's residual 6 voxels apart, instead of the 10, 50 and 4 it
-    was benchmarked on crops with), else their own. A module is not changed: either given with it warns that it is ignored.
+    was benchmarked on crops with), else their own; ``register_defaults=False``: the weights' own
+    for everything the caller leaves unset (tracking between consecutive frames, which sets its own
+    steps, keeps the weights' residual grid). A module is not changed: either given with it warns that it is ignored.
     """
     if refine_iterations is not None and int(refine_iterations) < 0:
         raise ValueError(f"refine_iterations (--refine) must be >= 0, got {refine_iterations}.")
@@ -132,7 +134,7 @@ def resolve_model(
         raise ValueError(f"model {spec} is {net.spatial_dims}-D; register needs a 2-D model.")
     from monai_npc.apps.registration import register_settings
 
-    defaults = register_settings(net)  # the weights' register settings (acdc: 6 ODE + 40 refinement steps, grid stride 6)
+    defaults = register_settings(net) if register_defaults else {}  # acdc: 6 ODE + 40 refinement steps, grid stride 6
     if refine_iterations is None and "refine_iterations" in defaults:
         net.refiner.iterations = defaults["refine_iterations"]
     if "refine_grid_stride" in defaults:

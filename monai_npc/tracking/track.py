@@ -266,10 +266,10 @@ def tracking_model(
 
     if isinstance(model, torch.nn.Module):
         return resolve_model(model, device, refine_iterations, num_steps)  # used as it is (warns if steps were given)
-    if consecutive:
+    if consecutive:  # tracking's own steps, on the weights' residual grid (register's coarser one lost Dice on the phantom cines)
         refine_iterations = TRACK_REFINE_ITERATIONS if refine_iterations is None else refine_iterations
         num_steps = TRACK_NUM_STEPS if num_steps is None else num_steps
-    return resolve_model(model, device, refine_iterations, num_steps)
+    return resolve_model(model, device, refine_iterations, num_steps, register_defaults=not consecutive)
 
 
 def _prepare(cine: Any, label: Any, reference_frame: int, spacing) -> Tuple[Cine, int, np.ndarray]:
