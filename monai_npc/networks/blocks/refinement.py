@@ -189,13 +189,11 @@ class InstanceRefinement(nn.Module):
         region_f = (warp_image(region_m, ddf.detach(), "bilinear", "zeros") > 0.5).to(ddf.dtype)
         # the cost is a sum over region_f: evaluate it on the box around region_f in every pair of the batch
         # only (the heart and its margin, a fraction of the grid), sampling the whole one-hot moving labels
-        inside = region_f.flatten(2).amax((0, 1)).reshape(region_f.shape[2:]) > 0
-        if not bool(inside.any()):
+        inside = region_f.amax((0, 1)).nonzero()  # (N, D) voxels in the region of some pair
+        if inside.numel() == 0:
             return None
-        box = [slice(None), slice(None)]
-        for axis in range(inside.dim()):
-            idx = inside.movedim(axis, 0).reshape(inside.shape[axis], -1).any(1).nonzero().flatten()
-            box.append(slice(int(idx[0]), int(idx[-1]) + 1))
-        points = identity_grid(list(ddf.shape[2:]), ddf.device, ddf.dtype).unsqueeze(0)[tuple(box)]
-        weights = label_intensity_weights(fixed.detach().to(ddf.dtype)[tuple(box)], region_f[tuple(box)], means, sds)  # once
-        return lambda field: (sample_at(onehot, points + field[tuple(box)], "bilinear", "zeros") * weights).flatten(1).sum(1)
+        lo, hi = inside.amin(0).tolist(), inside.amax(0).tolist()
+        box = (slice(None), slice(None)) + tuple(slice(a, b + 1) for a, b in zip(lo, hi))
+        points = identity_grid(list(ddf.shape[2:]), ddf.device, ddf.dtype).unsqueeze(0)[box]
+        weights = label_intensity_weights(fixed.detach().to(ddf.dtype)[box], region_f[box], means, sds)  # once
+        return lambda field: (sample_at(onehot, points + field[box], "bilinear", "zeros") * weights).flatten(1).sum(1)
