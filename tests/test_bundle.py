@@ -145,13 +145,17 @@ def test_configs_reproduce_paper_recipe(bundle):
     from monai_npc.apps.registration import _BUNDLE_DEFAULTS
 
     # the whole-stack configs run the same network, with the steps monai_npc.register gives these weights
-    crops = {"num_steps": infer["num_steps"], "refine_iterations": infer.get("refine_iterations", 0), "refine_grid_stride": 4}
+    base_fov = _BUNDLE_DEFAULTS.get(bundle, {}).get("field_of_view", "image")
+    crops = {"num_steps": infer["num_steps"], "refine_iterations": infer.get("refine_iterations", 0), "refine_grid_stride": 4,
+             "field_of_view": base_fov}
     stacks = {**crops, **_BUNDLE_DEFAULTS.get(bundle, {}).get("register_settings", {})}
     for name in ("evaluate.json", "inference.json"):
         other = _load(bundle, name)
         assert net == {k: v for k, v in other["network_def"].items() if k not in ("_target_", "refine_iterations", "refine_options")}, name
         stride = (other["network_def"].get("refine_options") or {}).get("grid_stride", 4)
-        assert {"num_steps": other["num_steps"], "refine_iterations": other.get("refine_iterations", 0), "refine_grid_stride": stride} == stacks, name
+        fov = (other.get("model_meta") or {}).get("field_of_view", base_fov)
+        assert {"num_steps": other["num_steps"], "refine_iterations": other.get("refine_iterations", 0), "refine_grid_stride": stride,
+                "field_of_view": fov} == stacks, name
     assert train["num_steps"] == 10  # the paper's recipe
     expected = dict(ACDC_CONFIG if bundle == "npc_acdc" else CAMUS_CONFIG)
     if bundle == "npc_camus":  # the configs let num_steps split 5/5 over the stages

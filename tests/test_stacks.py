@@ -224,7 +224,7 @@ def test_bundle_evaluate_and_inference_on_whole_stacks(studies, tmp_path):
     assert sitk.ReadImage(str(tmp_path / "infer" / "patient102" / "ES_to_ED" / "warped.nii.gz")).GetSize()[2] == 2
     # the bundle's network is fed like the shipped acdc model (model_meta): a heart window at the trained resolution
     pair_summary = json.loads((tmp_path / "infer" / "patient101" / "ED_to_ES" / "summary.json").read_text())
-    assert pair_summary["model_grid"]["field_of_view"] == "heart" and pair_summary["model_grid"]["size"][:2] == [128, 128]
+    assert pair_summary["model_grid"]["field_of_view"] == "heart-stack" and pair_summary["model_grid"]["size"][:2] == [128, 128]
 
 
 def test_bundle_evaluate_phantom_fallback_cli(tmp_path):

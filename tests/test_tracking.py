@@ -100,18 +100,23 @@ def test_phantom_cine_truth(cine):
 
 def test_tracking_model_settings():
     """Shipped weights get tracking's ODE and refinement steps (or the caller's); a network is used as it is."""
+    from monai_npc.apps.registration import model_profile
     from monai_npc.interop.api import resolve_model
     from monai_npc.tracking.track import TRACK_NUM_STEPS, TRACK_REFINE_ITERATIONS, tracking_model
 
     net, name = tracking_model("acdc")
     assert name == "acdc" and net.ode.num_steps == TRACK_NUM_STEPS == 4 and net.ode.steps_per_stage == [2, 2]
     assert net.refiner.iterations == TRACK_REFINE_ITERATIONS == 10 and net.refiner.grid_stride == 4  # the weights' grid
+    assert model_profile(net).field_of_view == "heart"  # consecutive frames: a heart window per slice
     net, _ = tracking_model("acdc", refine_iterations=3, num_steps=7)
     assert net.ode.steps_per_stage == [4, 3] and net.refiner.iterations == 3
     pair, _ = resolve_model("acdc")  # register's pair settings (apps.registration.register_settings), not tracking's
     assert pair.ode.num_steps == 6 and pair.refiner.iterations == 40 and pair.refiner.grid_stride == 6
+    assert model_profile(pair).field_of_view == "heart-stack"  # one heart window per stack
+    assert model_profile(pair, field_of_view="heart").field_of_view == "heart"  # register(field_of_view=...) still wins
     far, _ = tracking_model("acdc", consecutive=False)  # frames further apart get register's
     assert far.ode.num_steps == 6 and far.refiner.iterations == 40 and far.refiner.grid_stride == 6
+    assert model_profile(far).field_of_view == "heart-stack"
     given, name = tracking_model(pair)
     assert given is pair and given.ode.num_steps == 6 and given.refiner.iterations == 40 and name == "NPCNet"
     with pytest.warns(RuntimeWarning, match="num_steps=3, refine_iterations=2 ignored"):  # a module is not changed, and says so

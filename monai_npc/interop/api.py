@@ -101,9 +101,10 @@ def resolve_model(
     (:class:`~monai_npc.networks.blocks.WarpODE`, split evenly over its stages); ``None``: the
     weights' register settings (:func:`monai_npc.apps.registration.register_settings`; ``acdc``: 6 ODE
     and 40 refinement steps, the refinement's residual 6 voxels apart, instead of the 10, 50 and 4 it
-    was benchmarked on crops with), else their own; ``register_defaults=False``: the weights' own
+    was benchmarked on crops with, and one heart window per stack, ``net.meta["field_of_view"] =
+    "heart-stack"``), else their own; ``register_defaults=False``: the weights' own
     for everything the caller leaves unset (tracking between consecutive frames, which sets its own
-    steps, keeps the weights' residual grid). A module is not changed: either given with it warns that it is ignored.
+    steps, keeps the weights' residual grid and per-slice heart windows). A module is not changed: either given with it warns that it is ignored.
     """
     if refine_iterations is not None and int(refine_iterations) < 0:
         raise ValueError(f"refine_iterations (--refine) must be >= 0, got {refine_iterations}.")
@@ -134,7 +135,9 @@ def resolve_model(
         raise ValueError(f"model {spec} is {net.spatial_dims}-D; register needs a 2-D model.")
     from monai_npc.apps.registration import register_settings
 
-    defaults = register_settings(net) if register_defaults else {}  # acdc: 6 ODE + 40 refinement steps, grid stride 6
+    defaults = register_settings(net) if register_defaults else {}  # acdc: 6 ODE + 40 refinement steps, grid stride 6, heart-stack
+    if "field_of_view" in defaults:  # read by model_profile; register(field_of_view=...) still overrides it
+        net.meta = {**(getattr(net, "meta", None) or {}), "field_of_view": defaults["field_of_view"]}
     if refine_iterations is None and "refine_iterations" in defaults:
         net.refiner.iterations = defaults["refine_iterations"]
     if "refine_grid_stride" in defaults:
