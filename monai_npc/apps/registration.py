@@ -14,9 +14,13 @@ through :func:`model_profile` and two registries, so the core never imports an e
   own pixel size (ACDC): a ``size x size`` window at the native in-plane spacing (clamped to
   ``meta["spacing_mm"]``) on each slice, centred on where that slice's two frames differ most
   (:func:`~monai_npc.apps.localize.motion_centre`; no label needed), the field tapered to zero
-  over the window's outer ``taper`` voxels and identity outside it. One window per slice, not
-  per stack: both gave the same Dice on the validation stacks, and so no slice depends on another
-  (``"heart-stack"``: one window for the whole stack, from the frame difference of all its slices).
+  over the window's outer ``taper`` voxels and identity outside it. One window per slice, so no
+  slice depends on another. ``"heart-stack"``: one window for the whole stack, from the frame
+  difference of all its slices; what ``register`` gives ``acdc`` pairs (:func:`register_settings`):
+  a slice's own frame difference can peak 40-150 mm from its heart (on 47 of 650 labelled slices
+  of the 70 SSL4MIS patients), the stack's never did (at most 35 mm); +0.0047 Dice on the 88
+  training pairs, the same on the 52 validation pairs. The field of each slice is still computed
+  from its own pair alone: only the window's centre is shared.
 
 Units: images are SimpleITK images (mm, LPS); arrays are in array order ``(Z, H, W)``; a ddf is in
 voxels of its grid, MONAI ``Warp`` convention (channel ``k`` along array axis ``k``).
