@@ -390,13 +390,14 @@ def demons_pair(
     The moving image and label are resampled onto the fixed grid (identity, physical space;
     linear / nearest), each slice is scaled to ``[0, 1]``, and
     :class:`~monai_npc.networks.nets.DemonsNet` (``iterations``, Gaussian field smoothing of
-    ``smoothing`` voxels) registers every slice.
+    ``smoothing`` voxels) registers every slice. The label is warped as NPC's ``warped_label`` is
+    (each value interpolated linearly, the largest wins: :func:`monai_npc.tracking.track.warp_label`).
 
     Returns ``(warped_label, ddf)``: ``(Z, H, W)`` int16 on the fixed grid and the ``(Z, 2, H, W)``
     displacement in fixed voxels (MONAI ``Warp`` convention, array axes H, W).
     """
-    from monai_npc.functional import warp_image
     from monai_npc.networks.nets import DemonsNet
+    from monai_npc.tracking.track import warp_label
 
     ident = sitk.Transform()
     mov = sitk.GetArrayFromImage(sitk.Resample(moving, fixed, ident, sitk.sitkLinear, 0.0, sitk.sitkFloat32))
@@ -406,8 +407,8 @@ def demons_pair(
         mov, lab, fix = mov[None], lab[None], fix[None]
     pairs = torch.from_numpy(np.stack([_unit_slices(mov), _unit_slices(fix)], 1))  # (Z, 2, H, W)
     ddf = DemonsNet(iterations=iterations, smoothing=smoothing)(pairs).float()
-    warped = warp_image(torch.from_numpy(lab.astype(np.float32))[:, None], ddf, "nearest", "zeros")[:, 0]
-    return warped.numpy().astype(np.int16), ddf
+    values = [int(v) for v in np.unique(lab) if v != 0]
+    return warp_label(lab, ddf, values).astype(np.int16), ddf
 
 
 def initial_bucket(dice_initial: float) -> str:

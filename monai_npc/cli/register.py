@@ -27,7 +27,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     )
     p.add_argument("--moving", help="moving image file or DICOM folder")
     p.add_argument("--fixed", help="fixed image file or DICOM folder (defines the output space)")
-    p.add_argument("--moving-label", help="label map of the moving image (warped with nearest neighbour)")
+    p.add_argument("--moving-label", help="label map of the moving image (warped with ITK's label interpolator, sitkLabelLinear)")
     p.add_argument("--fixed-label", help="label map of the fixed image (for Dice in summary.json)")
     for which in ("moving", "fixed"):
         p.add_argument(

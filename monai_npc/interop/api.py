@@ -20,9 +20,10 @@ The steps, with the unit of each quantity:
    voxels, MONAI ``Warp`` convention); the ddf pasted back onto the fixed image's full grid
    (fixed voxels; identity outside a window, tapered to it);
 3. an ITK displacement field transform (LPS mm, fixed point -> moving point);
-4. ``warped`` / ``warped_label`` = ``sitk.Resample(moving, fixed, transform)`` (linear / nearest,
-   0 outside the moving image): exactly what ITK, ANTs and Slicer compute from ``transform.h5``,
-   border voxels included.
+4. ``warped`` / ``warped_label`` = ``sitk.Resample(moving, fixed, transform)`` (linear / ITK's label
+   interpolator ``sitk.sitkLabelLinear``: each label value interpolated linearly, the largest
+   wins, as ANTs' ``-n GenericLabel``; 0 outside the moving image): exactly what ITK and ANTs
+   compute from ``transform.h5``, border voxels included.
 
 3-D inputs are registered slice by slice in the planes of their first two index axes (the
 through-plane displacement is zero), as the models are 2-D. Slices where either image is
@@ -306,7 +307,10 @@ class Registration:
 
     Attributes:
         warped: the moving image resampled through ``transform`` (float32 ``sitk.Image``).
-        warped_label: the moving label map resampled with nearest neighbour (int32), or ``None``.
+        warped_label: the moving label map resampled through ``transform`` with ``sitk.sitkLabelLinear``
+            (each value interpolated linearly, the largest wins; ANTs ``-n GenericLabel``; int32), or
+            ``None``. Against nearest neighbour: +0.0011 whole-stack Dice on the 88 training and
+            +0.0012 on the 52 validation pairs of ``acdc70_split`` (better on 83 and 48 of them).
         transform: ``sitk.DisplacementFieldTransform``: fixed point (LPS mm) -> moving point;
             ``sitk.Resample(moving, fixed, transform, sitk.sitkLinear, 0.0)`` reproduces ``warped``.
         ddf: ``(D, *S)`` float32 tensor, fixed voxels, array order, MONAI ``Warp`` convention
@@ -351,7 +355,7 @@ class Registration:
     def warped_label(self) -> Optional[sitk.Image]:
         if "warped_label" not in self._lazy:
             self._lazy["warped_label"] = None if self.moving_label is None else sitk.Resample(
-                self.moving_label, self.fixed, self.transform, sitk.sitkNearestNeighbor, 0, sitk.sitkInt32)
+                self.moving_label, self.fixed, self.transform, sitk.sitkLabelLinear, 0, sitk.sitkInt32)
         return self._lazy["warped_label"]
 
     @warped_label.setter
