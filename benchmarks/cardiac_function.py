@@ -10,9 +10,9 @@ expert ED label is carried to ES without looking at the ES label:
 - ``npc``: ``monai_npc.register(ED, ES, model="acdc", moving_label=ED_gt)`` on the whole stacks
   with the library's defaults (``--refine`` overrides the refinement steps); ``warped_label``;
 - ``demons``: SimpleITK fast symmetric-forces demons
-  (:class:`~monai_npc.networks.nets.baselines.DemonsNet`, 100 iterations, sigma 1.5 voxels)
-  slice by slice on the same stacks at their native resolution (each slice min-max scaled to
-  [0, 1]); the label is warped with nearest neighbour.
+  (:func:`monai_npc.apps.stacks.demons_pair`, 100 iterations, sigma 1.5 voxels)
+  slice by slice on the same stacks at their native resolution (each slice scaled to
+  [0, 1]); the label is warped as NPC's (each value linearly, the largest wins).
 
 Each method is reported twice from the same registration: ``<method>`` (the in-plane result)
 and ``<method>+descent`` (then the basal slices the RV leaves at ES cleared,
@@ -77,26 +77,15 @@ def propagate_npc(item: Dict[str, object], refine) -> np.ndarray:
 
 
 def propagate_demons(item: Dict[str, object]) -> np.ndarray:
-    """ES label ``(Z, H, W)``: slice-wise demons at native resolution, nearest-neighbour label warp."""
+    """ES label ``(Z, H, W)``: slice-wise demons (100 iterations) at native resolution, the label warped
+    as NPC's is (:func:`monai_npc.apps.stacks.demons_pair`)."""
     import SimpleITK as sitk
-    import torch
 
-    from monai_npc.functional import warp_image
-    from monai_npc.networks.nets.baselines import DemonsNet
+    from monai_npc.apps.stacks import demons_pair
 
-    ed = sitk.GetArrayFromImage(sitk.ReadImage(str(item["ed"]), sitk.sitkFloat32))
-    es = sitk.GetArrayFromImage(sitk.ReadImage(str(item["es"]), sitk.sitkFloat32))
-    lab = sitk.GetArrayFromImage(sitk.ReadImage(str(item["ed_gt"]))).astype(np.float32)
-    net = DemonsNet()
-    out = np.zeros(lab.shape, np.int32)
-    for z in range(ed.shape[0]):
-        pair = []
-        for sl in (ed[z], es[z]):
-            lo, hi = float(sl.min()), float(sl.max())
-            pair.append((sl - lo) / (hi - lo) if hi > lo else np.zeros_like(sl))
-        ddf = net(torch.from_numpy(np.stack(pair)[None]).float())
-        out[z] = warp_image(torch.from_numpy(lab[z])[None, None], ddf, "nearest", "zeros")[0, 0].round().numpy().astype(np.int32)
-    return out
+    ed, es = sitk.ReadImage(str(item["ed"]), sitk.sitkFloat32), sitk.ReadImage(str(item["es"]), sitk.sitkFloat32)
+    warped, _ = demons_pair(ed, es, sitk.ReadImage(str(item["ed_gt"])), iterations=100)
+    return warped.astype(np.int32)
 
 
 def _dice(a: np.ndarray, b: np.ndarray, value: int) -> float:
