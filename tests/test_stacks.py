@@ -159,6 +159,36 @@ def test_label_metrics_known_values():
     assert stacks.initial_bucket(0.54) == stacks.BUCKETS[0][0] and stacks.initial_bucket(0.7) == stacks.BUCKETS[2][0]
 
 
+def test_demons_pair_warps_its_label_like_register():
+    """The demons baseline carries its label as ``register`` does (each value interpolated linearly,
+    the largest kept), through the field it returns, and onto the fixed label."""
+    import torch
+
+    from monai_npc.tracking.track import warp_label
+
+    yy, xx = np.mgrid[:48, :48]
+
+    def frame(cx: float):
+        r = np.hypot(yy - 24, xx - cx)
+        label = np.where(r <= 6, 3, np.where(r <= 10, 2, 0)).astype(np.int16)
+        return np.stack([label] * 2), np.stack([np.choose(label, [0.1, 0.0, 0.4, 1.0])] * 2)
+
+    (lab_m, img_m), (lab_f, img_f) = frame(21.0), frame(25.0)
+    image = lambda a: sitk.GetImageFromArray(a.astype(np.float32))
+    warped, ddf = stacks.demons_pair(image(img_m), image(img_f), sitk.GetImageFromArray(lab_m), iterations=60)
+    assert warped.shape == lab_m.shape and ddf.shape == (2, 2, 48, 48)
+    np.testing.assert_array_equal(warped, warp_label(lab_m, ddf, [2, 3]))
+    assert set(np.unique(warped)) <= {0, 2, 3}
+
+    def dice(a, b):
+        return 2 * (a & b).sum() / (a.sum() + b.sum())
+
+    before, after = dice(lab_m == 3, lab_f == 3), dice(warped == 3, lab_f == 3)
+    assert after > before + 0.1, (before, after)
+    # the disc moved 4 columns to the right: fixed voxels inside it sample the moving image to their left
+    assert float(torch.as_tensor(ddf)[:, 1][torch.from_numpy(lab_f == 3)].mean()) < -2.0
+
+
 def test_evaluate_studies_against_demons_and_resume(studies, tmp_path):
     (tmp_path / "metrics.json").write_text('{"stale": true}')
     result = stacks.evaluate_studies(studies, tmp_path, demons_iterations=20, **FAST)
