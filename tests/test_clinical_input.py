@@ -160,6 +160,21 @@ def test_shipped_cardiac_model_uses_the_heart_window_and_others_the_whole_image(
     assert isinstance(PREPROCESSING["minmax"], type(taper_window))
 
 
+def test_a_size_other_than_the_trained_one_warns():
+    """The acdc weights' filter grid and positional encoding are tied to their 128 x 128 inputs."""
+    import warnings
+
+    from monai_npc.networks.nets import load_pretrained
+
+    net = load_pretrained("acdc")
+    with pytest.warns(RuntimeWarning, match="trained on 128 x 128"):
+        assert model_profile(net, size=144).input_size == 144
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert model_profile(net).input_size == model_profile(net, size=128).input_size == 128
+        assert model_profile(nn.Identity(), size=48).input_size == 48  # no trained size: nothing to warn about
+
+
 def test_a_slice_gives_the_same_field_inside_its_stack_as_alone():
     """Slices are independent pairs, refinement included (its loss is a sum of per-slice losses), and
     with the heart window each slice gets its own window, found from its own pair."""

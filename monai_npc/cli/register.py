@@ -62,7 +62,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "(relative paths are relative to the CSV's folder)",
     )
     p.add_argument("--size", type=int, default=None,
-                   help="model grid size in-plane (default: the size the weights were trained at, from their meta; else 128)")
+                   help="model grid size in-plane (default: the size the weights were trained at, from their meta; else 128; another size warns: the acdc weights register much worse at some)")
     p.add_argument("--stretch", action="store_true", help="stretch the field of view to the square model grid instead of padding")
     p.add_argument(
         "--field-of-view", choices=("image", "heart", "heart-stack", "image+heart", "image>heart"), default=None,
