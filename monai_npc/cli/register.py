@@ -66,9 +66,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--stretch", action="store_true", help="stretch the field of view to the square model grid instead of padding")
     p.add_argument(
         "--field-of-view", choices=("image", "heart", "heart-stack", "image+heart", "image>heart"), default=None,
-        help="where the model grid goes: 'heart' (a window at the native pixel size on the region where the frames "
-        "differ, found without labels; identity outside it), 'image' (the whole field of view), or a mix; "
-        "default: the weights' own ('heart' for acdc, 'image' for the others)",
+        help="where the model grid goes: 'heart' (a window at the native pixel size on the region where each slice's "
+        "frames differ, found without labels; identity outside it), 'heart-stack' (one such window for the whole stack), "
+        "'image' (the whole field of view), or a mix; default: the weights' own ('heart-stack' for acdc pairs, "
+        "'image' for the others)",
     )
     p.add_argument(
         "--label-guidance", type=float, default=None, metavar="W",
