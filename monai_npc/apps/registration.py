@@ -152,18 +152,11 @@ def _model_meta(net: nn.Module) -> Dict[str, Any]:
 def register_settings(net: nn.Module) -> Dict[str, Union[int, str]]:
     """What ``register`` gives weights loaded by name or file where the caller sets nothing: their meta's
     ``register_settings`` (``{"num_steps", "refine_iterations", "refine_grid_stride"}`` as integers and
-    ``"field_of_view"``, one of :data:`FIELDS_OF_VIEW`; any may be absent; ``acdc``: 6 learned ODE steps,
-    40 refinement steps on a residual grid 6 voxels apart, one heart window per stack);
+    ``"field_of_view"`` (checked where it is used, :func:`model_profile`); any may be absent; ``acdc``: 6
+    learned ODE steps, 40 refinement steps on a residual grid 6 voxels apart, one heart window per stack);
     ``{}``: the weights' own configuration."""
-    settings: Dict[str, Union[int, str]] = {}
-    for key, value in dict(_model_meta(net).get("register_settings") or {}).items():
-        if key == "field_of_view":
-            if value not in FIELDS_OF_VIEW:
-                raise ValueError(f"register_settings field_of_view must be one of {FIELDS_OF_VIEW}, got {value!r}.")
-            settings[key] = str(value)
-        else:
-            settings[key] = int(value)
-    return settings
+    settings = dict(_model_meta(net).get("register_settings") or {})
+    return {k: (str(v) if k == "field_of_view" else int(v)) for k, v in settings.items()}
 
 
 def model_profile(net: nn.Module, size: Optional[int] = None, field_of_view: Optional[str] = None) -> ModelProfile:

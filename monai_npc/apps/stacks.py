@@ -407,8 +407,7 @@ def demons_pair(
         mov, lab, fix = mov[None], lab[None], fix[None]
     pairs = torch.from_numpy(np.stack([_unit_slices(mov), _unit_slices(fix)], 1))  # (Z, 2, H, W)
     ddf = DemonsNet(iterations=iterations, smoothing=smoothing)(pairs).float()
-    values = [int(v) for v in np.unique(lab) if v != 0]
-    return warp_label(lab, ddf, values).astype(np.int16), ddf
+    return warp_label(lab, ddf, np.unique(lab).tolist()).astype(np.int16), ddf
 
 
 def initial_bucket(dice_initial: float) -> str:

@@ -480,9 +480,11 @@ def register(
             each for a 128 x 128 pair on one CPU thread); ``None``: the weights' register setting
             (:func:`monai_npc.apps.registration.register_settings`: 40 for ``acdc``), else their own.
         field_of_view: where the model grid goes (:mod:`monai_npc.apps.registration`): ``"heart"``
-            (a ``size x size`` window at the native pixel size on the region where the two images
-            differ, found without labels; identity outside it) or ``"image"`` (the whole field of
-            view fitted into the grid). Default: the weights' own (``"heart"`` for ``acdc``).
+            (a ``size x size`` window at the native pixel size on the region where each slice's two
+            images differ, found without labels; identity outside it), ``"heart-stack"`` (one such
+            window for the whole stack) or ``"image"`` (the whole field of view fitted into the
+            grid). Default: the weights' register setting (``"heart-stack"`` for ``acdc``), else
+            their own.
         label_guidance: with a ``moving_label`` and an NPC network's refinement, the weight of a
             label-guided term: each carried label should cover fixed voxels that look like the
             moving image under that label (:mod:`monai_npc.functional.label_intensity`; no fixed
@@ -494,7 +496,7 @@ def register(
             Dice and LV EF error of 10 + 50 in about 80 % of the time, README), else their own.
         heart_centre: for ``"heart"`` models, the window's in-plane centre ``(row, col)`` in fixed
             voxels (array order), one for every slice or one per slice; ``None`` (default): found
-            from the two images (:func:`monai_npc.apps.localize.motion_centre`, slice by slice).
+            from the two images (:func:`monai_npc.apps.localize.motion_centre`, per slice or per stack).
 
     Raises:
         FileNotFoundError: a missing image, label or weights file.
