@@ -74,6 +74,24 @@ def test_blocks_shapes():
         ode.set_steps([3, 0])
 
 
+@pytest.mark.parametrize("dims,head", [(2, "unet"), (2, "linear"), (3, "unet"), (1, "linear")])
+def test_decoder_folded_head_matches_the_paper_equation(dims, head):
+    """forward folds the head's first layer into MLP_pe's last one; reference_forward forms delta_gamma."""
+    torch.manual_seed(dims)
+    dec = PositionalEncodingDecoder(dims, 8, 16, 12, 12 * dims, head=head)
+    for p in dec.parameters():  # away from the near-zero initial output layer, so the head matters
+        torch.nn.init.normal_(p, std=0.2)
+    grid = [7, 6, 5][:dims]
+    features = torch.randn(2, 24, *grid)
+    gamma, gate = dec.encoding(grid, features)
+    out, ref = dec(features, gamma, gate), dec.reference_forward(features, gamma, gate)
+    assert out.shape == ref.shape == (2, dims, *grid)
+    assert ref.abs().max() > 0.1
+    assert (out - ref).abs().max() <= 1e-5 * ref.abs().max()  # float rounding only
+    scripted = torch.jit.script(dec)
+    assert (scripted(features, gamma, gate) - out).abs().max() <= 1e-6 * out.abs().max()
+
+
 def test_filters_are_unit_norm_at_use_time():
     bank = PairedFilterBank(2, 4, 8, 4, init="random")
     with torch.no_grad():

@@ -49,7 +49,11 @@ class MiniUNetHead(nn.Module):
         self.mode = _interp_mode(spatial_dims)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        enc = self.act(self.enc(x))
+        return self.forward_from_enc(self.enc(x))
+
+    def forward_from_enc(self, enc: torch.Tensor) -> torch.Tensor:
+        """The rest of :meth:`forward` after the first convolution: ``enc = self.enc(x)`` (before its activation)."""
+        enc = self.act(enc)
         bottom = self.act(self.down(enc))
         up = F.interpolate(bottom, size=enc.shape[2:], mode=self.mode, align_corners=False)
         return self.out(self.act(self.dec(torch.cat([enc, up], 1))))
@@ -75,6 +79,8 @@ class PositionalEncodingDecoder(nn.Module):
     Use :meth:`encoding` once per pair (it does not change across ODE steps), then call
     ``forward(features, gamma, gate)`` at every step.
     """
+
+    __constants__ = ["unet"]
 
     def __init__(
         self,
@@ -107,6 +113,9 @@ class PositionalEncodingDecoder(nn.Module):
             raise ValueError(f"head must be 'unet' or 'linear', got {head!r}.")
         self.num_pe = num_pe
         self.negative_slope = negative_slope
+        self.unet = head == "unet"
+        first = self.head.enc if isinstance(self.head, MiniUNetHead) else self.head
+        self.head_padding: List[int] = [int(p) for p in first.padding]
 
     def encoding(self, grid_shape: List[int], reference: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(gamma, gamma_g)`` for a coarse grid: ``(1, n_pe, *grid)`` and ``(1, G, *grid)``.
@@ -122,10 +131,46 @@ class PositionalEncodingDecoder(nn.Module):
         The 1x1 maps run as matrix products over the channel-last view of the inputs; pass
         channel-last memory (``x.movedim(1, -1)`` contiguous, e.g. ``torch.channels_last`` in 2-D)
         to avoid copies. Any layout gives the same numbers.
+
+        :meth:`reference_forward` with the head's first layer folded into ``MLP_pe``'s last one (same
+        numbers to float rounding): that layer is linear, so ``first(W h + b - gamma) = first_W(h) +
+        first(b - gamma)``, where ``first_W`` convolves with the product of the two weights (zero
+        padding commutes with a channel map). ``delta_gamma`` is never formed: the ``G -> n_pe``
+        product is skipped and the UNet head's first convolution reads ``G`` channels instead of
+        ``n_pe`` (about 10 % of an ODE step).
         """
-        slope = self.negative_slope
-        z_in, z_out, pe_in, pe_out = self.mlp_z[0], self.mlp_z[2], self.mlp_pe[0], self.mlp_pe[2]
-        m = _pointwise_mlp(features.movedim(1, -1), z_in.weight, z_in.bias, z_out.weight, z_out.bias, slope)
-        pe = _pointwise_mlp(m * gate.movedim(1, -1), pe_in.weight, pe_in.bias, pe_out.weight, pe_out.bias, slope)
-        delta_gamma = pe - gamma.movedim(1, -1)
-        return self.head(delta_gamma.movedim(-1, 1))
+        pe_in, pe_out = self.mlp_pe[0], self.mlp_pe[2]
+        hidden = F.leaky_relu(F.linear(self._gated(features, gate), pe_in.weight.flatten(1), pe_in.bias), self.negative_slope)
+        bias = pe_out.bias
+        constant = -gamma if bias is None else bias.view([1, -1] + [1] * (gamma.dim() - 2)) - gamma  # (1, n_pe, *grid)
+        if self.unet:
+            first = self.head.enc
+            out = _conv_nd(hidden.movedim(-1, 1), _fold(first.weight, pe_out.weight), self.head_padding) + first(constant)
+            return self.head.forward_from_enc(out)
+        return _conv_nd(hidden.movedim(-1, 1), _fold(self.head.weight, pe_out.weight), self.head_padding) + self.head(constant)
+
+    def _gated(self, features: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """``m * gamma_g``, channel-last ``(B, *grid, G)``."""
+        z_in, z_out = self.mlp_z[0], self.mlp_z[2]
+        m = _pointwise_mlp(features.movedim(1, -1), z_in.weight, z_in.bias, z_out.weight, z_out.bias, self.negative_slope)
+        return m * gate.movedim(1, -1)
+
+    def reference_forward(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` computed as the paper writes it: ``head(MLP_pe(m * gamma_g) - gamma)``."""
+        pe_in, pe_out = self.mlp_pe[0], self.mlp_pe[2]
+        pe = _pointwise_mlp(self._gated(features, gate), pe_in.weight, pe_in.bias, pe_out.weight, pe_out.bias, self.negative_slope)
+        return self.head((pe - gamma.movedim(1, -1)).movedim(-1, 1))
+
+
+def _fold(first: torch.Tensor, linear: torch.Tensor) -> torch.Tensor:
+    """Weight ``(O, G, *k)`` of a convolution ``first`` ``(O, N, *k)`` applied after the 1x1 map ``linear`` ``(N, G, 1, ...)``."""
+    return (first.movedim(1, -1) @ linear.flatten(1)).movedim(-1, 1)
+
+
+def _conv_nd(x: torch.Tensor, weight: torch.Tensor, padding: List[int]) -> torch.Tensor:
+    """Convolution without bias, stride 1, zero ``padding`` per axis, in 1, 2 or 3 spatial dims."""
+    if x.dim() == 3:
+        return F.conv1d(x, weight, None, 1, padding)
+    if x.dim() == 4:
+        return F.conv2d(x, weight, None, 1, padding)
+    return F.conv3d(x, weight, None, 1, padding)
