@@ -227,7 +227,8 @@ def test_flip_ensemble_is_the_mean_over_symmetries_and_equivariant(tmp_path):
     for d, p in zip(diag, plain_diag):
         assert d["residual"].shape == p["residual"].shape
         torch.testing.assert_close(d["residual"], p["residual"], atol=1e-5, rtol=1e-4)
-        torch.testing.assert_close(d["mask"], p["mask"], atol=1e-5, rtol=1e-4)
+        # the mask is a sigmoid of the residual / 0.1: float rounding of a batch of 8 against 1 shows ~1e-5
+        torch.testing.assert_close(d["mask"], p["mask"], atol=1e-4, rtol=1e-4)
     ens.train()
     with torch.no_grad():
         torch.testing.assert_close(ens(x), plain.train()(x))  # training mode: the single pass

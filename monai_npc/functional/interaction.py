@@ -73,11 +73,14 @@ def interaction_features(
     where ``eps`` enters. ``b_norm`` may pass ``sqrt(||b||^2 + eps)`` precomputed (the fixed
     image's responses do not change across ODE steps).
     """
-    z0, z1 = pair_interaction(a, b, pair_dim).unbind(pair_dim)
-    na = torch.sqrt((a * a).sum(pair_dim) + eps)
+    a0, a1 = a.unbind(pair_dim)
+    b0, b1 = b.unbind(pair_dim)
+    # pair_interaction's z without stacking it (fused multiply-adds; the stack and unbind cost as much as the arithmetic)
+    z0 = torch.addcmul(a0 * b0, a1, b1)
+    z1 = torch.addcmul(a1 * b0, a0, b1, value=-1.0)
+    na = torch.sqrt(torch.addcmul(a1 * a1, a0, a0) + eps)
     nb = b_norm if b_norm is not None else torch.sqrt((b * b).sum(pair_dim) + eps)
     mag = na * nb
-    inv = 1.0 / mag
-    features = torch.stack([z0 * inv, z1 * inv, mag], pair_dim)
+    inv = torch.reciprocal(mag)
     diff = nb - na
-    return features, diff * diff * inv
+    return torch.stack([z0 * inv, z1 * inv, mag], pair_dim), diff * diff * inv
