@@ -35,7 +35,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -91,17 +91,20 @@ def localisation(data: Path, patients: List[str]) -> Dict[str, float]:
             "coverage_min": float(c.min()), "coverage_mean": float(c.mean()), "coverage_below_0.99": int((c < 0.99).sum())}
 
 
-def dice_by_variant(data: Path, patients: List[str], variants: List[str]) -> List[dict]:
+def dice_by_variant(data: Path, patients: List[str], variants: List[str], weights: Optional[Path] = None) -> List[dict]:
     import SimpleITK as sitk
     from tqdm.auto import tqdm
 
     import monai_npc
     from monai_npc.interop.api import resolve_model
+    from monai_npc.serialization import safe_load
 
     nets = {}
     for v in variants:
         fov, steps, lr, guidance, ode, stride = (v.split(":") + [""] * 5)[:6]
         net, _ = resolve_model("acdc", "cpu", int(steps) if steps else None, int(ode) if ode else None)
+        if weights is not None:  # another state of the acdc network (examples/train_acdc_stacks.py), register's settings kept
+            net.load_state_dict(safe_load(weights, what="acdc weights"))
         if lr:
             net.refiner.learning_rate = float(lr)
         if stride:
@@ -148,13 +151,18 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the per-pair rows (JSON) here")
     parser.add_argument("--split", choices=("heldout", "train"), default="heldout",
                         help="--dice on the 26 validation/test patients of acdc70_split (default) or on its 44 training patients")
+    parser.add_argument("--weights", type=Path, default=None,
+                        help="a state dict of the acdc network to use instead of the shipped one (e.g. a best_model.pt of "
+                             "examples/train_acdc_stacks.py); register's settings for acdc stay")
+    parser.add_argument("--no-localisation", action="store_true", help="skip the localisation scores (measurement 1)")
     args = parser.parse_args(argv)
     data = args.data_dir / "data" if (args.data_dir / "data").is_dir() else args.data_dir
     split = json.loads(SPLIT.read_text())
-    print(json.dumps(localisation(data, split["train"] + split["val"] + split["test"]), indent=2))
+    if not args.no_localisation:
+        print(json.dumps(localisation(data, split["train"] + split["val"] + split["test"]), indent=2))
     if args.dice:
         variants = args.variants.split(",")
-        rows = dice_by_variant(data, split["train"] if args.split == "train" else split["val"] + split["test"], variants)
+        rows = dice_by_variant(data, split["train"] if args.split == "train" else split["val"] + split["test"], variants, args.weights)
         if args.out:
             args.out.write_text(json.dumps(rows, indent=1))
         print(summarise(rows, variants))

@@ -129,3 +129,27 @@ def test_demons_baseline_follows_the_warp_convention():
     assert torch.allclose(centre, torch.tensor([-2.0, 1.0]), atol=0.5), centre
     before = (blob - fixed).abs().mean()
     assert (warp_image(blob, ddf) - fixed).abs().mean() < 0.5 * before
+
+
+def test_warped_label_dice_loss_over_a_stack_is_the_3d_dice():
+    """``batch=True``: one Dice per structure over all slices (the stack's 3-D Dice), not a mean of per-slice Dice.
+
+    A stack whose LV has left its basal slice in the fixed frame: per slice, that slice scores 0 for the LV
+    however few voxels remain; over the stack, its voxels count as false positives only.
+    """
+    from monai_npc.losses import WarpedLabelDiceLoss
+
+    moving = torch.zeros(3, 1, 16, 16, dtype=torch.long)
+    moving[:, :, 4:12, 4:12] = 3  # LV of 64 voxels on every slice
+    fixed = moving.clone()
+    fixed[0] = 0  # gone from the basal slice
+    ddf = torch.zeros(3, 2, 16, 16)
+    stack = float(WarpedLabelDiceLoss((3,), smooth=1.0, batch=True)(moving, fixed, ddf))
+    per_slice = float(WarpedLabelDiceLoss((3,), smooth=1.0)(moving, fixed, ddf))
+    assert stack == pytest.approx(1.0 - (2 * 128 + 1.0) / (192 + 128 + 1.0), abs=1e-6)  # 3-D Dice 0.8 -> loss 0.2
+    assert per_slice == pytest.approx((1.0 - 1.0 / 65.0) / 3.0, abs=1e-6)  # the basal slice alone: loss ~1
+    # a field that shrinks the basal LV lowers the stack's loss
+    shrink = ddf.clone()
+    yy, xx = torch.meshgrid(torch.arange(16.0), torch.arange(16.0), indexing="ij")
+    shrink[0, 0], shrink[0, 1] = (yy - 7.5) * 1.0, (xx - 7.5) * 1.0  # samples twice as far out: the LV halves in width
+    assert float(WarpedLabelDiceLoss((3,), smooth=1.0, batch=True)(moving, fixed, shrink)) < stack - 0.05

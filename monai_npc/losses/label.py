@@ -32,17 +32,22 @@ class WarpedLabelDiceLoss(nn.Module):
     Args:
         labels: label values of the structures (background excluded), e.g. ``(1, 2, 3)``.
         smooth: Dice smoothing added to numerator and denominator (``smooth_nr`` = ``smooth_dr``).
+        batch: one Dice per structure over the whole batch (MONAI ``DiceLoss(batch=True)``) instead
+            of one per pair. With the slices of one stack as the batch this is the stack's **3-D**
+            Dice, what the whole-stack benchmark scores: a basal slice whose LV has left at
+            end-systole adds false positives to the stack's LV instead of being a pair of its own
+            whose Dice is 0 however little is left (``examples/train_acdc_stacks.py``).
 
     ``forward(moving_label, fixed_label, ddf)``: label maps ``(B, 1, *S)`` (integer values), ``ddf``
     ``(B, D, *S)`` in voxels (MONAI ``Warp`` convention). Returns a scalar.
     """
 
-    def __init__(self, labels: Sequence[int] = (1, 2, 3), smooth: float = 1e-5) -> None:
+    def __init__(self, labels: Sequence[int] = (1, 2, 3), smooth: float = 1e-5, batch: bool = False) -> None:
         super().__init__()
         self.labels = [int(v) for v in labels]
         if not self.labels:
             raise ValueError("WarpedLabelDiceLoss needs at least one label value.")
-        self.dice = DiceLoss(include_background=True, smooth_nr=smooth, smooth_dr=smooth, reduction="mean")
+        self.dice = DiceLoss(include_background=True, smooth_nr=smooth, smooth_dr=smooth, batch=batch, reduction="mean")
 
     def forward(self, moving_label: torch.Tensor, fixed_label: torch.Tensor, ddf: torch.Tensor) -> torch.Tensor:
         moving = one_hot_labels(moving_label, self.labels).to(ddf.dtype)
