@@ -29,7 +29,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List
 
 import numpy as np
 import torch
@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from monai_npc.apps.localize import motion_centre  # noqa: E402
+from monai_npc.data.acdc import ACDCPatient, find_acdc_patients, load_acdc_patient  # noqa: E402
 from monai_npc.functional.warp import warp_image  # noqa: E402
 from monai_npc.losses import RegistrationLoss, WarpedLabelDiceLoss, bidirectional_loss  # noqa: E402
 from monai_npc.networks.nets import load_pretrained  # noqa: E402
@@ -48,28 +49,7 @@ SPLIT = ROOT / "bundles" / "npc_acdc" / "configs" / "acdc70_split.json"
 SIZE = 128
 
 
-def read_stack(data: Path, patient: str, frame: int) -> Tuple[np.ndarray, np.ndarray]:
-    """``(Z, H, W)`` image and label of one frame from the SSL4MIS volume or slice files."""
-    import re
-
-    import h5py
-
-    volume = data / f"{patient}_frame{frame:02d}.h5"
-    if volume.is_file():
-        with h5py.File(volume, "r") as h:
-            return h["image"][()].astype(np.float32), h["label"][()].astype(np.int64)
-    files = sorted(data.glob(f"{patient}_frame{frame:02d}_slice_*.h5"), key=lambda f: int(re.search(r"slice_(\d+)", f.name).group(1)))
-    if not files:
-        raise FileNotFoundError(f"no files for {patient} frame {frame} in {data}")
-    images, labels = [], []
-    for f in files:
-        with h5py.File(f, "r") as h:
-            images.append(h["image"][()])
-            labels.append(h["label"][()])
-    return np.stack(images).astype(np.float32), np.stack(labels).astype(np.int64)
-
-
-def stack_window(data: Path, patient: str, margin: int) -> Dict[str, torch.Tensor]:
+def stack_window(patient: ACDCPatient, margin: int) -> Dict[str, torch.Tensor]:
     """The stack's heart window (``SIZE + 2 margin`` square, zero outside the image) for both frames.
 
     Returns ``ed``, ``es`` ``(Z, 1, S, S)`` float32 and ``ed_label``, ``es_label`` ``(Z, 1, S, S)`` int64.
@@ -78,7 +58,8 @@ def stack_window(data: Path, patient: str, margin: int) -> Dict[str, torch.Tenso
     ``heart-stack`` window; SSL4MIS pixels are 1.4-1.8 mm, inside the ``acdc`` weights' 1.3-1.9 mm,
     so the window is at native resolution, as in ``register``.
     """
-    (ed, edl), (es, esl) = read_stack(data, patient, 1), read_stack(data, patient, 2)
+    v = load_acdc_patient(patient)  # every slice, (Z, H, W)
+    ed, es, edl, esl = v["ed_image"], v["es_image"], v["ed_label"].astype(np.int64), v["es_label"].astype(np.int64)
     s = 360.0 / max(ed.shape[1:])
     row, col = motion_centre(ed, es, (s, s))
     size = SIZE + 2 * margin
@@ -142,15 +123,15 @@ def main(argv=None) -> int:
                    help="validation patients of acdc70_split for checkpoint selection")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    data = args.data_dir / "data" if (args.data_dir / "data").is_dir() else args.data_dir
+    patients = {p.name: p for p in find_acdc_patients(args.data_dir)}
     split = json.loads(SPLIT.read_text())
     val_ids = split["val"] + (split["test"] if args.split == "val+test" else [])
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)
 
     t0 = time.perf_counter()
-    train = [stack_window(data, pid, args.jitter) for pid in split["train"]]
-    val = [stack_window(data, pid, args.jitter) for pid in val_ids]
+    train = [stack_window(patients[pid], args.jitter) for pid in split["train"]]
+    val = [stack_window(patients[pid], args.jitter) for pid in val_ids]
     print(f"{len(train)} training stacks ({sum(s['ed'].shape[0] for s in train)} slices), {len(val)} validation, "
           f"{time.perf_counter() - t0:.1f} s", flush=True)
 
