@@ -8,7 +8,7 @@ one (``heart:25:0.4``; default: the weights' 0.25), the label-guidance weight af
 (``heart:25:0.25:0.1``; default: ``register``'s 0.05), the learned ODE steps after a fourth
 (``heart:40:::6``) and the refinement's residual grid stride after a fifth (``heart:40:::6:4``);
 empty fields keep their default, ``register``'s settings (6 ODE steps, 40 refinement steps, grid
-stride 6 for ``acdc``).
+stride 8 for ``acdc``).
 
 Whole short-axis stacks are rebuilt from the SSL4MIS slice files (full field of view, every
 slice; that copy stores no spacing, so the in-plane spacing is taken as 360 mm / the larger

@@ -136,7 +136,7 @@ def resolve_model(
         raise ValueError(f"model {spec} is {net.spatial_dims}-D; register needs a 2-D model.")
     from monai_npc.apps.registration import register_settings
 
-    defaults = register_settings(net) if register_defaults else {}  # acdc: 6 ODE + 40 refinement steps, grid stride 6, heart-stack
+    defaults = register_settings(net) if register_defaults else {}  # acdc: 6 ODE + 40 refinement steps, grid stride 8, heart-stack
     if "field_of_view" in defaults:  # read by model_profile; register(field_of_view=...) still overrides it
         net.meta = {**(getattr(net, "meta", None) or {}), "field_of_view": defaults["field_of_view"]}
     if refine_iterations is None and "refine_iterations" in defaults:
