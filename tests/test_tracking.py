@@ -111,11 +111,11 @@ def test_tracking_model_settings():
     net, _ = tracking_model("acdc", refine_iterations=3, num_steps=7)
     assert net.ode.steps_per_stage == [4, 3] and net.refiner.iterations == 3
     pair, _ = resolve_model("acdc")  # register's pair settings (apps.registration.register_settings), not tracking's
-    assert pair.ode.num_steps == 6 and pair.refiner.iterations == 40 and pair.refiner.grid_stride == 6
+    assert pair.ode.num_steps == 6 and pair.refiner.iterations == 40 and pair.refiner.grid_stride == 8
     assert model_profile(pair).field_of_view == "heart-stack"  # one heart window per stack
     assert model_profile(pair, field_of_view="heart").field_of_view == "heart"  # register(field_of_view=...) still wins
     far, _ = tracking_model("acdc", consecutive=False)  # frames further apart get register's
-    assert far.ode.num_steps == 6 and far.refiner.iterations == 40 and far.refiner.grid_stride == 6
+    assert far.ode.num_steps == 6 and far.refiner.iterations == 40 and far.refiner.grid_stride == 8
     assert model_profile(far).field_of_view == "heart-stack"
     given, name = tracking_model(pair)
     assert given is pair and given.ode.num_steps == 6 and given.refiner.iterations == 40 and name == "NPCNet"
@@ -156,7 +156,7 @@ def test_track_default_settings_accuracy(cine):
     assert min(dice) > 0.955, dice  # measured 0.960 (0.946 without refinement; pair defaults 10 / 50: 0.963)
     assert np.abs(r.volumes["lv"] - truth["lv"]).max() < 0.025 * truth["lv"][0]  # 0.35 of 28.5 mL (0.93 without refinement)
     assert abs(r.function["lv_ef"] - cardiac_function(truth)["lv_ef"]) < 2.0  # +0.4 points
-    assert np.nanmean(list(r.drift.values())) > 0.96  # 0.971
+    assert np.nanmean(list(r.drift.values())) > 0.95  # 0.958 with acdc 0.7.0 (0.966 with 0.6.0; 0.971 with 0.5.0)
 
 
 def test_compose_translations():
