@@ -19,7 +19,9 @@ slice of its own with an undefined Dice).
 Checkpoints (network, Adam, epoch, random state) are written every epoch and a run resumes from
 them; ``--val-every`` epochs the network alone (``--val-steps`` ODE steps, no refinement) is scored
 on the validation patients' stacks (3-D Dice, both directions), and the best state is kept as
-``best_model.pt`` (a state dict; data only).
+``best_model.pt`` (a state dict; data only). ``--volume-weight`` adds the carried structures' stack-volume
+error (:class:`monai_npc.losses.WarpedLabelVolumeLoss`; measured and not kept for the shipped weights,
+bundle README).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from monai_npc.apps.localize import motion_centre  # noqa: E402
 from monai_npc.data.acdc import ACDCPatient, find_acdc_patients, load_acdc_patient  # noqa: E402
 from monai_npc.functional.warp import warp_image  # noqa: E402
-from monai_npc.losses import RegistrationLoss, WarpedLabelDiceLoss, bidirectional_loss  # noqa: E402
+from monai_npc.losses import RegistrationLoss, WarpedLabelDiceLoss, WarpedLabelVolumeLoss, bidirectional_loss  # noqa: E402
 from monai_npc.networks.nets import load_pretrained  # noqa: E402
 from monai_npc.serialization import safe_load  # noqa: E402
 from monai_npc.utils import atomic_torch_save  # noqa: E402
@@ -115,6 +117,9 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--lr-decay", type=float, default=0.97, help="per epoch")
     p.add_argument("--label-weight", type=float, default=1.0)
+    p.add_argument("--volume-weight", type=float, default=0.0,
+                   help="weight of the stack-volume error of the carried --volume-labels (WarpedLabelVolumeLoss), both directions")
+    p.add_argument("--volume-labels", default="3", help="comma-separated label values of the volume term (3 = LV)")
     p.add_argument("--jitter", type=int, default=8, help="random shift of the window, voxels")
     p.add_argument("--steps", type=int, default=4, help="ODE steps in training (detached between steps)")
     p.add_argument("--val-steps", type=int, default=6)
@@ -139,6 +144,7 @@ def main(argv=None) -> int:
     net.train()
     loss = RegistrationLoss("acdc")
     stack_dice = WarpedLabelDiceLoss((1, 2, 3), smooth=1.0, batch=True)  # the stack's 3-D Dice
+    stack_volume = WarpedLabelVolumeLoss([int(v) for v in args.volume_labels.split(",")])  # ED->ES: the EF error, as a fraction
     opt = torch.optim.Adam(net.parameters(), lr=args.lr)
     rng = np.random.default_rng(args.seed)
     log_path, ckpt = args.out / "log.jsonl", args.out / "checkpoint.pt"
@@ -174,11 +180,16 @@ def main(argv=None) -> int:
             terms["label"] = args.label_weight * 0.5 * (stack_dice(w["ed_label"], w["es_label"], ddf[:z])
                                                         + stack_dice(w["es_label"], w["ed_label"], ddf[z:]))
             total = terms["loss"] + terms["label"]
+            if args.volume_weight:
+                terms["volume"] = args.volume_weight * 0.5 * (stack_volume(w["ed_label"], w["es_label"], ddf[:z])
+                                                              + stack_volume(w["es_label"], w["ed_label"], ddf[z:]))
+                total = total + terms["volume"]
             opt.zero_grad(set_to_none=True)
             total.backward()
             opt.step()
-            for k in ("loss", "label"):
-                sums[k] = sums.get(k, 0.0) + float(terms[k]) / len(train)
+            for k in ("loss", "label", "volume"):
+                if k in terms:
+                    sums[k] = sums.get(k, 0.0) + float(terms[k]) / len(train)
         record = {"epoch": epoch, "seconds": round(time.perf_counter() - t_epoch, 1), "lr": args.lr * args.lr_decay ** (epoch - 1), **sums}
         if epoch % args.val_every == 0 or epoch == args.epochs:
             net.ode.set_steps(args.val_steps)

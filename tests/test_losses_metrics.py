@@ -131,6 +131,29 @@ def test_demons_baseline_follows_the_warp_convention():
     assert (warp_image(blob, ddf) - fixed).abs().mean() < 0.5 * before
 
 
+def test_warped_label_volume_loss_is_the_relative_stack_volume_error():
+    """|V(warped) - V(fixed)| / max(V(moving), V(fixed)) per structure over the stack; a field that contracts the
+    moving LV towards the fixed volume lowers it, and its gradient reaches the field."""
+    from monai_npc.losses import WarpedLabelVolumeLoss
+
+    moving = torch.zeros(2, 1, 32, 32, dtype=torch.long)
+    moving[:, :, 8:24, 8:24] = 3  # ED: LV of 256 voxels per slice
+    moving[:, :, 2:6, 2:6] = 1  # RV of 16 voxels, unchanged in the fixed frame
+    fixed = moving.clone()
+    fixed[fixed == 3] = 2
+    fixed[:, :, 10:22, 10:22] = 3  # ES: 144 voxels per slice (EF 43.75 %)
+    ddf = torch.zeros(2, 2, 32, 32, requires_grad=True)
+    lv = WarpedLabelVolumeLoss((3,))(moving, fixed, ddf)
+    assert float(lv) == pytest.approx((256 - 144) / 256, abs=1e-6)  # identity: the whole EF, as a fraction
+    assert float(WarpedLabelVolumeLoss((1, 3))(moving, fixed, ddf)) == pytest.approx((0.0 + 112 / 256) / 2, abs=1e-6)
+    lv.backward()
+    assert float(ddf.grad.abs().sum()) > 0
+    yy, xx = torch.meshgrid(torch.arange(32.0), torch.arange(32.0), indexing="ij")
+    contract = torch.stack([(yy - 15.5) * 0.25, (xx - 15.5) * 0.25])[None].repeat(2, 1, 1, 1)  # samples 1.25x further out
+    assert float(WarpedLabelVolumeLoss((3,))(moving, fixed, contract)) < float(lv) - 0.2
+    assert float(WarpedLabelVolumeLoss((2,))(moving, moving, ddf.detach())) == 0.0  # absent in both: 0, not NaN
+
+
 def test_warped_label_dice_loss_over_a_stack_is_the_3d_dice():
     """``batch=True``: one Dice per structure over all slices (the stack's 3-D Dice), not a mean of per-slice Dice.
 

@@ -1,7 +1,7 @@
 """Registration losses: Jacobian penalties, the composite NPC loss with the paper's presets and the optional label Dice."""
 
 from .jacobian import JacobianFoldLoss, LogJacobianLoss
-from .label import WarpedLabelDiceLoss, one_hot_labels
+from .label import WarpedLabelDiceLoss, WarpedLabelVolumeLoss, one_hot_labels
 from .registration import PRESETS, LossPreset, RegistrationLoss, bidirectional_loss
 
-__all__ = ["JacobianFoldLoss", "LogJacobianLoss", "PRESETS", "LossPreset", "RegistrationLoss", "bidirectional_loss", "one_hot_labels", "WarpedLabelDiceLoss"]
+__all__ = ["JacobianFoldLoss", "LogJacobianLoss", "PRESETS", "LossPreset", "RegistrationLoss", "bidirectional_loss", "one_hot_labels", "WarpedLabelDiceLoss", "WarpedLabelVolumeLoss"]

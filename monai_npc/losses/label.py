@@ -10,7 +10,7 @@ from torch import nn
 
 from monai_npc.functional.warp import warp_image
 
-__all__ = ["WarpedLabelDiceLoss", "one_hot_labels"]
+__all__ = ["WarpedLabelDiceLoss", "WarpedLabelVolumeLoss", "one_hot_labels"]
 
 
 def one_hot_labels(label: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
@@ -54,3 +54,39 @@ class WarpedLabelDiceLoss(nn.Module):
         fixed = one_hot_labels(fixed_label, self.labels).to(ddf.dtype)
         warped = warp_image(moving, ddf, "bilinear", "border")  # as the evaluation warps labels
         return self.dice(warped, fixed)
+
+
+class WarpedLabelVolumeLoss(nn.Module):
+    """Relative volume error of the warped moving segmentation against the fixed one, per structure.
+
+    For each structure ``k`` of ``labels``: ``|V(warp(moving_k)) - V(fixed_k)| / max(V(moving_k),
+    V(fixed_k))``, volumes as voxel sums of the bilinearly warped binary masks (differentiable with
+    respect to ``ddf``) over the whole batch (the slices of one stack: the stack's volume), then the
+    mean over the structures present in either label. With ED and ES frames the denominator is the
+    end-diastolic volume in both directions, so for the ED->ES pair the term is the ejection-fraction
+    error of the carried label (as a fraction) that the label-propagation benchmarks report.
+
+    Args:
+        labels: label values of the structures (background excluded), e.g. ``(1, 3)`` for RV and LV.
+
+    ``forward(moving_label, fixed_label, ddf)``: label maps ``(B, 1, *S)`` (integer values), ``ddf``
+    ``(B, D, *S)`` in voxels (MONAI ``Warp`` convention). Returns a scalar (0 when no structure is present).
+    """
+
+    def __init__(self, labels: Sequence[int] = (1, 3)) -> None:
+        super().__init__()
+        self.labels = [int(v) for v in labels]
+        if not self.labels:
+            raise ValueError("WarpedLabelVolumeLoss needs at least one label value.")
+
+    def forward(self, moving_label: torch.Tensor, fixed_label: torch.Tensor, ddf: torch.Tensor) -> torch.Tensor:
+        moving = one_hot_labels(moving_label, self.labels).to(ddf.dtype)
+        fixed = one_hot_labels(fixed_label, self.labels).to(ddf.dtype)
+        warped = warp_image(moving, ddf, "bilinear", "border")
+        axes = [0] + list(range(2, moving.dim()))  # everything but the structure channel
+        v_moving, v_fixed, v_warped = moving.sum(axes), fixed.sum(axes), warped.sum(axes)
+        scale = torch.maximum(v_moving, v_fixed)
+        present = scale > 0
+        if not bool(present.any()):
+            return ddf.sum() * 0.0
+        return ((v_warped - v_fixed).abs()[present] / scale[present]).mean()
