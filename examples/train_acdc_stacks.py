@@ -120,6 +120,8 @@ def main(argv=None) -> int:
     p.add_argument("--volume-weight", type=float, default=0.0,
                    help="weight of the stack-volume error of the carried --volume-labels (WarpedLabelVolumeLoss), both directions")
     p.add_argument("--volume-labels", default="3", help="comma-separated label values of the volume term (3 = LV)")
+    p.add_argument("--high-ef-repeat", type=int, default=1,
+                   help="draw the training stacks whose ED->ES LV EF (from their labels) is above 55 %% this many times per epoch")
     p.add_argument("--jitter", type=int, default=8, help="random shift of the window, voxels")
     p.add_argument("--steps", type=int, default=4, help="ODE steps in training (detached between steps)")
     p.add_argument("--val-steps", type=int, default=6)
@@ -140,6 +142,10 @@ def main(argv=None) -> int:
     print(f"{len(train)} training stacks ({sum(s['ed'].shape[0] for s in train)} slices), {len(val)} validation, "
           f"{time.perf_counter() - t0:.1f} s", flush=True)
 
+    lv_ef = [1.0 - float((st["es_label"] == 3).sum()) / max(float((st["ed_label"] == 3).sum()), 1.0) for st in train]
+    order = np.concatenate([np.arange(len(train))] + [np.nonzero(np.asarray(lv_ef) > 0.55)[0]] * (args.high_ef_repeat - 1))
+    if args.high_ef_repeat > 1:
+        print(f"{int((np.asarray(lv_ef) > 0.55).sum())} training stacks with LV EF > 55 % drawn {args.high_ef_repeat} times per epoch", flush=True)
     net = load_pretrained(args.init, num_steps=args.steps, detach_steps=True, refine_iterations=0)
     net.train()
     loss = RegistrationLoss("acdc")
@@ -168,7 +174,7 @@ def main(argv=None) -> int:
         for g in opt.param_groups:
             g["lr"] = args.lr * args.lr_decay ** (epoch - 1)
         t_epoch, sums = time.perf_counter(), {}
-        for i in rng.permutation(len(train)):
+        for i in rng.permutation(order):
             dy, dx = (int(v) for v in rng.integers(-args.jitter, args.jitter + 1, 2))
             w = crop(train[i], dy, dx, args.jitter)
             for axis in (2, 3):
@@ -189,7 +195,7 @@ def main(argv=None) -> int:
             opt.step()
             for k in ("loss", "label", "volume"):
                 if k in terms:
-                    sums[k] = sums.get(k, 0.0) + float(terms[k]) / len(train)
+                    sums[k] = sums.get(k, 0.0) + float(terms[k]) / len(order)
         record = {"epoch": epoch, "seconds": round(time.perf_counter() - t_epoch, 1), "lr": args.lr * args.lr_decay ** (epoch - 1), **sums}
         if epoch % args.val_every == 0 or epoch == args.epochs:
             net.ode.set_steps(args.val_steps)
