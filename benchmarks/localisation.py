@@ -24,7 +24,12 @@ side, ACDC's typical field of view). Two measurements:
    train``: its 44 training patients, 88 pairs, for a second look at a choice), by
    initial-Dice bucket, with folding and seconds per pair, and the LV EF error of the ED->ES pairs
    (points; the ES LV volume of the carried ED label against the expert ES label's, slice voxel
-   counts, no basal descent): mean absolute error and bias.
+   counts, no basal descent): mean absolute error and bias. A second table splits that ES volume
+   error by slice position (the most basal LV slice of the ED label, the two most apical, the
+   rest; % of the ED volume, mean per patient) and by the ACDC training set's pathology group
+   (patients 001-020 DCM, 021-040 HCM, 041-060 MINF, 061-080 NOR, 081-100 RV), with the patients
+   whose expert ES label has no LV in that basal slice: the base left it in systole, which an
+   in-plane field cannot express.
 """
 
 from __future__ import annotations
@@ -98,6 +103,7 @@ def dice_by_variant(data: Path, patients: List[str], variants: List[str], weight
     import monai_npc
     from monai_npc.interop.api import resolve_model
     from monai_npc.serialization import safe_load
+    from monai_npc.tracking.through_plane import volume_error_by_position
 
     nets = {}
     for v in variants:
@@ -121,10 +127,42 @@ def dice_by_variant(data: Path, patients: List[str], variants: List[str], weight
                 warped = sitk.GetArrayFromImage(r.warped_label)
                 row[v] = float(np.mean(dice3(warped, fl)))
                 row[f"{v}_lv_voxels"] = [int((ml == 3).sum()), int((warped == 3).sum()), int((fl == 3).sum())]  # moving, carried, fixed
+                if direction == "ED->ES":
+                    row[f"{v}_lv_by_position"] = volume_error_by_position(ml, warped, fl, 3)
                 row[f"{v}_folding"] = r.summary["folding_percent"]
                 row[f"{v}_seconds"] = time.perf_counter() - t0
             rows.append(row)
     return rows
+
+
+GROUPS = ("DCM", "HCM", "MINF", "NOR", "RV")  # the ACDC training set is ordered by group, 20 patients each
+
+
+def acdc_training_group(patient: str) -> str:
+    """Pathology group of an ACDC *training-set* patient (``patient001``-``patient100``) from its number."""
+    number = int(re.search(r"(\d+)$", patient).group(1))
+    if not 1 <= number <= 100:
+        raise ValueError(f"{patient}: not an ACDC training-set patient (001-100); its group is in its Info.cfg")
+    return GROUPS[(number - 1) // 20]
+
+
+def position_table(rows: List[dict], variant: str) -> str:
+    """ED->ES LV volume error by slice position and group (markdown), from
+    :func:`monai_npc.tracking.through_plane.volume_error_by_position`."""
+    pairs = [r for r in rows if r["direction"] == "ED->ES" and f"{variant}_lv_by_position" in r]
+    lines = [f"ED->ES LV volume error of `{variant}` by slice position, % of the ED volume, mean per patient "
+             "(positive: the carried LV is too large at ES):", "",
+             "| group | patients | all slices | basal | mid | apical | basal slice left at ES | their basal error |",
+             "|---|---|---|---|---|---|---|---|"]
+    for group in GROUPS + ("all",):
+        sel = [r[f"{variant}_lv_by_position"] for r in pairs if group == "all" or acdc_training_group(r["patient"]) == group]
+        if not sel:
+            continue
+        left = [e["basal"] for e in sel if e["basal_left"]]
+        total = np.mean([e["basal"] + e["mid"] + e["apical"] for e in sel])
+        lines.append(f"| {group} | {len(sel)} | {total:+.2f} | " + " | ".join(f"{np.mean([e[k] for e in sel]):+.2f}" for k in ("basal", "mid", "apical"))
+                     + f" | {len(left)} | " + (f"{np.mean(left):+.2f}" if left else "-") + " |")
+    return "\n".join(lines)
 
 
 def summarise(rows: List[dict], variants: List[str]) -> str:
@@ -166,6 +204,8 @@ def main(argv=None) -> int:
         if args.out:
             args.out.write_text(json.dumps(rows, indent=1))
         print(summarise(rows, variants))
+        for v in variants:
+            print("\n" + position_table(rows, v))
     return 0
 
 

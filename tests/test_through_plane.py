@@ -6,6 +6,7 @@ import pytest
 
 from monai_npc.tracking.through_plane import (
     apply_basal_ascent, apply_basal_descent, ascent_fractions, base_end, diastolic_phase, slab_fractions, systolic_phase,
+    volume_error_by_position,
 )
 
 
@@ -138,3 +139,26 @@ def test_track_from_es_fills_the_basal_slice_at_ed():
     np.testing.assert_array_equal(on.labels[es], off.labels[es])
     np.testing.assert_array_equal(on.labels[:, base] == 3, off.labels[:, base] == 3)  # the LV holds that slice already
     assert on.function["rv_edv"] > off.function["rv_edv"]
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_volume_error_by_position_finds_the_basal_slice_the_lv_left(flip):
+    """The ED label carried unchanged to an ES label whose basal slice lost the LV and whose mid slices shrank:
+    the error splits into the basal slice (all of its LV), mid and apical, summing to the whole ESV error."""
+    ed = _stack(flip=flip)
+    es = ed.copy()
+    basal = 7 if flip else 0
+    es[basal][es[basal] == 3] = 0  # the base left the basal slice
+    mids = [z for z in range(8) if z not in (basal, 7 - basal, 6 if not flip else 1)]
+    for z in mids[:2]:
+        es[z][(es[z] == 3) & (np.arange(32)[None, :] < 16)] = 2  # half of two mid slices' LV becomes myocardium
+    e = volume_error_by_position(ed, ed, es, 3)
+    volume = (ed == 3).sum()
+    assert e["basal"] == pytest.approx(100 * (ed[basal] == 3).sum() / volume)
+    assert e["mid"] > 0 and e["apical"] == 0.0 and e["basal_left"] == 1.0
+    assert e["basal"] + e["mid"] + e["apical"] == pytest.approx(100 * ((ed == 3).sum() - (es == 3).sum()) / volume)
+    assert volume_error_by_position(ed, ed, ed, 3) == {"basal": 0.0, "mid": 0.0, "apical": 0.0, "basal_left": 0.0}
+    with pytest.raises(ValueError, match="absent"):
+        volume_error_by_position(ed, ed, es, 2)
+    with pytest.raises(ValueError, match="shape"):
+        volume_error_by_position(ed, ed[1:], es, 3)

@@ -50,7 +50,7 @@ from .function import ACDC_STRUCTURES
 
 __all__ = [
     "BASAL_DESCENT_MM", "BASAL_ASCENT_MM", "base_end", "slab_fractions", "apply_basal_descent", "ascent_fractions",
-    "apply_basal_ascent", "systolic_phase", "diastolic_phase",
+    "apply_basal_ascent", "systolic_phase", "diastolic_phase", "volume_error_by_position",
 ]
 
 #: descent of the base at end-systole in mm per structure name (:data:`ACDC_STRUCTURES`), chosen
@@ -228,3 +228,31 @@ def diastolic_phase(lv_volume: np.ndarray, reference_frame: int, tolerance: floa
     (within ``tolerance`` of the stroke range of the smallest volume; wider than ED's, as the end-systolic
     plateau is flat: on patient090 tracked from its Info.cfg ES the smallest volume is the frame before, 11 % of the range lower)."""
     return systolic_phase(-np.asarray(lv_volume, dtype=np.float64), reference_frame, tolerance)
+
+
+def volume_error_by_position(reference_label: np.ndarray, carried: np.ndarray, target: np.ndarray, value: int = 3) -> Dict[str, float]:
+    """Where a carried label's volume error lies along the stack: ``(carried - target)`` voxels of ``value`` as
+    % of its volume on ``reference_label``, summed over the most basal slice holding it on ``reference_label``
+    (``"basal"``), the two most apical ones (``"apical"``) and the others (``"mid"``); ``"basal_left"`` is 1.0
+    when ``target`` has none of it in that basal slice (the base left the slice, which an in-plane field cannot
+    express), else 0.0. All ``(Z, H, W)`` label maps on one grid; e.g. the ED label, the ED label carried to
+    ES and the expert ES label (the sum of the three positions is then the EF error with its sign flipped).
+
+    Raises:
+        ValueError: shapes that differ, or ``value`` absent from ``reference_label``.
+    """
+    ref, car, tgt = (np.asarray(a) for a in (reference_label, carried, target))
+    if not ref.shape == car.shape == tgt.shape or ref.ndim != 3:
+        raise ValueError(f"reference_label {ref.shape}, carried {car.shape} and target {tgt.shape} must be one (Z, H, W) shape.")
+    found = _first_slice(ref, value)
+    if found is None:
+        raise ValueError(f"value {value} is absent from reference_label: no volume to compare against.")
+    volume = float((ref == value).sum())
+    holds = np.nonzero((ref == value).reshape(ref.shape[0], -1).any(1))[0]
+    ordered = holds if found[1] > 0 else holds[::-1]  # basal to apical
+    error = {"basal": 0.0, "mid": 0.0, "apical": 0.0}
+    for k, z in enumerate(ordered):
+        where = "basal" if k == 0 else ("apical" if k >= len(ordered) - 2 else "mid")
+        error[where] += 100.0 * (float((car[z] == value).sum()) - float((tgt[z] == value).sum())) / volume
+    error["basal_left"] = float(not (tgt[ordered[0]] == value).any())
+    return error
