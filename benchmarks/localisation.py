@@ -135,7 +135,7 @@ def dice_by_variant(data: Path, patients: List[str], variants: List[str], weight
     return rows
 
 
-GROUPS = ("DCM", "HCM", "MINF", "NOR", "RV")  # the ACDC training set is ordered by group, 20 patients each
+ACDC_TRAINING_GROUPS = ("DCM", "HCM", "MINF", "NOR", "RV")  # the ACDC training set is ordered by group, 20 patients each
 
 
 def acdc_training_group(patient: str) -> str:
@@ -143,7 +143,7 @@ def acdc_training_group(patient: str) -> str:
     number = int(re.search(r"(\d+)$", patient).group(1))
     if not 1 <= number <= 100:
         raise ValueError(f"{patient}: not an ACDC training-set patient (001-100); its group is in its Info.cfg")
-    return GROUPS[(number - 1) // 20]
+    return ACDC_TRAINING_GROUPS[(number - 1) // 20]
 
 
 def position_table(rows: List[dict], variant: str) -> str:
@@ -154,7 +154,7 @@ def position_table(rows: List[dict], variant: str) -> str:
              "(positive: the carried LV is too large at ES):", "",
              "| group | patients | all slices | basal | mid | apical | basal slice left at ES | their basal error |",
              "|---|---|---|---|---|---|---|---|"]
-    for group in GROUPS + ("all",):
+    for group in ACDC_TRAINING_GROUPS + ("all",):
         sel = [r[f"{variant}_lv_by_position"] for r in pairs if group == "all" or acdc_training_group(r["patient"]) == group]
         if not sel:
             continue

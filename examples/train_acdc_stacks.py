@@ -49,6 +49,7 @@ from monai_npc.utils import atomic_torch_save  # noqa: E402
 
 SPLIT = ROOT / "bundles" / "npc_acdc" / "configs" / "acdc70_split.json"
 SIZE = 128
+HIGH_EF = 0.55  # --high-ef-repeat: LV EF of a training stack's labels above which it is drawn more often
 
 
 def stack_window(patient: ACDCPatient, margin: int) -> Dict[str, torch.Tensor]:
@@ -142,10 +143,11 @@ def main(argv=None) -> int:
     print(f"{len(train)} training stacks ({sum(s['ed'].shape[0] for s in train)} slices), {len(val)} validation, "
           f"{time.perf_counter() - t0:.1f} s", flush=True)
 
-    lv_ef = [1.0 - float((st["es_label"] == 3).sum()) / max(float((st["ed_label"] == 3).sum()), 1.0) for st in train]
-    order = np.concatenate([np.arange(len(train))] + [np.nonzero(np.asarray(lv_ef) > 0.55)[0]] * (args.high_ef_repeat - 1))
+    lv_ef = np.asarray([1.0 - float((st["es_label"] == 3).sum()) / max(float((st["ed_label"] == 3).sum()), 1.0) for st in train])
+    high_ef = np.nonzero(lv_ef > HIGH_EF)[0]
+    order = np.concatenate([np.arange(len(train))] + [high_ef] * (args.high_ef_repeat - 1))  # the stacks of one epoch
     if args.high_ef_repeat > 1:
-        print(f"{int((np.asarray(lv_ef) > 0.55).sum())} training stacks with LV EF > 55 % drawn {args.high_ef_repeat} times per epoch", flush=True)
+        print(f"{high_ef.size} training stacks with LV EF > {HIGH_EF:.0%} drawn {args.high_ef_repeat} times per epoch", flush=True)
     net = load_pretrained(args.init, num_steps=args.steps, detach_steps=True, refine_iterations=0)
     net.train()
     loss = RegistrationLoss("acdc")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, Tuple
 
 import torch
 from monai.losses import DiceLoss
@@ -10,7 +10,7 @@ from torch import nn
 
 from monai_npc.functional.warp import warp_image
 
-__all__ = ["WarpedLabelDiceLoss", "WarpedLabelVolumeLoss", "one_hot_labels"]
+__all__ = ["WarpedLabelDiceLoss", "WarpedLabelVolumeLoss", "one_hot_labels", "warped_masks"]
 
 
 def one_hot_labels(label: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
@@ -18,6 +18,15 @@ def one_hot_labels(label: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
     if label.dim() < 3 or label.shape[1] != 1:
         raise ValueError(f"one_hot_labels expects a (B, 1, *S) label map, got shape {tuple(label.shape)}.")
     return torch.cat([(label == v) for v in values], 1).to(torch.float32)
+
+
+def warped_masks(moving_label: torch.Tensor, fixed_label: torch.Tensor, ddf: torch.Tensor,
+                 values: Sequence[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(moving, fixed, warped)`` masks ``(B, len(values), *S)`` in ``ddf``'s dtype: the one-hot label maps and
+    the moving one warped by ``ddf`` with bilinear interpolation (differentiable; as the evaluation warps labels)."""
+    moving = one_hot_labels(moving_label, values).to(ddf.dtype)
+    fixed = one_hot_labels(fixed_label, values).to(ddf.dtype)
+    return moving, fixed, warp_image(moving, ddf, "bilinear", "border")
 
 
 class WarpedLabelDiceLoss(nn.Module):
@@ -50,9 +59,7 @@ class WarpedLabelDiceLoss(nn.Module):
         self.dice = DiceLoss(include_background=True, smooth_nr=smooth, smooth_dr=smooth, batch=batch, reduction="mean")
 
     def forward(self, moving_label: torch.Tensor, fixed_label: torch.Tensor, ddf: torch.Tensor) -> torch.Tensor:
-        moving = one_hot_labels(moving_label, self.labels).to(ddf.dtype)
-        fixed = one_hot_labels(fixed_label, self.labels).to(ddf.dtype)
-        warped = warp_image(moving, ddf, "bilinear", "border")  # as the evaluation warps labels
+        _, fixed, warped = warped_masks(moving_label, fixed_label, ddf, self.labels)
         return self.dice(warped, fixed)
 
 
@@ -80,9 +87,7 @@ class WarpedLabelVolumeLoss(nn.Module):
             raise ValueError("WarpedLabelVolumeLoss needs at least one label value.")
 
     def forward(self, moving_label: torch.Tensor, fixed_label: torch.Tensor, ddf: torch.Tensor) -> torch.Tensor:
-        moving = one_hot_labels(moving_label, self.labels).to(ddf.dtype)
-        fixed = one_hot_labels(fixed_label, self.labels).to(ddf.dtype)
-        warped = warp_image(moving, ddf, "bilinear", "border")
+        moving, fixed, warped = warped_masks(moving_label, fixed_label, ddf, self.labels)
         axes = [0] + list(range(2, moving.dim()))  # everything but the structure channel
         v_moving, v_fixed, v_warped = moving.sum(axes), fixed.sum(axes), warped.sum(axes)
         scale = torch.maximum(v_moving, v_fixed)

@@ -244,12 +244,11 @@ def volume_error_by_position(reference_label: np.ndarray, carried: np.ndarray, t
     ref, car, tgt = (np.asarray(a) for a in (reference_label, carried, target))
     if not ref.shape == car.shape == tgt.shape or ref.ndim != 3:
         raise ValueError(f"reference_label {ref.shape}, carried {car.shape} and target {tgt.shape} must be one (Z, H, W) shape.")
-    found = _first_slice(ref, value)
-    if found is None:
+    holds = np.nonzero((ref == value).reshape(ref.shape[0], -1).any(1))[0]
+    if holds.size == 0:
         raise ValueError(f"value {value} is absent from reference_label: no volume to compare against.")
     volume = float((ref == value).sum())
-    holds = np.nonzero((ref == value).reshape(ref.shape[0], -1).any(1))[0]
-    ordered = holds if found[1] > 0 else holds[::-1]  # basal to apical
+    ordered = holds if base_end(ref)[1] > 0 else holds[::-1]  # basal to apical
     error = {"basal": 0.0, "mid": 0.0, "apical": 0.0}
     for k, z in enumerate(ordered):
         where = "basal" if k == 0 else ("apical" if k >= len(ordered) - 2 else "mid")
