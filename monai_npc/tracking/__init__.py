@@ -3,7 +3,8 @@
 - :mod:`~monai_npc.tracking.cine`: 4-D short-axis cines (NIfTI ``(X, Y, Z, T)``, cine DICOM
   folders, arrays) as a list of 3-D frames on one grid, and back to a 4-D image.
 - :mod:`~monai_npc.tracking.track`: :func:`track`, a label on one frame carried to every frame
-  with :func:`monai_npc.register` (schemes ``direct``, ``sequential``, ``average``, ``bidirectional``).
+  with :func:`monai_npc.register` (schemes ``anchored``, ``sequential``, ``direct``, ``average``, ``bidirectional``).
+- :mod:`~monai_npc.tracking.anchor`: the ``anchored`` scheme's correction of a chained field against the reference frame.
 - :mod:`~monai_npc.tracking.cohort`: :func:`track_cohort`, many studies from a CSV, resumable,
   shared between ``torchrun`` ranks.
 - :mod:`~monai_npc.tracking.through_plane`: basal slices a structure leaves as the base descends.

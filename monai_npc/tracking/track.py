@@ -12,7 +12,10 @@ channel 0 (through-plane) zero since the models are 2-D). With ``r`` the referen
 - ``average``: the mean of the ``direct`` and ``sequential`` fields;
 - ``bidirectional``: the forward chain (``r -> r+1 -> ... -> t``) and the backward chain
   (``r -> r-1 -> ... -> t``, round the cycle) weighted by the other chain's length
-  (``2 T`` registrations).
+  (``2 T`` registrations);
+- ``anchored`` (default): the ``sequential`` chain of the network's consecutive-frame fields (no
+  refinement), each composed field refined against the reference frame before the next frame
+  builds on it (:mod:`~monai_npc.tracking.anchor`; ``T`` registrations and ``T`` refinements).
 
 Labels are warped as one-hot maps with linear interpolation, then ``argmax`` (smoother
 contours and volumes than nearest neighbour). The default scheme was chosen by measurement
@@ -99,8 +102,8 @@ class Tracking:
         reference_frame: the frame whose label was given (0-based).
         scheme: the tracking scheme.
         drift: Dice per structure of the reference label carried once round the cycle by the
-            consecutive-frame chain, against itself (``sequential`` / ``bidirectional``; 1 = no drift),
-            else ``None``.
+            consecutive-frame chain, against itself (``sequential`` / ``bidirectional`` / ``average``;
+            ``anchored``: its anchored chain; 1 = no drift), else ``None``.
         seconds: wall time; ``seconds_per_frame`` = seconds / (T - 1).
         cine: the input.
     """
@@ -219,24 +222,31 @@ class _Fields:
         return float(sum(self.cache[k][1] for k in self.used))
 
 
-def _chain(fields: _Fields, ref: int, n: int, step: int) -> List[torch.Tensor]:
-    """Fields of the frames ``ref, ref + step, ..., ref + n step`` (mod T) to ``ref`` by composing consecutive registrations."""
+def _chain(fields: _Fields, ref: int, n: int, step: int, anchor: Optional[Callable[[int, torch.Tensor], torch.Tensor]] = None) -> List[torch.Tensor]:
+    """Fields of the frames ``ref, ref + step, ..., ref + n step`` (mod T) to ``ref`` by composing consecutive
+    registrations; ``anchor(frame, field)``: each composed field corrected before the next frame builds on it."""
     out = [fields(ref, ref)]
+    frames = len(fields.cine)
     for k in range(1, n + 1):
         prev, cur = ref + (k - 1) * step, ref + k * step
-        out.append(compose(out[-1], fields(prev, cur, out[-1])))
+        composed = compose(out[-1], fields(prev, cur, out[-1]))
+        out.append(composed if anchor is None else anchor(cur % frames, composed))
     return out
 
 
-def scheme_fields(fields: _Fields, scheme: str, ref: int, frames: int) -> Tuple[List[torch.Tensor], Optional[torch.Tensor]]:
-    """``(per-frame fields to the reference in frame order, cycle field or None)`` for ``scheme``."""
+def scheme_fields(fields: _Fields, scheme: str, ref: int, frames: int,
+                  anchor: Optional[Callable[[int, torch.Tensor], torch.Tensor]] = None) -> Tuple[List[torch.Tensor], Optional[torch.Tensor]]:
+    """``(per-frame fields to the reference in frame order, cycle field or None)`` for ``scheme``
+    (``anchored``: ``anchor``, a :class:`~monai_npc.tracking.anchor.ReferenceAnchor`, corrects the chain)."""
     t_of = [(ref + k) % frames for k in range(frames)]  # frame at offset k
     by_offset: List[torch.Tensor]
     cycle = None
     if scheme == "direct":
         by_offset = [fields(ref, t) for t in t_of]
-    elif scheme in ("sequential", "average"):
-        chain = _chain(fields, ref, frames, +1)
+    elif scheme in ("sequential", "average", "anchored"):
+        if scheme == "anchored" and anchor is None:
+            raise ValueError("the anchored scheme needs an anchor (monai_npc.tracking.anchor.ReferenceAnchor).")
+        chain = _chain(fields, ref, frames, +1, anchor if scheme == "anchored" else None)
         cycle, by_offset = chain[-1], chain[:-1]
         if scheme == "average":
             by_offset = [0.5 * (c + fields(ref, t)) for c, t in zip(by_offset, t_of)]
@@ -294,12 +304,12 @@ def _descent(basal_descent: Any, slices: int) -> Tuple[Dict[str, float], Dict[st
 
 
 def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _Fields, ed_frame, es_frame,
-            descent: Tuple[Mapping[str, float], Mapping[str, float]]) -> Tracking:
-    """Compose ``scheme``'s fields (registering what the cache lacks) into a :class:`Tracking`."""
+            descent: Tuple[Mapping[str, float], Mapping[str, float]], anchor: Any = None) -> Tracking:
+    """Compose ``scheme``'s fields (registering what the cache lacks; ``anchor`` for ``anchored``) into a :class:`Tracking`."""
     t0 = time.perf_counter()
     cached = set(fields.cache)
     values = sorted(int(v) for v in np.unique(ref_label) if v != 0)
-    per_frame, cycle = scheme_fields(fields, scheme, ref, len(data))
+    per_frame, cycle = scheme_fields(fields, scheme, ref, len(data), anchor)
     labels = np.stack([ref_label if t == ref else warp_label(ref_label, f, values) for t, f in enumerate(per_frame)])
     if any(descent) and values:
         # the phase of each frame from the in-plane LV curve: towards ES from an ED reference (the
@@ -318,7 +328,20 @@ def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _F
     seconds = fields.seconds + (time.perf_counter() - t0) - new
     return Tracking(labels=labels, ddf=ddf.float(), volumes=volumes, function=function, reference_frame=ref, scheme=scheme,
                     drift=drift, seconds=seconds, cine=data, registrations=sum(k[0] != k[1] for k in fields.used),
-                    settings=fields.settings())
+                    settings=dict(fields.settings(), **({} if anchor is None else {"anchored to the reference": {
+                        "refine_iterations": anchor.iterations, "label_guidance": anchor.label_guidance}})))
+
+
+def _anchored(data: Cine, ref: int, ref_label: np.ndarray, model: Any, device: Any, refine_iterations: Optional[int], num_steps: Optional[int],
+              kwargs: Dict[str, Any], progress: Optional[Callable[[], None]], guided: Optional[Tuple[int, np.ndarray]]) -> Tuple[_Fields, Any]:
+    """The consecutive-frame registrations (the network alone: 0 refinement steps) and the
+    :class:`~monai_npc.tracking.anchor.ReferenceAnchor` (``refine_iterations`` steps, default
+    :data:`~monai_npc.tracking.anchor.ANCHOR_ITERATIONS`) of the ``anchored`` scheme."""
+    from .anchor import ReferenceAnchor
+
+    net, name = tracking_model(model, device, None if isinstance(model, torch.nn.Module) else 0, num_steps, consecutive=True)
+    anchor = ReferenceAnchor(data.arrays(), ref, ref_label, getattr(net, "refiner", None), refine_iterations)
+    return _Fields(data, {True: (net, name)}, kwargs, progress, None, guided), anchor
 
 
 def _bar(progress: bool, total: int, desc: str):
@@ -363,7 +386,12 @@ def track(
             registration; ``None``: for the consecutive-frame schemes (``sequential``,
             ``bidirectional``) :data:`TRACK_REFINE_ITERATIONS` (10) and :data:`TRACK_NUM_STEPS` (4),
             a third of the pair defaults' time (docs/tracking.md, Speed); for ``direct`` and
-            ``average`` ``register``'s (40 and 6 for ``acdc``). Ignored for a network given as a module.
+            ``average`` ``register``'s (40 and 6 for ``acdc``); for ``anchored``, ``num_steps`` of
+            the network between consecutive frames (no refinement there) and ``refine_iterations``
+            of the correction against the reference
+            (:data:`~monai_npc.tracking.anchor.ANCHOR_ITERATIONS`, 10; its label-guided term, weight
+            :data:`~monai_npc.tracking.anchor.ANCHOR_LABEL_GUIDANCE`, sees the reference label). Ignored
+            for a network given as a module.
         **register_kwargs: passed to :func:`monai_npc.register` (``threads``, ``device``, ``size``...).
         spacing: mm per array axis ``(Z, H, W)`` for array inputs.
         ed_frame, es_frame: override the ED / ES frames the function figures use (default: the
@@ -429,18 +457,25 @@ def track_schemes(
     kwargs = dict(register_kwargs)
     frames = len(data)
     needed = {(ref, t) for t in range(frames)} if any(s in ("direct", "average") for s in schemes) else set()
-    if any(s != "direct" for s in schemes):
+    if any(s not in ("direct", "anchored") for s in schemes):
         needed |= {(t, (t + 1) % frames) for t in range(frames)}
     if "bidirectional" in schemes:
         needed |= {(t, (t - 1) % frames) for t in range(frames)}
-    bar = _bar(progress, sum(m != f for m, f in needed), f"track ({', '.join(schemes)})")
+    total = sum(m != f for m, f in needed) + (frames if "anchored" in schemes else 0)  # anchored: its own consecutive registrations
+    bar = _bar(progress, total, f"track ({', '.join(schemes)})")
     cache: Dict[Tuple[int, int], Tuple[torch.Tensor, float]] = {}
     try:
         guided = (ref, ref_label) if float(label_guidance) > 0 else None
         kwargs["label_guidance"] = float(label_guidance)
-        return {s: _result(data, ref, ref_label, s, _Fields(data, models, kwargs, bar.update if bar else None, cache, guided), ed_frame, es_frame,
-                           descent)
-                for s in schemes}
+        out = {}
+        for s in schemes:
+            if s == "anchored":  # the network alone between consecutive frames, refined against the reference instead
+                fields, anchor = _anchored(data, ref, ref_label, model, device, refine_iterations, num_steps, kwargs, bar.update if bar else None, guided)
+                out[s] = _result(data, ref, ref_label, s, fields, ed_frame, es_frame, descent, anchor)
+            else:
+                out[s] = _result(data, ref, ref_label, s, _Fields(data, models, kwargs, bar.update if bar else None, cache, guided), ed_frame,
+                                 es_frame, descent)
+        return out
     finally:
         if bar is not None:
             bar.close()

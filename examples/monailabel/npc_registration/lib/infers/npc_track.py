@@ -20,10 +20,11 @@ Request keys (MONAI Label merges the client's ``params`` into the request):
   of a ``final`` label in the datastore; default: the datastore's ``final`` label of the cine;
 - ``label_frame`` (optional, 0-based): default the ED of an ACDC ``Info.cfg`` beside the cine
   (``ED: n`` is frame ``n - 1``), else 0;
-- ``scheme`` (optional): ``sequential`` (default), ``direct``, ``average`` or ``bidirectional``;
-- ``npc_model``, ``npc_device``, ``npc_refine`` (optional): as for the registration task, but for the
-  ``sequential`` and ``bidirectional`` schemes shipped or saved NPC weights get ``monai_npc.track``'s
-  settings for consecutive frames (4 ODE steps, 10 refinement steps unless ``npc_refine`` is given).
+- ``scheme`` (optional): ``anchored`` (default), ``sequential``, ``direct``, ``average`` or ``bidirectional``;
+- ``npc_model``, ``npc_device``, ``npc_refine`` (optional): as for the registration task, but
+  shipped or saved NPC weights get ``monai_npc.track``'s settings for consecutive frames (4 ODE
+  steps; 10 refinement steps unless ``npc_refine`` is given: for ``anchored`` those of the
+  correction against the reference frame, the consecutive frames then get the network alone).
 
 Bad requests raise :class:`~lib.common.RequestError` (HTTP 4xx with a ``detail`` saying what is
 wrong): 400 for a bad parameter, a missing label or a ``label_frame`` out of range, 404 for an

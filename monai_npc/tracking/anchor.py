@@ -1,0 +1,118 @@
+"""Re-anchoring a chained field to the reference frame: the ``anchored`` tracking scheme.
+
+Composing consecutive registrations along a cine (``sequential``) lets their errors add up
+(drift); registering the reference frame onto a frame directly (``direct``) under-estimates the
+large motions of the cycle (ED -> ES). ``anchored`` does both: frame ``t``'s field starts as the
+chain ``U_t = s_t + U_{t-1}(x + s_t)`` of the network's consecutive-frame fields, and is then
+corrected by a few test-time refinement steps of the *reference* frame onto frame ``t``
+(:class:`~monai_npc.networks.blocks.InstanceRefinement`, its label-guided term fed with the
+reference label, as :func:`monai_npc.register` does for pairs). The corrected field is what the
+next frame's chain builds on, so errors no longer accumulate along the cycle.
+
+The refinement works on the frames' own voxels, on a box around the reference label (every slice
+shares it, ``margin`` voxels around the label's in-plane bounding box), each slice independently;
+its correction is tapered to zero at the box's edge (the chain is kept outside), so the field has
+no seam. Images are scaled per slice by their 1st/99th percentiles
+(:func:`~monai_npc.apps.localize.robust_unit`).
+
+Chosen by measurement (docs/tracking.md, "Anchored tracking").
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+
+from monai_npc.apps.localize import robust_unit
+from monai_npc.apps.registration import taper_window
+from monai_npc.networks.blocks.refinement import InstanceRefinement
+
+__all__ = ["ANCHOR_ITERATIONS", "ANCHOR_LABEL_GUIDANCE", "ANCHOR_MARGIN", "ANCHOR_TAPER", "ReferenceAnchor", "label_box"]
+
+#: refinement steps that correct each frame's chained field against the reference frame
+ANCHOR_ITERATIONS = 10
+#: weight of the refinement's label-guided term (the reference label); :func:`monai_npc.register`'s default for pairs
+ANCHOR_LABEL_GUIDANCE = 0.05
+#: voxels kept around the reference label's in-plane bounding box (the heart moves within it)
+ANCHOR_MARGIN = 24
+#: voxels over which the correction falls to zero at the box's edge
+ANCHOR_TAPER = 8
+#: the box is at least this many voxels a side: the window :func:`monai_npc.register` refines a pair
+#: of ACDC slices in, so that the refinement's terms (means over the box) and its label-guided term
+#: (a sum over the heart) weigh as they do there
+ANCHOR_SIZE = 128
+
+
+def label_box(label: np.ndarray, margin: int, size: int = 0) -> Tuple[slice, slice]:
+    """In-plane ``(rows, cols)`` slices of the bounding box of ``label > 0`` over all slices
+    (``(Z, H, W)``), grown by ``margin`` voxels and to at least ``size`` voxels a side (around its
+    centre), clipped to the grid; the whole grid for an empty label."""
+    h, w = label.shape[-2:]
+    rows, cols = np.nonzero(np.asarray(label).reshape(-1, h, w).any(0))
+    if rows.size == 0:
+        return slice(0, h), slice(0, w)
+    out = []
+    for lo, hi, n in ((int(rows.min()), int(rows.max()) + 1, h), (int(cols.min()), int(cols.max()) + 1, w)):
+        lo, hi = lo - margin, hi + margin
+        grow = max(int(size) - (hi - lo), 0)
+        lo, hi = lo - grow // 2, hi + grow - grow // 2
+        shift = max(-lo, 0) - max(hi - n, 0)  # slide a box that leaves the grid back into it
+        out.append(slice(max(lo + shift, 0), min(hi + shift, n)))
+    return out[0], out[1]
+
+
+class ReferenceAnchor:
+    """``anchor(frame, ddf)``: the chained field ``ddf`` ``(Z, 2, H, W)`` (frame voxels, MONAI ``Warp``
+    convention, ``label_t(x) = label_ref(x + ddf(x))``) of ``frame`` refined against the reference frame.
+
+    Args:
+        frames: ``(T, Z, H, W)`` intensities of the cine.
+        reference: the reference frame (its label is ``label``).
+        label: ``(Z, H, W)`` integer label of the reference frame.
+        refiner: the refinement to run (its learning rate, grid, window and regularisers);
+            ``None``: :class:`InstanceRefinement` with its defaults. ``iterations`` overrides its steps.
+        iterations: refinement steps per frame (``None``: :data:`ANCHOR_ITERATIONS`).
+        label_guidance: weight of the label-guided term (0 = off).
+        margin, taper, size: the box around the label (grown by ``margin``, at least ``size`` a side)
+            and the taper of the correction at its edge (voxels).
+    """
+
+    def __init__(
+        self, frames: np.ndarray, reference: int, label: np.ndarray, refiner: Optional[InstanceRefinement] = None,
+        iterations: Optional[int] = None, label_guidance: float = ANCHOR_LABEL_GUIDANCE, margin: int = ANCHOR_MARGIN,
+        taper: int = ANCHOR_TAPER, size: int = ANCHOR_SIZE,
+    ) -> None:
+        frames = np.asarray(frames)
+        if frames.ndim != 4:
+            raise ValueError(f"frames must be (T, Z, H, W), got shape {frames.shape}.")
+        if float(label_guidance) < 0:
+            raise ValueError(f"label_guidance must be >= 0, got {label_guidance}.")
+        self.box = label_box(label, int(margin), int(size))
+        box = (slice(None), slice(None)) + self.box
+        self.images = torch.from_numpy(np.stack([robust_unit(f) for f in frames[box]]))[:, :, None]  # (T, Z, 1, h, w)
+        self.reference = int(reference)
+        self.label = torch.from_numpy(np.asarray(label, dtype=np.int64)[(slice(None),) + self.box])[:, None]  # (Z, 1, h, w)
+        template = refiner if refiner is not None else InstanceRefinement()
+        steps = ANCHOR_ITERATIONS if iterations is None else int(iterations)
+        self.refiner = InstanceRefinement(steps, template.learning_rate, template.grid_stride, template.window * template.level,
+                                          template.lambda_reg, template.lambda_jac, template.level)
+        self.label_guidance = float(label_guidance)
+        self.taper = taper_window(self.images.shape[-2:], int(taper)).float()
+
+    @property
+    def iterations(self) -> int:
+        return self.refiner.iterations
+
+    def __call__(self, frame: int, ddf: torch.Tensor) -> torch.Tensor:
+        if self.refiner.iterations == 0:
+            return ddf
+        box = (slice(None), slice(None)) + self.box
+        start = ddf[box].float()
+        guided = self.label_guidance > 0
+        refined = self.refiner(self.images[self.reference], self.images[frame], start, self.label if guided else None,
+                               self.label_guidance if guided else None)
+        out = ddf.clone()
+        out[box] = (start + self.taper * (refined - start)).to(ddf.dtype)
+        return out
