@@ -391,7 +391,8 @@ def track(
             of the correction against the reference
             (:data:`~monai_npc.tracking.anchor.ANCHOR_ITERATIONS`, 10; its label-guided term, weight
             :data:`~monai_npc.tracking.anchor.ANCHOR_LABEL_GUIDANCE`, sees the reference label). Ignored
-            for a network given as a module.
+            for a network given as a module (used as it is between frames), except ``anchored``'s
+            correction steps.
         **register_kwargs: passed to :func:`monai_npc.register` (``threads``, ``device``, ``size``...).
         spacing: mm per array axis ``(Z, H, W)`` for array inputs.
         ed_frame, es_frame: override the ED / ES frames the function figures use (default: the
@@ -406,7 +407,9 @@ def track(
             at ED), scaled by each frame's phase on the LV curve; a ``{structure: mm}`` mapping
             sets both; ``False`` keeps the in-plane result. A reference between ED and ES gets neither.
         label_guidance: weight of the refinement's label-guided term
-            (:func:`monai_npc.register`): each registration gets the label of its moving frame
+            (:func:`monai_npc.register`) in the registrations between frames (``anchored``'s
+            correction against the reference frame has its own,
+            :data:`~monai_npc.tracking.anchor.ANCHOR_LABEL_GUIDANCE`): each registration gets the label of its moving frame
             (the reference label, or the label carried there so far). Default 0 (off): on the
             phantom cines and in patient090's drift, chaining carried labels into the term made
             ``sequential`` worse (docs/tracking.md); ``0.05`` is ``register``'s default for pairs.
