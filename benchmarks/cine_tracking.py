@@ -4,10 +4,11 @@
         [--cine-dir ../shared/data/acdc_cine_example/patient090] [--phantoms 3] [--refine N] [--steps N]
 
 For every case, all schemes of :func:`monai_npc.tracking.track_schemes` (``direct``,
-``sequential``, ``average``, ``bidirectional``; they share their registrations, each scheme's
-seconds count every registration it uses) with ``model="acdc"`` and the library's defaults (4 ODE
-steps and 10 refinement steps between consecutive frames, the weights' 10 and 50 across more
-frames; ``--steps`` / ``--refine`` set every registration's):
+``sequential``, ``average``, ``bidirectional`` share their registrations; ``anchored`` runs its own,
+the network alone between consecutive frames and a correction against the reference frame; each
+scheme's seconds count every registration it uses) with ``model="acdc"`` and the library's defaults
+(4 ODE steps and 10 refinement steps between consecutive frames, ``register``'s across more frames;
+``--steps`` / ``--refine`` set every registration's, for ``anchored`` the correction's steps):
 
 - phantoms (:func:`monai_npc.data.phantom_cine.cardiac_cine`, 10 frames, 3 slices, 96 x 96,
   seeds 100, 101, ...; ED label of frame 0 given): Dice per frame against the true labels
