@@ -10,7 +10,8 @@ reference label, as :func:`monai_npc.register` does for pairs). The corrected fi
 next frame's chain builds on, so errors no longer accumulate along the cycle.
 
 The refinement works on the frames' own voxels, on a box around the reference label (every slice
-shares it, ``margin`` voxels around the label's in-plane bounding box), each slice independently;
+shares it: ``margin`` voxels around the label's in-plane bounding box, at least ``size`` voxels a
+side), each slice independently;
 its correction is tapered to zero at the box's edge (the chain is kept outside), so the field has
 no seam. Images are scaled per slice by their 1st/99th percentiles
 (:func:`~monai_npc.apps.localize.robust_unit`).
@@ -20,6 +21,7 @@ Chosen by measurement (docs/tracking.md, "Anchored tracking").
 
 from __future__ import annotations
 
+import copy
 from typing import Optional, Tuple
 
 import numpy as np
@@ -29,7 +31,7 @@ from monai_npc.apps.localize import robust_unit
 from monai_npc.apps.registration import taper_window
 from monai_npc.networks.blocks.refinement import InstanceRefinement
 
-__all__ = ["ANCHOR_ITERATIONS", "ANCHOR_LABEL_GUIDANCE", "ANCHOR_MARGIN", "ANCHOR_TAPER", "ReferenceAnchor", "label_box"]
+__all__ = ["ANCHOR_ITERATIONS", "ANCHOR_LABEL_GUIDANCE", "ANCHOR_MARGIN", "ANCHOR_SIZE", "ANCHOR_TAPER", "ReferenceAnchor", "label_box"]
 
 #: refinement steps that correct each frame's chained field against the reference frame
 ANCHOR_ITERATIONS = 10
@@ -94,10 +96,8 @@ class ReferenceAnchor:
         self.images = torch.from_numpy(np.stack([robust_unit(f) for f in frames[box]]))[:, :, None]  # (T, Z, 1, h, w)
         self.reference = int(reference)
         self.label = torch.from_numpy(np.asarray(label, dtype=np.int64)[(slice(None),) + self.box])[:, None]  # (Z, 1, h, w)
-        template = refiner if refiner is not None else InstanceRefinement()
-        steps = ANCHOR_ITERATIONS if iterations is None else int(iterations)
-        self.refiner = InstanceRefinement(steps, template.learning_rate, template.grid_stride, template.window * template.level,
-                                          template.lambda_reg, template.lambda_jac, template.level)
+        self.refiner = copy.copy(refiner) if refiner is not None else InstanceRefinement()  # the caller's stays as it is
+        self.refiner.iterations = ANCHOR_ITERATIONS if iterations is None else int(iterations)
         self.label_guidance = float(label_guidance)
         self.taper = taper_window(self.images.shape[-2:], int(taper)).float()
 
