@@ -5,9 +5,16 @@ Composing consecutive registrations along a cine (``sequential``) lets their err
 large motions of the cycle (ED -> ES). ``anchored`` does both: frame ``t``'s field starts as the
 chain ``U_t = s_t + U_{t-1}(x + s_t)`` of the network's consecutive-frame fields, and is then
 corrected by a few test-time refinement steps of the *reference* frame onto frame ``t``
-(:class:`~monai_npc.networks.blocks.InstanceRefinement`, its label-guided term fed with the
-reference label, as :func:`monai_npc.register` does for pairs). The corrected field is what the
-next frame's chain builds on, so errors no longer accumulate along the cycle.
+(:class:`~monai_npc.networks.blocks.InstanceRefinement` on a residual grid
+:data:`ANCHOR_GRID_STRIDE` voxels apart, its label-guided term fed with the reference label, as
+:func:`monai_npc.register` does for pairs). The corrected field is what the next frame's chain
+builds on, so errors no longer accumulate along the cycle.
+
+The label-guided term is there for the frames far from the reference (end-systole from an ED
+label), where image similarity alone leaves the carried LV under-contracted; near the reference it
+only biases the labels (it thins the myocardium). Its weight for frame ``t`` is therefore
+``label_guidance * d_t / max_s d_s`` (:func:`frame_distances`: the mean squared intensity
+difference of frame ``t`` to the reference inside the box), 0 on the reference frame itself.
 
 The refinement works on the frames' own voxels, on a box around the reference label (every slice
 shares it: ``margin`` voxels around the label's in-plane bounding box, at least ``size`` voxels a
@@ -31,12 +38,19 @@ from monai_npc.apps.localize import robust_unit
 from monai_npc.apps.registration import taper_window
 from monai_npc.networks.blocks.refinement import InstanceRefinement
 
-__all__ = ["ANCHOR_ITERATIONS", "ANCHOR_LABEL_GUIDANCE", "ANCHOR_MARGIN", "ANCHOR_SIZE", "ANCHOR_TAPER", "ReferenceAnchor", "label_box"]
+__all__ = [
+    "ANCHOR_ITERATIONS", "ANCHOR_LABEL_GUIDANCE", "ANCHOR_GRID_STRIDE", "ANCHOR_MARGIN", "ANCHOR_SIZE", "ANCHOR_TAPER",
+    "ReferenceAnchor", "label_box", "frame_distances",
+]
 
 #: refinement steps that correct each frame's chained field against the reference frame
-ANCHOR_ITERATIONS = 10
-#: weight of the refinement's label-guided term (the reference label); :func:`monai_npc.register`'s default for pairs
+ANCHOR_ITERATIONS = 6
+#: weight of the refinement's label-guided term (the reference label) on the frame farthest from the reference,
+#: :func:`monai_npc.register`'s default for pairs; scaled down for nearer frames (:func:`frame_distances`)
 ANCHOR_LABEL_GUIDANCE = 0.05
+#: voxels between the control points of the correction's residual (the network's own refinement: 4); the
+#: corrections are small and local (a myocardium a few voxels thick), which a coarser grid cannot express
+ANCHOR_GRID_STRIDE = 2
 #: voxels kept around the reference label's in-plane bounding box (the heart moves within it)
 ANCHOR_MARGIN = 24
 #: voxels over which the correction falls to zero at the box's edge
@@ -65,6 +79,14 @@ def label_box(label: np.ndarray, margin: int, size: int = 0) -> Tuple[slice, sli
     return out[0], out[1]
 
 
+def frame_distances(images: torch.Tensor, reference: int) -> torch.Tensor:
+    """``(T,)`` mean squared intensity difference of each frame of ``images`` ``(T, ...)`` to frame
+    ``reference``, divided by the largest (0 on the reference; all 0 for a still cine)."""
+    d = (images - images[reference]).flatten(1).pow(2).mean(1)
+    top = float(d.max())
+    return d / top if top > 0 else torch.zeros_like(d)
+
+
 class ReferenceAnchor:
     """``anchor(frame, ddf)``: the chained field ``ddf`` ``(Z, 2, H, W)`` (frame voxels, MONAI ``Warp``
     convention, ``label_t(x) = label_ref(x + ddf(x))``) of ``frame`` refined against the reference frame.
@@ -76,7 +98,9 @@ class ReferenceAnchor:
         refiner: the refinement to run (its learning rate, grid, window and regularisers);
             ``None``: :class:`InstanceRefinement` with its defaults. ``iterations`` overrides its steps.
         iterations: refinement steps per frame (``None``: :data:`ANCHOR_ITERATIONS`).
-        label_guidance: weight of the label-guided term (0 = off).
+        label_guidance: weight of the label-guided term on the frame farthest from the reference
+            (0 = off); frame ``t`` gets ``label_guidance`` x its :func:`frame_distances` value.
+        grid_stride: voxels between the residual's control points (``None``: :data:`ANCHOR_GRID_STRIDE`).
         margin, taper, size: the box around the label (grown by ``margin``, at least ``size`` a side)
             and the taper of the correction at its edge (voxels).
     """
@@ -84,7 +108,7 @@ class ReferenceAnchor:
     def __init__(
         self, frames: np.ndarray, reference: int, label: np.ndarray, refiner: Optional[InstanceRefinement] = None,
         iterations: Optional[int] = None, label_guidance: float = ANCHOR_LABEL_GUIDANCE, margin: int = ANCHOR_MARGIN,
-        taper: int = ANCHOR_TAPER, size: int = ANCHOR_SIZE,
+        taper: int = ANCHOR_TAPER, size: int = ANCHOR_SIZE, grid_stride: Optional[int] = None,
     ) -> None:
         frames = np.asarray(frames)
         if frames.ndim != 4:
@@ -98,21 +122,29 @@ class ReferenceAnchor:
         self.label = torch.from_numpy(np.asarray(label, dtype=np.int64)[(slice(None),) + self.box])[:, None]  # (Z, 1, h, w)
         self.refiner = copy.copy(refiner) if refiner is not None else InstanceRefinement()  # the caller's stays as it is
         self.refiner.iterations = ANCHOR_ITERATIONS if iterations is None else int(iterations)
+        self.refiner.grid_stride = ANCHOR_GRID_STRIDE if grid_stride is None else int(grid_stride)
+        if self.refiner.grid_stride < 1:
+            raise ValueError(f"grid_stride must be >= 1, got {grid_stride}.")
         self.label_guidance = float(label_guidance)
+        self.distances = frame_distances(self.images, self.reference)  # (T,), the label term's weight per frame
         self.taper = taper_window(self.images.shape[-2:], int(taper)).float()
 
     @property
     def iterations(self) -> int:
         return self.refiner.iterations
 
+    def guidance(self, frame: int) -> float:
+        """The label-guided term's weight for ``frame``."""
+        return self.label_guidance * float(self.distances[frame])
+
     def __call__(self, frame: int, ddf: torch.Tensor) -> torch.Tensor:
         if self.refiner.iterations == 0:
             return ddf
         box = (slice(None), slice(None)) + self.box
         start = ddf[box].float()
-        guided = self.label_guidance > 0
-        refined = self.refiner(self.images[self.reference], self.images[frame], start, self.label if guided else None,
-                               self.label_guidance if guided else None)
+        weight = self.guidance(frame)
+        refined = self.refiner(self.images[self.reference], self.images[frame], start, self.label if weight > 0 else None,
+                               weight if weight > 0 else None)
         out = ddf.clone()
         out[box] = (start + self.taper * (refined - start)).to(ddf.dtype)
         return out

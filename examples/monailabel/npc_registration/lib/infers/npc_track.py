@@ -23,8 +23,9 @@ Request keys (MONAI Label merges the client's ``params`` into the request):
 - ``scheme`` (optional): ``anchored`` (default), ``sequential``, ``direct``, ``average`` or ``bidirectional``;
 - ``npc_model``, ``npc_device``, ``npc_refine`` (optional): as for the registration task, but
   shipped or saved NPC weights get ``monai_npc.track``'s settings for consecutive frames (4 ODE
-  steps; 10 refinement steps unless ``npc_refine`` is given: for ``anchored`` those of the
-  correction against the reference frame, the consecutive frames then get the network alone).
+  steps; 10 refinement steps unless ``npc_refine`` is given). For ``anchored``, ``npc_refine`` is the
+  steps of the correction against the reference frame (default 6,
+  :data:`monai_npc.tracking.anchor.ANCHOR_ITERATIONS`) and the consecutive frames get the network alone.
 
 Bad requests raise :class:`~lib.common.RequestError` (HTTP 4xx with a ``detail`` saying what is
 wrong): 400 for a bad parameter, a missing label or a ``label_frame`` out of range, 404 for an
@@ -103,7 +104,9 @@ class NPCTrack(NPCInferTask):
         if label is None:
             raise RequestError(400, "NPC tracking needs the label map of one frame of the cine: upload it with the request "
                                     "(form field 'label') or name a final label of the datastore in the parameter 'label'.")
-        net, name, device = self._network(request, tracking=scheme not in ("direct", "average"))
+        anchored = scheme == "anchored"  # the network alone between consecutive frames, npc_refine steps against the reference
+        refine = whole_number(request.get("npc_refine"), "npc_refine", "refinement steps") if anchored else None
+        net, name, device = self._network(dict(request, npc_refine=0) if anchored else request, tracking=scheme not in ("direct", "average"))
         cine = self._cine(cine_path, image_id)
         info = info_frames(cine_path)
         source = "request" if frame is not None else "Info.cfg ED" if info else "default"
@@ -113,7 +116,7 @@ class NPCTrack(NPCInferTask):
             raise RequestError(400, f"label_frame {frame} (from the {source}) is out of range: the cine {image_id or cine_path!r} "
                                     f"has {len(cine)} frames (label_frame 0..{len(cine) - 1}, 0-based).")
         try:
-            result = track(cine, label, frame, scheme, model=net, model_name=name, device=device, progress=False)
+            result = track(cine, label, frame, scheme, model=net, model_name=name, device=device, progress=False, refine_iterations=refine)
         except FileNotFoundError as err:
             raise RequestError(404, str(err)) from None
         except (ValueError, TypeError) as err:  # unreadable label, label off the frame grid, wrong shape...
