@@ -36,7 +36,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--refine", type=int, default=None, metavar="N",
                    help="test-time refinement steps of each registration (default 10 between consecutive frames for shipped "
                    "or saved NPC weights; register's, 40 for acdc, across more frames; docs/tracking.md, Speed); for the "
-                   "default anchored scheme the steps of each frame's correction against the reference frame (default 10)")
+                   "default anchored scheme the steps of each frame's correction against the reference frame (default 6)")
     p.add_argument("--steps", type=int, default=None, metavar="N",
                    help="learned ODE steps of each registration (default 4 between consecutive frames; register's, 6 for acdc, "
                    "across more frames)")
@@ -49,7 +49,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--label-guidance", type=float, default=None, metavar="W",
                    help="weight of the refinement's label-guided term (each registration between frames gets its moving frame's label); "
                    "default 0 = off (docs/tracking.md; register's default for pairs is 0.05; the anchored scheme's correction "
-                   "against the reference frame always uses the reference label at 0.05)")
+                   "against the reference frame always uses the reference label, at 0.05 on the frame farthest from the reference and "
+                   "less on nearer ones)")
     p.add_argument("--no-basal-descent", action="store_true",
                    help="keep every slice of the in-plane result (default: from an ED label clear the basal RV slices the base leaves in systole, "
                    "from an ES label fill the basal slices the structures re-enter in diastole; docs/tracking.md)")

@@ -390,8 +390,9 @@ def track(
             ``average`` ``register``'s (40 and 6 for ``acdc``); for ``anchored``, ``num_steps`` of
             the network between consecutive frames (no refinement there) and ``refine_iterations``
             of the correction against the reference
-            (:data:`~monai_npc.tracking.anchor.ANCHOR_ITERATIONS`, 10; its label-guided term, weight
-            :data:`~monai_npc.tracking.anchor.ANCHOR_LABEL_GUIDANCE`, sees the reference label). Ignored
+            (:data:`~monai_npc.tracking.anchor.ANCHOR_ITERATIONS`, 6; its label-guided term, weight
+            :data:`~monai_npc.tracking.anchor.ANCHOR_LABEL_GUIDANCE` on the frame farthest from the
+            reference and less on nearer ones, sees the reference label). Ignored
             for a network given as a module (used as it is between frames), except ``anchored``'s
             correction steps.
         **register_kwargs: passed to :func:`monai_npc.register` (``threads``, ``device``, ``size``...).
