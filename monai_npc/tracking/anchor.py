@@ -95,8 +95,8 @@ class ReferenceAnchor:
         frames: ``(T, Z, H, W)`` intensities of the cine.
         reference: the reference frame (its label is ``label``).
         label: ``(Z, H, W)`` integer label of the reference frame.
-        refiner: the refinement to run (its learning rate, grid, window and regularisers);
-            ``None``: :class:`InstanceRefinement` with its defaults. ``iterations`` overrides its steps.
+        refiner: the refinement to run (its learning rate, window and regularisers; a copy, with
+            ``iterations`` and ``grid_stride``); ``None``: :class:`InstanceRefinement` with its defaults.
         iterations: refinement steps per frame (``None``: :data:`ANCHOR_ITERATIONS`).
         label_guidance: weight of the label-guided term on the frame farthest from the reference
             (0 = off); frame ``t`` gets ``label_guidance`` x its :func:`frame_distances` value.
