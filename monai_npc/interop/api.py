@@ -102,7 +102,8 @@ def resolve_model(
     (:class:`~monai_npc.networks.blocks.WarpODE`, split evenly over its stages); ``None``: the
     weights' register settings (:func:`monai_npc.apps.registration.register_settings`; ``acdc``: 6 ODE
     and 40 refinement steps, the refinement's residual 8 voxels apart, instead of the 10, 50 and 4 it
-    was benchmarked on crops with, and one heart window per stack, ``net.meta["field_of_view"] =
+    was benchmarked on crops with, the ODE's field averaged with the pair turned by 180 degrees
+    (``flip_ensemble`` 2), and one heart window per stack, ``net.meta["field_of_view"] =
     "heart-stack"``), else their own; ``register_defaults=False``: the weights' own
     for everything the caller leaves unset (tracking between consecutive frames, which sets its own
     steps, keeps the weights' residual grid and per-slice heart windows). A module is not changed: either given with it warns that it is ignored.
@@ -143,6 +144,8 @@ def resolve_model(
         net.refiner.iterations = defaults["refine_iterations"]
     if "refine_grid_stride" in defaults:
         net.refiner.grid_stride = defaults["refine_grid_stride"]
+    if "flip_ensemble" in defaults and hasattr(net, "set_flip_ensemble"):
+        net.set_flip_ensemble(defaults["flip_ensemble"])
     num_steps = defaults.get("num_steps") if num_steps is None else num_steps
     if num_steps is not None:
         net.ode.set_steps(int(num_steps))

@@ -30,6 +30,11 @@ CAMUS_CONFIG: Dict[str, Any] = dict(
 FLIP_ENSEMBLES: Dict[int, List[int]] = {1: [0], 2: [0, 3], 4: [0, 3, 4, 7], 8: list(range(8))}
 
 
+def _check_flip_ensemble(flip_ensemble: int, spatial_dims: int) -> None:
+    if int(flip_ensemble) not in FLIP_ENSEMBLES or (spatial_dims != 2 and int(flip_ensemble) != 1):
+        raise ValueError(f"flip_ensemble must be one of {sorted(FLIP_ENSEMBLES)} (2D; 1 in 3D), got {flip_ensemble}.")
+
+
 _STAGE_KEYS = (
     "kernel_size", "stride", "num_pairs", "top_k", "gate_dim", "hidden_dim", "num_pe", "head",
     "head_channels", "mask_temperature", "hard_mask", "init", "padding_mode",
@@ -125,8 +130,7 @@ class NPCNet(nn.Module):
         super().__init__()
         if spatial_dims not in (2, 3):
             raise ValueError(f"spatial_dims must be 2 or 3, got {spatial_dims}.")
-        if int(flip_ensemble) not in FLIP_ENSEMBLES or (spatial_dims != 2 and int(flip_ensemble) != 1):
-            raise ValueError(f"flip_ensemble must be one of {sorted(FLIP_ENSEMBLES)} (2D; 1 in 3D), got {flip_ensemble}.")
+        _check_flip_ensemble(flip_ensemble, spatial_dims)
         base = dict(
             kernel_size=kernel_size, stride=stride, num_pairs=num_pairs, top_k=top_k, gate_dim=gate_dim,
             hidden_dim=hidden_dim, num_pe=num_pe, head=head, head_channels=head_channels,
@@ -160,12 +164,22 @@ class NPCNet(nn.Module):
             phase_init_max_shift=None if phase_init_max_shift is None else float(phase_init_max_shift), refine_iterations=int(refine_iterations),
             refine_options=dict(refine_options) if refine_options else None, flip_ensemble=int(flip_ensemble),
         )
-        self.flip_codes: List[int] = FLIP_ENSEMBLES[int(flip_ensemble)]
-        self.flip_inverse: List[int] = [DIHEDRAL_INVERSE[c] for c in self.flip_codes]
+        self.flip_codes: List[int] = [0]  # the identity; set_flip_ensemble sets the ensemble
+        self.flip_inverse: List[int] = [0]
+        self.set_flip_ensemble(flip_ensemble)
         self.refiner = InstanceRefinement(int(refine_iterations), **(dict(refine_options) if refine_options else {}))
         self.min_size: int = max(max(int(m.filters.stride), (int(m.filters.kernel_size) - int(m.filters.stride)) // 2 + 1) for m in modules)
         # follows .to(dtype) / .double() of the network: inputs are cast to it
         self.register_buffer("dtype_reference", torch.zeros(0), persistent=False)
+
+    @torch.jit.ignore
+    def set_flip_ensemble(self, flip_ensemble: int) -> None:
+        """Average the ODE's field over ``flip_ensemble`` (1, 2, 4 or 8) symmetries of the pair in eval
+        mode (:data:`FLIP_ENSEMBLES`; 1 = off), as the constructor's argument; the saved config follows."""
+        _check_flip_ensemble(flip_ensemble, self.spatial_dims)
+        self.flip_codes = list(FLIP_ENSEMBLES[int(flip_ensemble)])
+        self.flip_inverse = [DIHEDRAL_INVERSE[c] for c in self.flip_codes]
+        self.config["flip_ensemble"] = int(flip_ensemble)
 
     def _as_input(self, image: torch.Tensor) -> torch.Tensor:
         """``image`` in the network's floating dtype: float64 and integer images (e.g. uint8) are cast."""
