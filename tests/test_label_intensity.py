@@ -24,9 +24,25 @@ def test_models_and_cost():
     means, sds = intensity_models(image, onehot, region)
     np.testing.assert_allclose(means[0].numpy(), [0.2, 1.0], atol=1e-6)
     np.testing.assert_allclose(sds[0].numpy(), [0.03, 0.03])  # constant regions: the SD floor
-    assert float(label_intensity_cost(image, onehot, region, means, sds)[0]) < 1e-6  # labels fit their intensities
+    # labels that fit their intensities cost only their 2 log sd (here both at the floor)
+    fit = float(label_intensity_cost(image, onehot, region, means, sds)[0])
+    assert fit == pytest.approx(2 * np.log(0.03), abs=1e-5)
     shifted = torch.roll(onehot, 4, dims=-1)
-    assert float(label_intensity_cost(image, shifted, region, means, sds)[0]) > 10.0
+    assert float(label_intensity_cost(image, shifted, region, means, sds)[0]) > fit + 10.0
+
+
+def test_a_voxel_goes_to_the_label_it_is_more_likely_under():
+    """A narrow label (mean 0.5, SD 0.05) and a broad one (mean 0, SD 0.5); a voxel of 0.6 is 2 SDs
+    from the narrow mean and 1.2 from the broad one, but more likely under the narrow model (density
+    1.08 against 0.39): the negative log-likelihood gives it to the narrow label, a bare squared
+    z-score (4 against 1.44) gave it to the broad one, which thinned the myocardium."""
+    from monai_npc.functional.label_intensity import label_intensity_weights
+
+    fixed = torch.full((1, 1, 1, 1), 0.6)
+    w = label_intensity_weights(fixed, torch.ones(1, 1, 1, 1), torch.tensor([[0.0, 0.5]]), torch.tensor([[0.5, 0.05]]))
+    broad, narrow = float(w[0, 0]), float(w[0, 1])
+    assert narrow < broad, (narrow, broad)
+    assert broad == pytest.approx(1.2**2 + 2 * np.log(0.5), abs=1e-5) and narrow == pytest.approx(4.0 + 2 * np.log(0.05), abs=1e-4)
     with pytest.raises(ValueError, match="lambda_label"):
         InstanceRefinement(lambda_label=-1.0)
 
