@@ -105,6 +105,6 @@ def test_anchored_scheme_on_a_phantom_cine():
         "anchored to the reference": {"refine_iterations": 6, "grid_stride": 2, "label_guidance": 0.05,
                                       "label_guidance_by": "frame distance"}}
     assert min(dice["anchored"][1:]) > 0.95, dice
-    assert np.mean(dice["anchored"][1:]) > np.mean(dice["sequential"][1:]), dice  # measured 0.974 vs 0.961
-    assert drift["anchored"] > drift["sequential"] + 0.02, drift  # 0.980 vs 0.945
+    assert np.mean(dice["anchored"][1:]) > np.mean(dice["sequential"][1:]), dice  # measured 0.978 vs 0.961
+    assert drift["anchored"] > drift["sequential"] + 0.02, drift  # 0.979 vs 0.945
     assert a.function["es_frame"] == c["es"]
