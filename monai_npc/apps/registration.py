@@ -95,6 +95,10 @@ _BUNDLE_DEFAULTS: Dict[str, Dict[str, Any]] = {
     # the ACDC crops are 128 x 128 at the scanner's pixel size; ACDC spacing is 1.37-1.68 mm (train and test)
     "npc_acdc": {
         "field_of_view": "heart", "spacing_mm": [1.3, 1.9],
+        # the field falls to zero over the window's outer 12 voxels instead of 24: more of a large heart (the RV) inside
+        # the fully registered part; +0.0007 +- 0.0002 Dice on the 52 validation pairs and +0.0004 +- 0.0001 on the 88
+        # training pairs (8: +0.0009 / +0.0005, 16: +0.0005 on validation, 36: -0.0023), the LV EF error unchanged
+        "taper": 12,
         # a pair through register: 6 learned ODE steps and 40 refinement steps instead of the weights' 10 and 50
         # have the same whole-stack Dice and ED->ES LV EF error on the validation and the training patients
         # in about 80 % of the time; the refinement's residual on a grid 6 voxels apart instead of 4 gained
