@@ -458,7 +458,8 @@ def track_schemes(
     device = register_kwargs.get("device") or "cpu"
     # consecutive frames get tracking's settings, registrations across more frames (direct, average) register's
     nears = [True] + ([False] if any(s in ("direct", "average") for s in schemes) else [])
-    models = {near: tracking_model(model, device, refine_iterations, num_steps, consecutive=near) for near in nears}
+    models = ({near: tracking_model(model, device, refine_iterations, num_steps, consecutive=near) for near in nears}
+              if any(s != "anchored" for s in schemes) else {})  # anchored builds its own (refine_iterations: its correction's)
     kwargs = dict(register_kwargs)
     frames = len(data)
     needed = {(ref, t) for t in range(frames)} if any(s in ("direct", "average") for s in schemes) else set()
