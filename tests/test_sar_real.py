@@ -238,6 +238,12 @@ def test_flip_ensemble_is_the_mean_over_symmetries_and_equivariant(tmp_path):
         NPCNet(**small, flip_ensemble=3)
     with pytest.raises(ValueError, match="flip_ensemble"):
         NPCNet(spatial_dims=3, **small, flip_ensemble=2)
+    plain.set_flip_ensemble(8)  # after construction: the same ensemble, and the saved config follows
+    with torch.no_grad():
+        torch.testing.assert_close(plain.eval()(x), out, atol=1e-5, rtol=1e-4)
+    assert plain.config["flip_ensemble"] == 8 and plain.flip_inverse == ens.flip_inverse
+    with pytest.raises(ValueError, match="flip_ensemble"):
+        plain.set_flip_ensemble(3)
     with pytest.raises(ValueError, match="square"):  # transposes need a square grid
         ens.eval()(torch.rand(1, 2, 48, 56))
     assert NPCNet(**small, flip_ensemble=2).eval()(torch.rand(1, 2, 48, 56)).shape == (1, 2, 48, 56)  # flips only

@@ -108,10 +108,12 @@ def test_tracking_model_settings():
     assert name == "acdc" and net.ode.num_steps == TRACK_NUM_STEPS == 4 and net.ode.steps_per_stage == [2, 2]
     assert net.refiner.iterations == TRACK_REFINE_ITERATIONS == 10 and net.refiner.grid_stride == 4  # the weights' grid
     assert model_profile(net).field_of_view == "heart"  # consecutive frames: a heart window per slice
+    assert net.flip_codes == [0] and model_profile(net).taper == 12  # no flip ensemble between consecutive frames
     net, _ = tracking_model("acdc", refine_iterations=3, num_steps=7)
     assert net.ode.steps_per_stage == [4, 3] and net.refiner.iterations == 3
     pair, _ = resolve_model("acdc")  # register's pair settings (apps.registration.register_settings), not tracking's
     assert pair.ode.num_steps == 6 and pair.refiner.iterations == 40 and pair.refiner.grid_stride == 8
+    assert pair.flip_codes == [0, 3] and pair.config["flip_ensemble"] == 2  # the pair and the pair turned by 180 degrees
     assert model_profile(pair).field_of_view == "heart-stack"  # one heart window per stack
     assert model_profile(pair, field_of_view="heart").field_of_view == "heart"  # register(field_of_view=...) still wins
     far, _ = tracking_model("acdc", consecutive=False)  # frames further apart get register's
