@@ -29,7 +29,7 @@ Chosen by measurement (docs/tracking.md, "Anchored tracking").
 from __future__ import annotations
 
 import copy
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ import torch
 from monai_npc.apps.localize import robust_unit
 from monai_npc.apps.registration import taper_window
 from monai_npc.networks.blocks.refinement import InstanceRefinement
+from monai_npc.transforms.crop import label_union_bbox
 
 __all__ = [
     "ANCHOR_ITERATIONS", "ANCHOR_LABEL_GUIDANCE", "ANCHOR_GRID_STRIDE", "ANCHOR_MARGIN", "ANCHOR_SIZE", "ANCHOR_TAPER",
@@ -65,12 +66,13 @@ def label_box(label: np.ndarray, margin: int, size: int = 0) -> Tuple[slice, sli
     """In-plane ``(rows, cols)`` slices of the bounding box of ``label > 0`` over all slices
     (``(Z, H, W)``), grown by ``margin`` voxels and to at least ``size`` voxels a side (around its
     centre), clipped to the grid; the whole grid for an empty label."""
+    label = np.asarray(label)
     h, w = label.shape[-2:]
-    rows, cols = np.nonzero(np.asarray(label).reshape(-1, h, w).any(0))
-    if rows.size == 0:
+    bbox = label_union_bbox([label.reshape(-1, h, w)])  # the slices as channels: the in-plane box of their union
+    if bbox is None:
         return slice(0, h), slice(0, w)
     out = []
-    for lo, hi, n in ((int(rows.min()), int(rows.max()) + 1, h), (int(cols.min()), int(cols.max()) + 1, w)):
+    for (lo, hi), n in zip(bbox, (h, w)):
         lo, hi = lo - margin, hi + margin
         grow = max(int(size) - (hi - lo), 0)
         lo, hi = lo - grow // 2, hi + grow - grow // 2
@@ -132,6 +134,12 @@ class ReferenceAnchor:
     @property
     def iterations(self) -> int:
         return self.refiner.iterations
+
+    @property
+    def settings(self) -> Dict[str, Any]:
+        """What a :class:`~monai_npc.tracking.track.Tracking` records of the correction."""
+        return {"refine_iterations": self.iterations, "grid_stride": self.refiner.grid_stride,
+                "label_guidance": self.label_guidance, "label_guidance_by": "frame distance"}
 
     def guidance(self, frame: int) -> float:
         """The label-guided term's weight for ``frame``."""

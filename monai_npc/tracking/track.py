@@ -328,9 +328,7 @@ def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _F
     seconds = fields.seconds + (time.perf_counter() - t0) - new
     return Tracking(labels=labels, ddf=ddf.float(), volumes=volumes, function=function, reference_frame=ref, scheme=scheme,
                     drift=drift, seconds=seconds, cine=data, registrations=sum(k[0] != k[1] for k in fields.used),
-                    settings=dict(fields.settings(), **({} if anchor is None else {"anchored to the reference": {
-                        "refine_iterations": anchor.iterations, "grid_stride": anchor.refiner.grid_stride,
-                        "label_guidance": anchor.label_guidance, "label_guidance_by": "frame distance"}})))
+                    settings=dict(fields.settings(), **({} if anchor is None else {"anchored to the reference": anchor.settings})))
 
 
 def _anchored(data: Cine, ref: int, ref_label: np.ndarray, model: Any, device: Any, refine_iterations: Optional[int], num_steps: Optional[int],
