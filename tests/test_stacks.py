@@ -160,11 +160,12 @@ def test_label_metrics_known_values():
 
 
 def test_demons_pair_warps_its_label_like_register():
-    """The demons baseline carries its label as ``register`` does (each value interpolated linearly,
-    the largest kept), through the field it returns, and onto the fixed label."""
+    """The demons baseline carries its label as ``register`` does (each value smoothed in-plane by
+    ``LABEL_SIGMA``, interpolated linearly, the largest kept), through the field it returns, and onto
+    the fixed label."""
     import torch
 
-    from monai_npc.tracking.track import warp_label
+    from monai_npc.tracking.track import LABEL_SIGMA, warp_label
 
     yy, xx = np.mgrid[:48, :48]
 
@@ -177,7 +178,7 @@ def test_demons_pair_warps_its_label_like_register():
     image = lambda a: sitk.GetImageFromArray(a.astype(np.float32))
     warped, ddf = stacks.demons_pair(image(img_m), image(img_f), sitk.GetImageFromArray(lab_m), iterations=60)
     assert warped.shape == lab_m.shape and ddf.shape == (2, 2, 48, 48)
-    np.testing.assert_array_equal(warped, warp_label(lab_m, ddf, [2, 3]))
+    np.testing.assert_array_equal(warped, warp_label(lab_m, ddf, [2, 3], LABEL_SIGMA))
     assert set(np.unique(warped)) <= {0, 2, 3}
 
     def dice(a, b):

@@ -383,7 +383,8 @@ def _unit_slices(array: np.ndarray) -> np.ndarray:
 
 
 def demons_pair(
-    moving: sitk.Image, fixed: sitk.Image, moving_label: sitk.Image, iterations: int = 200, smoothing: float = 1.5
+    moving: sitk.Image, fixed: sitk.Image, moving_label: sitk.Image, iterations: int = 200, smoothing: float = 1.5,
+    label_sigma: Optional[float] = None,
 ) -> Tuple[np.ndarray, torch.Tensor]:
     """SimpleITK fast symmetric-forces demons, slice by slice at the fixed image's native grid.
 
@@ -391,13 +392,15 @@ def demons_pair(
     linear / nearest), each slice is scaled to ``[0, 1]``, and
     :class:`~monai_npc.networks.nets.DemonsNet` (``iterations``, Gaussian field smoothing of
     ``smoothing`` voxels) registers every slice. The label is warped as NPC's ``warped_label`` is
-    (each value interpolated linearly, the largest wins: :func:`monai_npc.tracking.track.warp_label`).
+    (each value smoothed in-plane by ``label_sigma`` voxels, ``None``: ``register``'s ``acdc`` default,
+    :data:`monai_npc.tracking.track.LABEL_SIGMA`; then interpolated linearly, the largest wins:
+    :func:`monai_npc.tracking.track.warp_label`), so the two methods differ by their fields only.
 
     Returns ``(warped_label, ddf)``: ``(Z, H, W)`` int16 on the fixed grid and the ``(Z, 2, H, W)``
     displacement in fixed voxels (MONAI ``Warp`` convention, array axes H, W).
     """
     from monai_npc.networks.nets import DemonsNet
-    from monai_npc.tracking.track import warp_label
+    from monai_npc.tracking.track import LABEL_SIGMA, warp_label
 
     ident = sitk.Transform()
     mov = sitk.GetArrayFromImage(sitk.Resample(moving, fixed, ident, sitk.sitkLinear, 0.0, sitk.sitkFloat32))
@@ -407,7 +410,8 @@ def demons_pair(
         mov, lab, fix = mov[None], lab[None], fix[None]
     pairs = torch.from_numpy(np.stack([_unit_slices(mov), _unit_slices(fix)], 1))  # (Z, 2, H, W)
     ddf = DemonsNet(iterations=iterations, smoothing=smoothing)(pairs).float()
-    return warp_label(lab, ddf, np.unique(lab).tolist()).astype(np.int16), ddf
+    sigma = LABEL_SIGMA if label_sigma is None else float(label_sigma)
+    return warp_label(lab, ddf, np.unique(lab).tolist(), sigma).astype(np.int16), ddf
 
 
 def initial_bucket(dice_initial: float) -> str:

@@ -77,6 +77,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "that look like the moving image under it; no fixed label used); 0 = off; default 0.05 (docs/interop.md)",
     )
     p.add_argument(
+        "--label-sigma", type=float, default=None, metavar="VOXELS",
+        help="with --moving-label: smooth each label in-plane by this Gaussian width (moving voxels) before warped_label is "
+        "resampled; 0 = ITK's label-linear interpolation exactly (what ANTs/Slicer give with transform.h5); default: 1 for acdc, else 0",
+    )
+    p.add_argument(
         "--heart-centre", type=float, nargs=2, default=None, metavar=("ROW", "COL"),
         help="centre of the heart window in fixed-image voxels (array order: row, column), the same for every slice; "
         "default: found where the two images differ (use it when that finds the wrong place: overview.png outlines the window on the whole slice)",
@@ -116,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         size=args.size, keep_aspect=not args.stretch, device=args.device, overview=not args.no_overview,
         threads=getattr(args, "threads", None), pixel_space=args.pixel_space,
         moving_select=args.moving_select, fixed_select=args.fixed_select, refine_iterations=args.refine,
-        num_steps=args.steps, field_of_view=args.field_of_view, label_guidance=args.label_guidance,
+        num_steps=args.steps, field_of_view=args.field_of_view, label_guidance=args.label_guidance, label_sigma=args.label_sigma,
         heart_centre=None if args.heart_centre is None else tuple(args.heart_centre),
     )
     if args.batch:
