@@ -142,6 +142,29 @@ def test_transform_and_warped_images_are_built_on_first_use():
     assert reg.warped is reg.warped  # kept
 
 
+def test_label_sigma_smooths_the_carried_label_and_is_acdc_default():
+    """``label_sigma`` > 0: ``warped_label`` is :func:`resample_label` of the label smoothed in-plane
+    (recorded in the summary); the ``acdc`` weights' register setting is 1 voxel, others' 0."""
+    from monai_npc.apps.registration import register_settings
+    from monai_npc.interop.label_resample import resample_label
+    from monai_npc.networks.nets.pretrained import load_pretrained
+
+    ed, es = _beating_stack(size=120, centre=(60, 60))
+    fixed, moving = _stack_image(es), _stack_image(ed)
+    label = sitk.Cast(moving > 0.9, sitk.sitkUInt8) + sitk.Cast(moving > 0.95, sitk.sitkUInt8)
+    kw = dict(model=ConstantShift((2.0, -3.0)), moving_label=label, field_of_view="image", size=64, threads=1)
+    plain = monai_npc.register(moving, fixed, **kw)
+    smooth = monai_npc.register(moving, fixed, label_sigma=1.0, **kw)
+    assert plain.summary["label_sigma"] == 0.0 and smooth.summary["label_sigma"] == 1.0
+    a, b = sitk.GetArrayFromImage(plain.warped_label), sitk.GetArrayFromImage(smooth.warped_label)
+    np.testing.assert_array_equal(b, sitk.GetArrayFromImage(resample_label(label, fixed, smooth.transform, 1.0)))
+    assert 0 < (a != b).sum() < 0.1 * (a > 0).sum()  # the outline moves, the label stays
+    with pytest.raises(ValueError, match="label_sigma"):
+        monai_npc.register(moving, fixed, label_sigma=-0.5, **kw)
+    assert register_settings(load_pretrained("acdc"))["label_sigma"] == 1.0
+    assert "label_sigma" not in register_settings(load_pretrained("camus"))
+
+
 def test_shipped_cardiac_model_uses_the_heart_window_and_others_the_whole_image():
     from monai_npc.networks.nets.pretrained import load_pretrained
 
