@@ -45,7 +45,7 @@ from .through_plane import BASAL_ASCENT_MM, BASAL_DESCENT_MM, apply_basal_ascent
 
 __all__ = [
     "SCHEMES", "DEFAULT_SCHEME", "TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "Tracking", "track", "track_schemes", "tracking_model",
-    "compose", "warp_label", "label_dice",
+    "compose", "warp_label", "label_indicators", "warp_indicators", "label_dice", "LABEL_SIGMA",
 ]
 
 #: learned ODE steps of each registration when tracking loads NPC weights (their own setting is for
@@ -72,20 +72,34 @@ def compose(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
     return then + warp_image(first, then, "bilinear", "border")
 
 
+def label_indicators(label: np.ndarray, values: Sequence[int], sigma: float = 0.0) -> Tuple[np.ndarray, torch.Tensor]:
+    """``(values, indicators)``: background and each value of ``values`` (``(C,)`` int32) and their
+    indicators ``(Z, C, H, W)`` of ``label`` ``(Z, H, W)``, each smoothed in-plane by a Gaussian of
+    ``sigma`` voxels when ``sigma > 0`` (as ``register``'s ``label_sigma``). Computed once, they
+    carry the same label to every frame (:func:`warp_indicators`)."""
+    lab = torch.from_numpy(np.asarray(label))
+    kept = [0] + [int(v) for v in values if int(v) != 0]
+    onehot = torch.stack([(lab == v).float() for v in kept], 1)  # (Z, C, H, W)
+    if sigma > 0:
+        onehot = GaussianFilter(2, float(sigma))(onehot)
+    return np.asarray(kept, np.int32), onehot
+
+
+def warp_indicators(values: np.ndarray, indicators: torch.Tensor, ddf: torch.Tensor) -> np.ndarray:
+    """The label of :func:`label_indicators` sampled at ``x + ddf(x)`` (``ddf`` ``(Z, 2, H, W)`` voxels):
+    each indicator interpolated linearly, the largest wins; 0 outside."""
+    prob = warp_image(indicators, ddf.float(), "bilinear", "zeros")
+    prob[:, 0] += 1e-3  # ties (outside the image: all 0) go to background
+    # argmax over the last, contiguous axis: about 5x faster on the CPU than over axis 1 (same result)
+    return values[prob.movedim(1, -1).contiguous().argmax(-1).numpy()]
+
+
 def warp_label(label: np.ndarray, ddf: torch.Tensor, values: Sequence[int], sigma: float = 0.0) -> np.ndarray:
     """``label`` ``(Z, H, W)`` sampled at ``x + ddf(x)`` (``ddf`` ``(Z, 2, H, W)`` voxels): one-hot
     linear interpolation of each value in ``values`` (and background), each first smoothed in-plane
     by a Gaussian of ``sigma`` voxels when ``sigma > 0`` (as ``register``'s ``label_sigma``), then
     ``argmax``; 0 outside."""
-    lab = torch.from_numpy(np.asarray(label))
-    values = [0] + [int(v) for v in values if int(v) != 0]
-    onehot = torch.stack([(lab == v).float() for v in values], 1)  # (Z, C, H, W)
-    if sigma > 0:
-        onehot = GaussianFilter(2, float(sigma))(onehot)
-    prob = warp_image(onehot, ddf.float(), "bilinear", "zeros")
-    prob[:, 0] += 1e-3  # ties (outside the image: all 0) go to background
-    # argmax over the last, contiguous axis: about 5x faster on the CPU than over axis 1 (same result)
-    return np.asarray(values, np.int32)[prob.movedim(1, -1).contiguous().argmax(-1).numpy()]
+    return warp_indicators(*label_indicators(label, values, sigma), ddf)
 
 
 def label_dice(a: np.ndarray, b: np.ndarray, structures: Dict[str, int] = ACDC_STRUCTURES) -> Dict[str, float]:
@@ -320,7 +334,8 @@ def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _F
     cached = set(fields.cache)
     values = sorted(int(v) for v in np.unique(ref_label) if v != 0)
     per_frame, cycle = scheme_fields(fields, scheme, ref, len(data), anchor)
-    labels = np.stack([ref_label if t == ref else warp_label(ref_label, f, values, LABEL_SIGMA) for t, f in enumerate(per_frame)])
+    indicators = label_indicators(ref_label, values, LABEL_SIGMA)  # smoothed once for every frame
+    labels = np.stack([ref_label if t == ref else warp_indicators(*indicators, f) for t, f in enumerate(per_frame)])
     if any(descent) and values:
         # the phase of each frame from the in-plane LV curve: towards ES from an ED reference (the
         # base descends), towards ED from an ES reference (it rises); the other is all 0
@@ -329,7 +344,7 @@ def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _F
         labels = np.stack([apply_basal_ascent(apply_basal_descent(lab, ref_label, data.spacing[0], d, descent[0]), ref_label, data.spacing[0], u,
                                               descent[1])
                            for lab, d, u in zip(labels, down, up)])
-    drift = label_dice(warp_label(ref_label, cycle, values, LABEL_SIGMA), ref_label) if cycle is not None else None
+    drift = label_dice(warp_indicators(*indicators, cycle), ref_label) if cycle is not None else None
     ddf = torch.stack([torch.cat([torch.zeros_like(f[:, :1]), f], 1).permute(1, 0, 2, 3) for f in per_frame])  # (T, 3, Z, H, W)
     volumes = volume_curves(labels, data.spacing)
     function = cardiac_function(volumes, ed_frame, es_frame)
