@@ -147,3 +147,46 @@ def test_label_term_on_the_region_box_equals_the_whole_grid():
     (g_whole,) = torch.autograd.grad(whole.sum(), field)
     torch.testing.assert_close(g_box, g_whole, rtol=1e-4, atol=1e-6)
     assert g_whole.abs().max() > 0
+
+
+def test_label_core_erodes_by_whole_boxes():
+    from monai_npc.functional.label_intensity import label_core
+
+    masks = torch.zeros(1, 2, 12, 12)
+    masks[0, 0, 2:9, 3:10] = 1.0  # 7 x 7
+    masks[0, 1, 0:3, 0:3] = 1.0  # 3 x 3 at the corner: outside the grid counts as outside
+    core = label_core(masks, 1)
+    assert core.shape == masks.shape and core[0, 0].sum() == 25 and core[0, 0, 3:8, 4:9].all()
+    assert core[0, 1].sum() == 1 and core[0, 1, 1, 1] == 1
+    assert torch.equal(label_core(masks, 0), masks)
+
+
+def test_fixed_image_models_follow_a_structure_whose_brightness_changes():
+    """The blood pool shrinks and darkens between frames (1.0 -> 0.6): with the moving image's models
+    alone the label term calls the darker pool myocardium and the carried LV collapses; mixing in the
+    fixed image's own statistics under the carried labels (``label_model_mix``) follows it."""
+    torch.manual_seed(0)
+    n = 96
+    yy, xx = torch.meshgrid(torch.arange(n).float(), torch.arange(n).float(), indexing="ij")
+    r = torch.hypot(yy - 48, xx - 48)
+
+    def frame(r_lv: float, r_epi: float, lv: float):
+        lab = torch.where(r <= r_lv, 3, torch.where(r <= r_epi, 2, 0))
+        img = torch.where(lab == 3, lv, torch.where(lab == 2, 0.3, 0.05)) + 0.02 * torch.randn(n, n)
+        return img[None, None], lab[None, None].float()
+
+    (moving, moving_label), (fixed, fixed_label) = frame(14, 19, 1.0), frame(10, 17, 0.6)
+
+    def dice(a, b, v):
+        a, b = a == v, b == v
+        return float(2 * (a & b).sum() / (a.sum() + b.sum()))
+
+    result = {}
+    for mix in (0.0, 0.5):
+        refiner = InstanceRefinement(iterations=40, grid_stride=4, lambda_label=0.05, label_model_mix=mix)
+        ddf = refiner(moving, fixed, torch.zeros(1, 2, n, n), moving_label)
+        warped = warp_image(moving_label, ddf, "nearest", "zeros")
+        result[mix] = dice(warped, fixed_label, 3), dice(warped, fixed_label, 2)
+    assert result[0.0][0] < 0.5 and result[0.5][0] > 0.95 and result[0.5][1] > 0.95  # 0.37 against 0.99
+    with pytest.raises(ValueError, match="label_model_mix"):
+        InstanceRefinement(label_model_mix=1.5)

@@ -26,7 +26,7 @@ import torch
 
 from monai_npc.functional.similarity import box_sum
 
-__all__ = ["label_onehot", "label_region", "intensity_models", "label_intensity_weights", "label_intensity_cost"]
+__all__ = ["label_onehot", "label_region", "label_core", "intensity_models", "label_intensity_weights", "label_intensity_cost"]
 
 
 def label_onehot(label: torch.Tensor, values: Sequence[int]) -> torch.Tensor:
@@ -42,6 +42,16 @@ def label_region(label: torch.Tensor, margin: int) -> torch.Tensor:
     if margin <= 0:
         return mask
     return (box_sum(mask, 2 * int(margin) + 1) > 0.5).to(torch.float32)
+
+
+def label_core(masks: torch.Tensor, erosion: int) -> torch.Tensor:
+    """``(B, C, *S)`` binary masks eroded by ``erosion`` voxels (a box: a voxel stays when the whole box of
+    half-width ``erosion`` around it is in its mask; outside the grid counts as outside the mask):
+    the inside of each label, away from the partial-volume voxels of its border."""
+    if erosion <= 0:
+        return masks
+    width = 2 * int(erosion) + 1
+    return (box_sum(masks, width) > width ** (masks.dim() - 2) - 0.5).to(masks.dtype)
 
 
 def intensity_models(image: torch.Tensor, onehot: torch.Tensor, region: torch.Tensor, min_sd: float = 0.03) -> Tuple[torch.Tensor, torch.Tensor]:

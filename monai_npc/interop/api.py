@@ -147,6 +147,8 @@ def resolve_model(
         net.refiner.iterations = defaults["refine_iterations"]
     if "refine_grid_stride" in defaults:
         net.refiner.grid_stride = defaults["refine_grid_stride"]
+    if "label_model_mix" in defaults:
+        net.refiner.label_model_mix = defaults["label_model_mix"]
     if "flip_ensemble" in defaults and hasattr(net, "set_flip_ensemble"):
         net.set_flip_ensemble(defaults["flip_ensemble"])
     num_steps = defaults.get("num_steps") if num_steps is None else num_steps

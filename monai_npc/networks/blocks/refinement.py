@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from monai_npc.functional.label_intensity import intensity_models, label_intensity_weights, label_onehot, label_region
+from monai_npc.functional.label_intensity import intensity_models, label_core, label_intensity_weights, label_onehot, label_region
 from monai_npc.functional.similarity import local_ncc, local_target_stats
 from monai_npc.functional.regularisers import smoothness_fold_penalty
 from monai_npc.functional.warp import identity_grid, sample_at, warp_image
@@ -87,6 +87,12 @@ class InstanceRefinement(nn.Module):
             ``lambda_label`` overrides it.
         label_margin: the label term is evaluated within the moving labels dilated by this many
             voxels and carried by the starting field.
+        label_model_mix: each label's intensity model (mean and SD) is the moving image's under the
+            moving label mixed with this weight of the fixed image's own under the label carried by
+            the starting field (eroded by ``label_model_erosion`` voxels, away from its uncertain
+            border): 0 = the moving image's alone; the same structure can look different in the
+            two frames (an end-systolic blood pool, a thickened myocardium).
+        label_model_erosion: erosion (voxels) of the carried labels for the fixed image's models.
 
     Pairs of a batch are independent: the loss is the sum of per-pair losses, so a pair is refined
     exactly as it would be in a batch of one (a slice inside its stack as alone).
@@ -107,6 +113,8 @@ class InstanceRefinement(nn.Module):
         level: int = 1,
         lambda_label: float = 0.0,
         label_margin: int = 10,
+        label_model_mix: float = 0.0,
+        label_model_erosion: int = 1,
     ) -> None:
         super().__init__()
         if int(iterations) < 0:
@@ -127,11 +135,15 @@ class InstanceRefinement(nn.Module):
             raise ValueError(f"lambda_label must be >= 0, got {lambda_label}.")
         self.lambda_label = float(lambda_label)
         self.label_margin = int(label_margin)
+        if not 0.0 <= float(label_model_mix) <= 1.0:
+            raise ValueError(f"label_model_mix must be in [0, 1], got {label_model_mix}.")
+        self.label_model_mix = float(label_model_mix)
+        self.label_model_erosion = int(label_model_erosion)
 
     def extra_repr(self) -> str:
         return (f"iterations={self.iterations}, learning_rate={self.learning_rate}, grid_stride={self.grid_stride}, "
                 f"level={self.level}, window={self.window} (at the loss level), lambda_reg={self.lambda_reg}, lambda_jac={self.lambda_jac}, "
-                f"lambda_label={self.lambda_label}")
+                f"lambda_label={self.lambda_label}, label_model_mix={self.label_model_mix}")
 
     @torch.jit.ignore
     def forward(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: Optional[torch.Tensor] = None,
@@ -187,6 +199,10 @@ class InstanceRefinement(nn.Module):
         region_m = label_region(label, self.label_margin).to(ddf.dtype)
         means, sds = intensity_models(moving.detach().to(ddf.dtype), onehot, region_m)
         region_f = (warp_image(region_m, ddf.detach(), "bilinear", "zeros") > 0.5).to(ddf.dtype)
+        if self.label_model_mix > 0:  # the fixed image's own statistics under the carried labels' insides
+            carried = label_core((warp_image(onehot, ddf.detach(), "bilinear", "zeros") > 0.5).to(ddf.dtype), self.label_model_erosion)
+            f_means, f_sds = intensity_models(fixed.detach().to(ddf.dtype), carried, region_f)
+            means, sds = torch.lerp(means, f_means, self.label_model_mix), torch.lerp(sds, f_sds, self.label_model_mix)
         # the cost is a sum over region_f: evaluate it on the box around region_f in every pair of the batch
         # only (the heart and its margin, a fraction of the grid), sampling the whole one-hot moving labels
         inside = region_f.amax((0, 1)).nonzero()  # (N, D) voxels in the region of some pair
