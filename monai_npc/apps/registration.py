@@ -173,10 +173,11 @@ def register_settings(net: nn.Module) -> Dict[str, Union[int, float, str]]:
     """What ``register`` gives weights loaded by name or file where the caller sets nothing: their meta's
     ``register_settings`` (``{"num_steps", "refine_iterations", "refine_grid_stride", "flip_ensemble"}`` as
     integers, ``"label_sigma"`` (voxels, :func:`monai_npc.interop.label_resample.resample_label`) and
-    ``"label_model_mix"`` (:class:`~monai_npc.networks.blocks.InstanceRefinement`) as floats and ``"field_of_view"`` (checked where it is used, :func:`model_profile`); any may be absent;
+    ``"label_model_mix"`` (:class:`~monai_npc.networks.blocks.InstanceRefinement`) as floats and
+    ``"field_of_view"`` (checked where it is used, :func:`model_profile`); any may be absent;
     ``acdc``: 6 learned ODE steps averaged over the pair and the pair turned by 180 degrees, 40 refinement
     steps on a residual grid 8 voxels apart, one heart window per stack, the carried label smoothed by
-    1 voxel); ``{}``: the weights' own configuration."""
+    1 voxel, the label term's models half from the fixed frame); ``{}``: the weights' own configuration."""
     settings = dict(_model_meta(net).get("register_settings") or {})
     return {k: (str(v) if k == "field_of_view" else float(v) if k in _FLOAT_SETTINGS else int(v)) for k, v in settings.items()}
 

@@ -13,12 +13,29 @@ across the 10 mm slices too) -0.009 on 12 of the validation patients.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import SimpleITK as sitk
 
-__all__ = ["resample_label"]
+__all__ = ["label_indicators", "resample_label"]
+
+
+def label_indicators(label: np.ndarray, values: Sequence[int], sigma: float = 0.0) -> Tuple[np.ndarray, np.ndarray]:
+    """``(values, indicators)``: background and each non-zero value of ``values`` (``(C,)`` int32) and
+    their indicators ``(C, *label.shape)`` float32 of the label map ``label`` (``(H, W)`` or ``(Z, H, W)``),
+    each smoothed by a Gaussian of ``sigma`` voxels along the last two (in-plane) axes when
+    ``sigma > 0``, never across slices; they still sum to 1 at every voxel."""
+    from scipy import ndimage  # here: a registration without labels does not import scipy (the CLI's cold start)
+
+    label = np.asarray(label)
+    kept = [0] + [int(v) for v in values if int(v) != 0]
+    widths = [0.0] * (label.ndim - 2) + [float(sigma)] * min(2, label.ndim)
+    channels = [(label == v).astype(np.float32) for v in kept[1:]]
+    if sigma > 0:
+        channels = [ndimage.gaussian_filter(c, widths, mode="nearest") for c in channels]
+    background = 1.0 - np.sum(channels, 0) if channels else np.ones(label.shape, np.float32)
+    return np.asarray(kept, np.int32), np.stack([background.astype(np.float32)] + channels)
 
 
 def resample_label(label: sitk.Image, reference: sitk.Image, transform: sitk.Transform, sigma: float = 0.0) -> sitk.Image:
@@ -38,21 +55,13 @@ def resample_label(label: sitk.Image, reference: sitk.Image, transform: sitk.Tra
     sigma = float(sigma)
     if not np.isfinite(sigma) or sigma < 0:
         raise ValueError(f"label sigma must be a finite number >= 0 (voxels), got {sigma}.")
-    if sigma == 0:
-        return sitk.Resample(label, reference, transform, sitk.sitkLabelLinear, 0, sitk.sitkInt32)
     coarse = sitk.Resample(label, reference, transform, sitk.sitkLabelLinear, 0, sitk.sitkInt32)
-    box = _box(sitk.GetArrayViewFromImage(coarse), margin=int(np.ceil(3 * sigma)) + 2)
-    if box is None:  # no label lands on the fixed grid
+    box = None if sigma == 0 else _box(sitk.GetArrayViewFromImage(coarse), margin=int(np.ceil(3 * sigma)) + 2)
+    if box is None:  # label-linear asked for, or no label lands on the fixed grid
         return coarse
-    from scipy import ndimage  # here: a registration without labels does not import scipy (the CLI's cold start)
-
-    array = sitk.GetArrayViewFromImage(label)
-    values = [0] + [int(v) for v in np.unique(array) if v != 0]
-    # array axes: the last two are the in-plane index axes (x, y); a 3-D stack's first is its slices
-    widths = [0.0] * (array.ndim - 2) + [sigma, sigma]
-    channels = [ndimage.gaussian_filter((array == v).astype(np.float32), widths, mode="nearest") for v in values[1:]]
-    channels.insert(0, 1.0 - np.sum(channels, 0))  # the filter keeps the indicators' sum at 1
-    stacked = sitk.GetImageFromArray(np.stack(channels, -1), isVector=True)
+    array = sitk.GetArrayViewFromImage(label)  # its last two axes are the in-plane index axes (x, y)
+    values, indicators = label_indicators(array, np.unique(array).tolist(), sigma)
+    stacked = sitk.GetImageFromArray(np.moveaxis(indicators, 0, -1), isVector=True)
     stacked.CopyInformation(label)
     # the smoothed indicators resampled together on the box of the fixed grid where label-linear put
     # labels, widened by the smoothing's reach (the rest stays background, as label-linear has it);
@@ -61,7 +70,7 @@ def resample_label(label: sitk.Image, reference: sitk.Image, transform: sitk.Tra
     region = sitk.RegionOfInterest(reference, [int(h - l) for h, l in zip(hi[::-1], lo[::-1])], [int(v) for v in lo[::-1]])
     prob = sitk.GetArrayFromImage(sitk.Resample(stacked, region, transform, sitk.sitkLinear, 0.0))  # a copy: the image is a temporary
     out = sitk.GetArrayFromImage(coarse)
-    out[tuple(slice(l, h) for l, h in zip(lo, hi))] = np.asarray(values, np.int32)[np.argmax(prob, -1)]
+    out[tuple(slice(l, h) for l, h in zip(lo, hi))] = values[np.argmax(prob, -1)]
     image = sitk.GetImageFromArray(out)
     image.CopyInformation(reference)
     return image

@@ -34,9 +34,8 @@ import numpy as np
 import SimpleITK as sitk
 import torch
 
-from monai.networks.layers import GaussianFilter
-
 from monai_npc.functional import warp_image
+from monai_npc.interop.label_resample import label_indicators as _indicators
 
 from .cine import Cine, read_cine, read_frame_label
 from .function import ACDC_STRUCTURES, cardiac_function, volume_curves
@@ -75,14 +74,11 @@ def compose(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
 def label_indicators(label: np.ndarray, values: Sequence[int], sigma: float = 0.0) -> Tuple[np.ndarray, torch.Tensor]:
     """``(values, indicators)``: background and each value of ``values`` (``(C,)`` int32) and their
     indicators ``(Z, C, H, W)`` of ``label`` ``(Z, H, W)``, each smoothed in-plane by a Gaussian of
-    ``sigma`` voxels when ``sigma > 0`` (as ``register``'s ``label_sigma``). Computed once, they
-    carry the same label to every frame (:func:`warp_indicators`)."""
-    lab = torch.from_numpy(np.asarray(label))
-    kept = [0] + [int(v) for v in values if int(v) != 0]
-    onehot = torch.stack([(lab == v).float() for v in kept], 1)  # (Z, C, H, W)
-    if sigma > 0:
-        onehot = GaussianFilter(2, float(sigma))(onehot)
-    return np.asarray(kept, np.int32), onehot
+    ``sigma`` voxels when ``sigma > 0``, as ``register``'s ``warped_label``
+    (:func:`monai_npc.interop.label_resample.label_indicators`). Computed once, they carry the same
+    label to every frame (:func:`warp_indicators`)."""
+    kept, indicators = _indicators(label, values, sigma)  # (C, Z, H, W)
+    return kept, torch.from_numpy(indicators).transpose(0, 1).contiguous()
 
 
 def warp_indicators(values: np.ndarray, indicators: torch.Tensor, ddf: torch.Tensor) -> np.ndarray:

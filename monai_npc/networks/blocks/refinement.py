@@ -90,8 +90,8 @@ class InstanceRefinement(nn.Module):
         label_model_mix: each label's intensity model (mean and SD) is the moving image's under the
             moving label mixed with this weight of the fixed image's own under the label carried by
             the starting field (eroded by ``label_model_erosion`` voxels, away from its uncertain
-            border): 0 = the moving image's alone; the same structure can look different in the
-            two frames (an end-systolic blood pool, a thickened myocardium).
+            border): 0 = the moving image's alone. A structure need not look the same in the two
+            frames (each is scaled on its own; flow and partial volume change with the phase).
         label_model_erosion: erosion (voxels) of the carried labels for the fixed image's models.
 
     Pairs of a batch are independent: the loss is the sum of per-pair losses, so a pair is refined
