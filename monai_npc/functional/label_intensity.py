@@ -7,7 +7,8 @@ model of what that structure looks like; these functions score how well the fixe
 warped labels under those models: the Gaussian negative log-likelihood of the fixed image under
 each warped label (region competition, Zhu & Yuille 1996), ``((fixed - mean_k) / sd_k)^2 + 2 log sd_k``
 per voxel of label ``k`` (twice the negative log-likelihood, up to a constant). No label of the
-fixed image is used.
+fixed image is used. :class:`~monai_npc.networks.blocks.InstanceRefinement` can mix in the fixed
+image's own statistics under the carried labels' insides (:func:`label_core`; ``label_model_mix``).
 
 The ``2 log sd_k`` term matters: without it a label with a broad intensity model (the background
 around the heart: lungs, fat, liver) costs less than a narrow one (the myocardium) at every voxel a
