@@ -99,3 +99,30 @@ def test_bad_sigma_is_an_error(sigma):
     label = _stack(_rings())
     with pytest.raises(ValueError, match="label sigma"):
         resample_label(label, label, sitk.Transform(), sigma)
+
+
+def test_cli_label_sigma_zero_is_what_itk_gives_from_transform_h5(tmp_path):
+    """``monai-npc register --label-sigma 0``: ``warped_label.nii.gz`` is ITK's label-linear resampling of
+    the moving label through the written ``transform.h5``; the default for ``acdc`` smooths (1 voxel)."""
+    from monai_npc.cli.main import main
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
+    paths = {}
+    for name, array in (("moving", c["image"][0]), ("fixed", c["image"][2]), ("label", c["label"][0])):
+        image = sitk.GetImageFromArray(np.asarray(array, np.float32 if name != "label" else np.int16))
+        image.SetSpacing((2.0, 2.0, 8.0))
+        paths[name] = str(tmp_path / f"{name}.nii.gz")
+        sitk.WriteImage(image, paths[name])
+    common = ["register", "--moving", paths["moving"], "--fixed", paths["fixed"], "--moving-label", paths["label"], "--refine", "2",
+              "--no-overview"]
+    for sigma, out in (("0", "plain"), (None, "default")):
+        assert main(common + (["--label-sigma", sigma] if sigma else []) + ["--out", str(tmp_path / out)]) == 0
+    import json
+
+    plain, default = tmp_path / "plain", tmp_path / "default"
+    assert json.loads((plain / "summary.json").read_text())["label_sigma"] == 0.0
+    assert json.loads((default / "summary.json").read_text())["label_sigma"] == 1.0
+    fixed = sitk.ReadImage(paths["fixed"])
+    expected = sitk.Resample(sitk.ReadImage(paths["label"]), fixed, sitk.ReadTransform(str(plain / "transform.h5")), sitk.sitkLabelLinear, 0)
+    np.testing.assert_array_equal(sitk.GetArrayFromImage(sitk.ReadImage(str(plain / "warped_label.nii.gz"))), sitk.GetArrayFromImage(expected))
