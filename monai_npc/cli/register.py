@@ -79,7 +79,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--label-sigma", type=float, default=None, metavar="VOXELS",
         help="with --moving-label: smooth each label in-plane by this Gaussian width (moving voxels) before warped_label is "
-        "resampled; 0 = ITK's label-linear interpolation exactly (what ANTs/Slicer give with transform.h5); default: 1 for acdc, else 0",
+        "resampled; 0 = ITK's label-linear interpolation exactly (what ANTs/Slicer give with transform.h5); default: 1 for acdc and camus, else 0",
     )
     p.add_argument(
         "--heart-centre", type=float, nargs=2, default=None, metavar=("ROW", "COL"),
