@@ -35,7 +35,7 @@ import SimpleITK as sitk
 import torch
 
 from monai_npc.functional import warp_image
-from monai_npc.interop.label_resample import label_indicators as _indicators
+from monai_npc.interop.label_resample import label_indicators
 
 from .cine import Cine, read_cine, read_frame_label
 from .function import ACDC_STRUCTURES, cardiac_function, volume_curves
@@ -44,7 +44,7 @@ from .through_plane import BASAL_ASCENT_MM, BASAL_DESCENT_MM, apply_basal_ascent
 
 __all__ = [
     "SCHEMES", "DEFAULT_SCHEME", "TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "Tracking", "track", "track_schemes", "tracking_model",
-    "compose", "warp_label", "label_indicators", "warp_indicators", "label_dice", "LABEL_SIGMA",
+    "compose", "warp_label", "indicator_tensor", "warp_indicators", "label_dice", "LABEL_SIGMA",
 ]
 
 #: learned ODE steps of each registration when tracking loads NPC weights (their own setting is for
@@ -71,18 +71,16 @@ def compose(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
     return then + warp_image(first, then, "bilinear", "border")
 
 
-def label_indicators(label: np.ndarray, values: Sequence[int], sigma: float = 0.0) -> Tuple[np.ndarray, torch.Tensor]:
-    """``(values, indicators)``: background and each value of ``values`` (``(C,)`` int32) and their
-    indicators ``(Z, C, H, W)`` of ``label`` ``(Z, H, W)``, each smoothed in-plane by a Gaussian of
-    ``sigma`` voxels when ``sigma > 0``, as ``register``'s ``warped_label``
-    (:func:`monai_npc.interop.label_resample.label_indicators`). Computed once, they carry the same
-    label to every frame (:func:`warp_indicators`)."""
-    kept, indicators = _indicators(label, values, sigma)  # (C, Z, H, W)
+def indicator_tensor(label: np.ndarray, values: Sequence[int], sigma: float = 0.0) -> Tuple[np.ndarray, torch.Tensor]:
+    """:func:`monai_npc.interop.label_resample.label_indicators` of ``label`` ``(Z, H, W)`` (``register``'s
+    smoothing of ``warped_label``) as ``(values (C,), indicators (Z, C, H, W) tensor)``: computed once,
+    they carry the same label to every frame (:func:`warp_indicators`)."""
+    kept, indicators = label_indicators(label, values, sigma)  # (C, Z, H, W)
     return kept, torch.from_numpy(indicators).transpose(0, 1).contiguous()
 
 
 def warp_indicators(values: np.ndarray, indicators: torch.Tensor, ddf: torch.Tensor) -> np.ndarray:
-    """The label of :func:`label_indicators` sampled at ``x + ddf(x)`` (``ddf`` ``(Z, 2, H, W)`` voxels):
+    """The label of :func:`indicator_tensor` sampled at ``x + ddf(x)`` (``ddf`` ``(Z, 2, H, W)`` voxels):
     each indicator interpolated linearly, the largest wins; 0 outside."""
     prob = warp_image(indicators, ddf.float(), "bilinear", "zeros")
     prob[:, 0] += 1e-3  # ties (outside the image: all 0) go to background
@@ -95,7 +93,7 @@ def warp_label(label: np.ndarray, ddf: torch.Tensor, values: Sequence[int], sigm
     linear interpolation of each value in ``values`` (and background), each first smoothed in-plane
     by a Gaussian of ``sigma`` voxels when ``sigma > 0`` (as ``register``'s ``label_sigma``), then
     ``argmax``; 0 outside."""
-    return warp_indicators(*label_indicators(label, values, sigma), ddf)
+    return warp_indicators(*indicator_tensor(label, values, sigma), ddf)
 
 
 def label_dice(a: np.ndarray, b: np.ndarray, structures: Dict[str, int] = ACDC_STRUCTURES) -> Dict[str, float]:
@@ -330,7 +328,7 @@ def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _F
     cached = set(fields.cache)
     values = sorted(int(v) for v in np.unique(ref_label) if v != 0)
     per_frame, cycle = scheme_fields(fields, scheme, ref, len(data), anchor)
-    indicators = label_indicators(ref_label, values, LABEL_SIGMA)  # smoothed once for every frame
+    indicators = indicator_tensor(ref_label, values, LABEL_SIGMA)  # smoothed once for every frame
     labels = np.stack([ref_label if t == ref else warp_indicators(*indicators, f) for t, f in enumerate(per_frame)])
     if any(descent) and values:
         # the phase of each frame from the in-plane LV curve: towards ES from an ED reference (the
