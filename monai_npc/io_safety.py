@@ -456,3 +456,30 @@ class AtomicFolder:
     def discard(self) -> None:
         """Remove the temporary folder (after a failure)."""
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class RunFolder(AtomicFolder):
+    """The output folder of one command's run, written all at once (:class:`AtomicFolder`).
+
+    Checked *before* any work, so that a bad ``out`` fails at once with a ``ValueError`` naming it:
+    an existing file, or a folder holding files other than ``outputs`` (the names a previous run
+    of the same command writes), since :meth:`commit` replaces ``out`` as a whole (never missing,
+    even after a kill; no stale file of an earlier run survives; two runs into one ``out`` never
+    mix, the last to finish wins).
+    """
+
+    def __init__(self, out: PathLike, outputs: Iterable[str]) -> None:
+        out = Path(out)
+        recover_folder(out)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"output folder {out} is an existing file; give a folder path.")
+        if out.is_dir():
+            allowed = set(outputs)
+            foreign = sorted(p.name for p in out.iterdir() if p.name not in allowed)
+            if foreign:
+                shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+                raise ValueError(
+                    f"output folder {out} holds files that are not outputs of a previous run ({shown}); "
+                    "it would be replaced as a whole: give a new or empty folder."
+                )
+        super().__init__(out)

@@ -315,7 +315,7 @@ def test_acdc_track_config(tmp_path):
     proc = subprocess.run(cmd, cwd=BUNDLES / "npc_acdc", env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     one = json.loads((tmp_path / "one" / "function.json").read_text())
-    cine, label = tmp_path / "one" / "phantom_cine" / "phantom_4d.nii.gz", tmp_path / "one" / "phantom_cine" / "phantom_ed_gt.nii.gz"
+    cine, label = tmp_path / "one_phantom_cine" / "phantom_4d.nii.gz", tmp_path / "one_phantom_cine" / "phantom_ed_gt.nii.gz"
     assert one["frames"] == 4 and one["reference_frame"] == 0 and (tmp_path / "one" / "labels_4d.nii.gz").is_file()
     import monai_npc
 

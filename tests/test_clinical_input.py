@@ -296,3 +296,32 @@ def test_a_volume_seen_through_plane_is_warned_about_by_name():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         monai_npc.register(good, good, model="phase-correlation")
+
+
+def test_reliability_and_guidance_describe_what_the_network_did():
+    """With a heart window the reliability map is 0 outside it: its mean in the summary is over the
+    window (coverage recorded), not the whole field of view; label_guidance records the weight that
+    acted (0 without refinement); MetaTensor inputs are named by their file."""
+    ed, es = _beating_stack(size=200, centre=(120, 80))
+    fixed, moving = _stack_image(es), _stack_image(ed)
+    label = sitk.GetImageFromArray((ed > 0.9).astype(np.int16))
+    label.CopyInformation(moving)
+    reg = monai_npc.register(moving, fixed, model="acdc", moving_label=label, refine_iterations=2, threads=1)
+    rel = sitk.GetArrayFromImage(reg.reliability)
+    cover = reg.summary["reliability_coverage_percent"]
+    assert 20.0 < cover < 60.0 and cover == pytest.approx(100.0 * (rel > 0).mean(), abs=2.0)  # a 128 x 128 window of 200 x 200
+    assert reg.summary["reliability_mean"] == pytest.approx(rel[rel > 0].mean(), abs=0.02) and reg.summary["reliability_mean"] > 2 * rel.mean()
+    assert reg.summary["label_guidance"] == 0.05
+    alone = monai_npc.register(moving, fixed, model="acdc", moving_label=label, refine_iterations=0, threads=1)
+    assert alone.summary["label_guidance"] == 0.0  # the term lives in the refinement
+    phase = monai_npc.register(moving, fixed, model="phase-correlation", moving_label=label, label_guidance=0.2)
+    assert phase.summary["label_guidance"] == 0.0 and "reliability_mean" not in phase.summary
+
+
+def test_metatensor_inputs_are_named_by_their_file_and_a_frame_selection_is_explained(rotated_files):
+    from monai.transforms import LoadImage
+
+    reg = monai_npc.register(LoadImage(image_only=True)(rotated_files[0]), rotated_files[1], model="phase-correlation")
+    assert reg.summary["moving"] == f"<in-memory MetaTensor of {rotated_files[0]}>"
+    with pytest.raises(ValueError, match=r"has one \(moving_select / --moving-select 'frame=1' took one slice of it"):
+        monai_npc.register(rotated_files[0], rotated_files[1], model="phase-correlation", moving_select="frame=1")

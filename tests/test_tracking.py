@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import SimpleITK as sitk
 import torch
+import monai_npc
 
 from monai_npc.data.phantom_cine import cardiac_cine, contraction_curve
-from monai_npc.tracking.cine import read_cine
+from monai_npc.tracking.cine import read_cine, read_frame_label
 from monai_npc.tracking.function import (
     agreement, cardiac_function, ejection_fraction, find_ed_es, myocardial_mass, structure_volumes, volume_curves, voxel_volume_ml,
 )
@@ -285,3 +286,69 @@ def test_read_cine_metatensor_and_nibabel(cine, tmp_path):
             np.testing.assert_allclose(a.GetDirection(), b.GetDirection(), atol=1e-5)
             np.testing.assert_allclose(a.GetSpacing(), b.GetSpacing(), rtol=1e-5)
             np.testing.assert_allclose(sitk.GetArrayFromImage(a), sitk.GetArrayFromImage(b), atol=1e-5)
+
+
+def test_label_read_by_loadimage_and_its_frame(cine, tmp_path):
+    """A label read by MONAI LoadImage (3-D, or the 4-D series) is the label of its file; a label
+    beside an ACDC Info.cfg gives its frame by name (frameNN, 1-based), and a --label-frame that
+    differs from that name is kept with a warning naming both."""
+    import logging
+
+    from monai.transforms import LoadImage
+
+    from monai_npc.tracking.cine import label_frame, named_frame
+
+    path = tmp_path / "p_4d.nii.gz"
+    ref = _write_4d(cine, path)
+    c = read_cine(path)
+    sitk.WriteImage(_frame_label(cine, ref, 2), str(tmp_path / "p_frame03_gt.nii.gz"))
+    four = sitk.JoinSeries([_frame_label(cine, ref, t) for t in range(FRAMES)])
+    four.SetSpacing(ref.GetSpacing()), four.SetOrigin(ref.GetOrigin()), four.SetDirection(ref.GetDirection())
+    sitk.WriteImage(four, str(tmp_path / "all_gt.nii.gz"))
+    expected = read_frame_label(tmp_path / "p_frame03_gt.nii.gz", c, 2)
+    np.testing.assert_array_equal(expected, cine["label"][2])
+    loaded = LoadImage(image_only=True)(str(tmp_path / "p_frame03_gt.nii.gz"))
+    np.testing.assert_array_equal(read_frame_label(loaded, c, 2), expected)
+    np.testing.assert_array_equal(read_frame_label(loaded[None], c, 2), expected)  # channel-first
+    np.testing.assert_array_equal(read_frame_label(LoadImage(image_only=True)(str(tmp_path / "all_gt.nii.gz")), c, 2), expected)
+    # the frame: no Info.cfg -> the name is not trusted (0); with one -> frame03 is frame 2
+    label = str(tmp_path / "p_frame03_gt.nii.gz")
+    assert named_frame(label, path) is None and label_frame(path, label) == (0, "default (frame 0)")
+    (tmp_path / "Info.cfg").write_text("ED: 1\nES: 3\nGroup: NOR\n")
+    assert named_frame(label, path) == 2 and label_frame(path, label)[0] == 2
+    assert label_frame(path, str(tmp_path / "all_gt.nii.gz")) == (0, "ED of Info.cfg")
+    res = monai_npc.track(path, label, model="phase-correlation", scheme="direct", progress=False, threads=1)
+    assert res.reference_frame == 2 and np.array_equal(res.labels[2], cine["label"][2])
+    logger = logging.getLogger("monai_npc.tracking.cine")
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    try:
+        assert label_frame(path, label, 0) == (0, "given")
+    finally:
+        logger.removeHandler(handler)
+    assert len(records) == 1 and "named for frame 2" in records[0].getMessage() and "used as frame 0" in records[0].getMessage()
+
+
+def test_track_out_is_replaced_as_a_whole(cine, tmp_path):
+    """``track``'s --out holds one run: a rerun without the figure leaves no function.png, a folder
+    holding other files is refused before any work."""
+    from monai_npc.tracking.outputs import track_to_folder
+
+    path = tmp_path / "c_4d.nii.gz"
+    ref = _write_4d(cine, path)
+    label = _frame_label(cine, ref)
+    out = tmp_path / "out"
+    kw = dict(model="phase-correlation", scheme="direct", progress=False, threads=1)
+    _, files = track_to_folder(path, label, out, 0, figure=True, **kw)
+    assert (out / "function.png").is_file() and files["figure"] == str(out / "function.png")
+    track_to_folder(path, label, out, 0, figure=False, **kw)
+    assert sorted(p.name for p in out.iterdir()) == ["function.json", "labels_4d.nii.gz", "volumes.csv"]
+    summary = json.loads((out / "function.json").read_text())
+    assert summary["request"]["label_frame"] == 0 and summary["request"]["scheme"] == "direct"
+    assert summary["request"]["cine"] == str(path.resolve()) and summary["request"]["model"] == "phase-correlation"
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"holds files that are not outputs of a previous run \(notes.txt\)"):
+        track_to_folder(path, label, out, 0, **kw)
+    assert (out / "notes.txt").read_text() == "mine" and not list(tmp_path.glob(".out.tmp-*"))

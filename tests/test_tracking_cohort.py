@@ -101,6 +101,24 @@ def test_rerun_skips_done_studies(data, single, caplog):
     assert [t["status"] for t in _read(out / "cohort.csv")] == ["skipped", "failed", "skipped", "ok"]
 
 
+def test_changed_row_is_tracked_again(data, single, tmp_path, caplog):
+    """A study done with other inputs (here its label frame) is not skipped: tracked again, with a warning naming the change."""
+    rows, out = single
+    changed = tmp_path / "changed.csv"
+    changed.write_text(f"cine,label,label_frame\n{data / 's0_4d.nii.gz'},{data / 's0_ed_gt.nii.gz'},1\n"
+                       f"{data / 's1_4d.nii.gz'},{data / 's1_ed_gt.nii.gz'},0\n")
+    with caplog.at_level(logging.WARNING, logger="monai_npc.tracking.cohort"):
+        again = track_cohort(changed, out, **FAST)
+    assert [(r["name"], r["status"], r["reference_frame"]) for r in again] == [("s0_4d", "ok", 1), ("s1_4d", "skipped", 0)]
+    assert "holds a run of other inputs or settings (label_frame 0 -> 1)" in caplog.text
+    assert study_done(out / "s0_4d")["request"]["label_frame"] == 1
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="monai_npc.tracking.cohort"):  # another setting: tracked again too
+        other = track_cohort(changed, out, **dict(FAST, scheme="direct"))
+    assert [r["status"] for r in other] == ["ok", "ok"] and "scheme 'anchored' -> 'direct'" in caplog.text
+    track_cohort(data / "cohort.csv", out, **FAST)  # back to the module's state for the tests below
+
+
 def test_strict_stops_at_bad_study(data, tmp_path):
     (tmp_path / "c.csv").write_text(f"cine,label\n{data / 'bad_4d.nii.gz'},{data / 's0_ed_gt.nii.gz'}\n{data / 's0_4d.nii.gz'},x.nii.gz\n")
     with pytest.raises(ValueError, match=r"study bad_4d \(cohort CSV .*c.csv, row 2\) failed: .*corrupt"):

@@ -335,7 +335,10 @@ class PipelineResult:
         ddf_model: ``(Z, 2, h, w)`` on the model grid (model voxels), tapered for ``"heart"``.
         grid: the model grid (SimpleITK image, no pixels used).
         moving_model, fixed_model: ``(Z, h, w)`` network inputs; ``warped_model`` ``(Z, 1, h, w)``.
-        reliability: ``(Z, H, W)`` on the fixed grid, or ``None`` for networks without one.
+        reliability: ``(Z, H, W)`` on the fixed grid, or ``None`` for networks without one (0 where
+            the network did not look: outside the heart windows).
+        reliability_region: ``(Z, H, W)`` bool, the fixed voxels ``reliability`` was computed on
+            (inside the model grids of the run it comes from).
         still: ``(Z,)`` slices left at the identity (constant in either image).
         overlap_percent: share of the fixed image's voxels that the moving image covers.
         centre: ``(row, col)`` of the middle slice's ``"heart"`` window in fixed voxels, else ``None``
@@ -350,6 +353,7 @@ class PipelineResult:
     fixed_model: np.ndarray
     warped_model: torch.Tensor
     reliability: Optional[np.ndarray]
+    reliability_region: np.ndarray
     still: np.ndarray
     overlap_percent: float
     centre: Optional[Tuple[float, float]]
@@ -421,7 +425,8 @@ def run_pipeline(
         ddf=_with_z(ddf_f, dims), ddf_model=main.ddf_model,
         grid=heart_grid(fixed, centres[mid], profile.input_size, profile.spacing_mm) if main.windowed else whole[0][0],
         moving_model=main.moving_model, fixed_model=main.fixed_model, warped_model=main.warped_model,
-        reliability=runs[0].reliability if profile.field_of_view == "image>heart" else main.reliability,
+        reliability=(runs[0] if profile.field_of_view == "image>heart" else main).reliability,
+        reliability_region=(runs[0] if profile.field_of_view == "image>heart" else main).seen,
         still=np.logical_or.reduce([r.still for r in runs]), overlap_percent=overlap,
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
     )
@@ -476,6 +481,7 @@ class _GridRun:
     ddf_fixed: torch.Tensor  # (Z, 2, H, W) fixed voxels
     weight: Optional[torch.Tensor]  # (Z, 1, H, W) window weight on the fixed grid (windows only)
     reliability: Optional[np.ndarray]
+    seen: np.ndarray  # (Z, H, W) bool: fixed voxels inside a model grid (where the network looked)
     seconds_network: float
 
 
@@ -520,7 +526,7 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     if window:
         ddf_m = ddf_m * taper
     # 5. paste back, grid by grid: ddf in fixed voxels on the whole fixed grid (0 outside a window)
-    ddf_f, weights, rels, start = [], [], [], 0
+    ddf_f, weights, rels, seen, start = [], [], [], [], 0
     for grid, target in grids:
         n = grid.GetSize()[2] if grid.GetDimension() == 3 else 1
         part = slice(start, start + n)
@@ -528,6 +534,7 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
         inside = torch.from_numpy(_inside(grid, target))[:, None] if window else None
         if window:
             weights.append(resample_model_field(taper.expand(n, 1, h, w).contiguous(), grid, target) * inside)
+            seen.append(inside[:, 0].numpy() > 0)
         if rel_m is not None:
             rels.append(resample_model_field(rel_m[part].double(), grid, target) * (inside if window else 1.0))
         start += n
@@ -535,8 +542,10 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     if rel_m is not None:
         rel = torch.cat(rels)[:, 0].float().numpy()
         rel[still] = 0.0
-    return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, torch.cat(ddf_f), torch.cat(weights) if window else None,
-                    rel, seconds_network)
+    ddf_fixed = torch.cat(ddf_f)
+    seen_fixed = np.concatenate(seen) if window else np.ones((ddf_fixed.shape[0],) + tuple(ddf_fixed.shape[2:]), bool)
+    return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, ddf_fixed, torch.cat(weights) if window else None,
+                    rel, seen_fixed, seconds_network)
 
 
 def _inside(grid: sitk.Image, fixed: sitk.Image) -> np.ndarray:

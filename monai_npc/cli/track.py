@@ -1,16 +1,18 @@
 """``monai-npc track``: carry a label through a 4-D short-axis cine; volumes, EF and LV mass.
 
 The label (0 bg, 1 RV, 2 myocardium, 3 LV, as ACDC) belongs to one frame: --label-frame (0-based),
-by default ED from an ACDC Info.cfg beside the cine (ED: n -> frame n - 1), else frame 0. Writes
-into --out: labels_4d.nii.gz (the tracked labels with the cine's geometry), volumes.csv (mL per
-frame), function.json (LV/RV EDV, ESV, SV, EF, LV mass at 1.05 g/mL, ED/ES found from the LV
-volume curve and those of Info.cfg) and function.png (volume curve, ED/ES, frames with contours).
-Each file is written under a temporary name and renamed when complete. See docs/tracking.md.
+by default, with an ACDC Info.cfg beside the cine, the frame the label file names
+(patient090_frame11_gt.nii.gz: frame 10) or else Info.cfg's ED (ED: n -> frame n - 1), else frame 0.
+Writes into --out, all at once (it may only hold a previous run's files): labels_4d.nii.gz (the
+tracked labels with the cine's geometry), volumes.csv (mL per frame), function.json (LV/RV EDV, ESV, SV, EF, LV mass at 1.05 g/mL, ED/ES found from the LV
+volume curve and those of Info.cfg, the request: inputs, frame, scheme, settings) and function.png
+(volume curve, ED/ES, frames with contours). See docs/tracking.md.
 
 --batch COHORT_CSV tracks many studies (columns cine,label[,label_frame][,out][,name]) into
 --out/<name> and writes one --out/cohort.csv (name, status, error, ED/ES, LV/RV EDV/ESV/SV/EF,
-LV mass, seconds). Studies whose folder holds a complete function.json are skipped, so rerunning
-resumes; a bad study is reported and the others go on (--strict: stop). Under
+LV mass, seconds). Studies whose folder holds a complete function.json of the same request are
+skipped, so rerunning resumes (a changed row or setting is tracked again); a bad study is reported
+and the others go on (--strict: stop). Under
 `torchrun --nproc_per_node N -m monai_npc.cli.main track --batch ...` the N processes share the
 studies (torch.distributed, gloo on CPU, nccl on GPU) and rank 0 writes the merged cohort.csv.
 """
@@ -30,7 +32,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--cine", help="4-D cine: NIfTI (X, Y, Z, T) such as ACDC's *_4d.nii.gz, or a cine DICOM folder")
     p.add_argument("--label", help="label map of one frame (3-D, on the frame grid), e.g. patientNNN_frame01_gt.nii.gz")
     p.add_argument("--label-frame", type=int, default=None, metavar="K",
-                   help="0-based frame of --label (default: ED of an Info.cfg beside the cine, else 0)")
+                   help="0-based frame of --label (default, with an ACDC Info.cfg beside the cine: the frame the label file names, "
+                   "else Info.cfg's ED; else 0)")
     p.add_argument("--scheme", choices=SCHEMES, default=DEFAULT_SCHEME, help=f"tracking scheme (default: {DEFAULT_SCHEME})")
     p.add_argument("--model", default="acdc", help="registration model as for monai-npc register (default: acdc)")
     p.add_argument("--refine", type=int, default=None, metavar="N",

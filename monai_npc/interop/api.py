@@ -50,7 +50,7 @@ import torch
 from torch import nn
 
 from monai_npc.functional import jacobian_determinant, warp_image
-from monai_npc.io_safety import AtomicFolder, recover_folder
+from monai_npc.io_safety import RunFolder
 from monai_npc.runtime import use_threads
 
 from .checks import check_inputs, check_tensor, input_warnings
@@ -66,6 +66,7 @@ __all__ = [
     "register",
     "resolve_model",
     "as_image",
+    "describe_input",
 ]
 
 PathLike = Union[str, os.PathLike]
@@ -271,42 +272,34 @@ def _mean(values: Mapping[str, Optional[float]]) -> Optional[float]:
     return float(np.mean(finite)) if finite else None
 
 
-def _describe(x: Any) -> Optional[str]:
+def describe_input(x: Any) -> Optional[str]:
+    """How messages and summaries name an input: its path; for an in-memory image its type, and the
+    file it was read from when it says so (a MONAI ``MetaTensor``'s ``filename_or_obj``, a nibabel
+    image's file name)."""
     if x is None:
         return None
     if isinstance(x, (str, os.PathLike)):
         return str(x)
-    return f"<in-memory {type(x).__name__}>"
+    source = getattr(x, "meta", {}).get("filename_or_obj") if isinstance(getattr(x, "meta", None), Mapping) else None
+    if source is None and callable(getattr(x, "get_filename", None)):
+        source = x.get_filename()
+    if isinstance(source, (list, tuple)):  # a batch's list of names
+        source = source[0] if len(source) == 1 else None
+    return f"<in-memory {type(x).__name__}" + (f" of {source}>" if isinstance(source, (str, os.PathLike)) and str(source) else ">")
 
 
 # ----------------------------------------------------------------------------------------- outputs
 
 
-class OutputFolder(AtomicFolder):
-    """The output folder of :meth:`Registration.save`, written all at once (:class:`~monai_npc.io_safety.AtomicFolder`).
-
-    Created *before* any work, so that a bad ``out`` (an existing file, a folder holding other
-    files, a parent that is not writable) fails at once with a ``ValueError`` naming it. An
-    existing ``out`` may only hold files of a previous run (:data:`OUTPUTS`); it is replaced as a
-    whole by :meth:`commit` (never missing, even after a kill), so no stale file survives and two
-    runs into one ``out`` never mix (the last to finish wins). :meth:`discard` removes the
-    temporary folder after a failure.
+class OutputFolder(RunFolder):
+    """The output folder of :meth:`Registration.save` (:class:`~monai_npc.io_safety.RunFolder`): it may
+    only hold files of a previous run (:data:`OUTPUTS`) and is replaced as a whole by :meth:`commit`.
+    Created *before* any work, so that a bad ``out`` fails at once with a ``ValueError`` naming it;
+    :meth:`discard` removes the temporary folder after a failure.
     """
 
     def __init__(self, out: PathLike) -> None:
-        out = Path(out)
-        recover_folder(out)
-        if out.exists() and not out.is_dir():
-            raise ValueError(f"output folder {out} is an existing file; give a folder path for --out.")
-        if out.is_dir():
-            foreign = sorted(p.name for p in out.iterdir() if p.name not in OUTPUTS.values())
-            if foreign:
-                shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
-                raise ValueError(
-                    f"output folder {out} holds files that are not outputs of a previous run ({shown}); "
-                    "it would be replaced as a whole: give a new or empty folder."
-                )
-        super().__init__(out)
+        super().__init__(out, OUTPUTS.values())
 
 
 @dataclass
@@ -542,23 +535,29 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     fixed_lab = moving_lab = None
     if fixed_label is not None:
         fixed_lab = check_label(as_image(fixed_label, "fixed label", spacing), fixed_img,
-                                f"fixed label {_describe(fixed_label)}", f"its image {_describe(fixed)}")
+                                f"fixed label {describe_input(fixed_label)}", f"its image {describe_input(fixed)}")
     if moving_label is not None:
         moving_lab = check_label(as_image(moving_label, "moving label", spacing), moving_img,
-                                 f"moving label {_describe(moving_label)}", f"its image {_describe(moving)}")
+                                 f"moving label {describe_input(moving_label)}", f"its image {describe_input(moving)}")
     if pixel_space:
-        moving_img = _in_pixel_space(moving_img, fixed_img, f"moving image {_describe(moving)}")
+        moving_img = _in_pixel_space(moving_img, fixed_img, f"moving image {describe_input(moving)}")
         if moving_lab is not None:
-            moving_lab = _in_pixel_space(moving_lab, fixed_img, f"moving label {_describe(moving_label)}")
-    check_same_dims(moving_img, fixed_img, _describe(moving), _describe(fixed))
+            moving_lab = _in_pixel_space(moving_lab, fixed_img, f"moving label {describe_input(moving_label)}")
+    check_same_dims(moving_img, fixed_img, describe_input(moving), describe_input(fixed))
     dims = fixed_img.GetDimension()
     if dims == 3 and fixed_img.GetSize()[2] > 1 and moving_img.GetSize()[2] == 1:
+        why = ""
+        from monai_npc.data.io import parse_select
+
+        if "frame" in parse_select(moving_select):  # frame=K of a 3-D file takes its slice K (a 2-D + time sequence)
+            why = (f" (moving_select / --moving-select {moving_select!r} took one slice of it: frame=K picks a frame of a 4-D file or "
+                   "a slice of a 3-D one; leave it out to register the whole stack)")
         raise ValueError(
-            f"fixed image {_describe(fixed)} has {fixed_img.GetSize()[2]} slices but moving image {_describe(moving)} has one."
+            f"fixed image {describe_input(fixed)} has {fixed_img.GetSize()[2]} slices but moving image {describe_input(moving)} has one{why}."
         )
-    check_inputs(moving_img, fixed_img, _describe(moving), _describe(fixed), size or model_input_size(net), keep_aspect)
-    notes: List[str] = input_warnings(moving_img, fixed_img, _describe(moving), _describe(fixed), moving_lab, fixed_lab,
-                                      f"moving label {_describe(moving_label)}", f"fixed label {_describe(fixed_label)}")
+    check_inputs(moving_img, fixed_img, describe_input(moving), describe_input(fixed), size or model_input_size(net), keep_aspect)
+    notes: List[str] = input_warnings(moving_img, fixed_img, describe_input(moving), describe_input(fixed), moving_lab, fixed_lab,
+                                      f"moving label {describe_input(moving_label)}", f"fixed label {describe_input(fixed_label)}")
     for note in notes:
         warnings.warn(note, RuntimeWarning, stacklevel=3)
 
@@ -572,12 +571,15 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     guidance = LABEL_GUIDANCE if label_guidance is None else float(label_guidance)
     if guidance < 0:
         raise ValueError(f"label_guidance (--label-guidance) must be >= 0, got {label_guidance}.")
+    # the term acts only in an NPC network's test-time refinement, with a moving label: else it is 0 (and recorded so)
+    refines = getattr(getattr(net, "refiner", None), "iterations", 0) > 0
+    guidance = guidance if moving_lab is not None and refines else 0.0
     result = run_pipeline(net, moving_img, fixed_img, profile, keep_aspect, device, moving_label=moving_lab,
-                          label_guidance=guidance if moving_lab is not None else 0.0, heart_centre=heart_centre)
+                          label_guidance=guidance, heart_centre=heart_centre)
     overlap, still, grid = result.overlap_percent, result.still, result.grid
     if overlap == 0.0:
         raise ValueError(
-            f"moving image {_describe(moving)} does not overlap fixed image {_describe(fixed)} in physical space (moving origin "
+            f"moving image {describe_input(moving)} does not overlap fixed image {describe_input(fixed)} in physical space (moving origin "
             f"{tuple(round(v, 2) for v in moving_img.GetOrigin())} mm, fixed origin "
             f"{tuple(round(v, 2) for v in fixed_img.GetOrigin())} mm, LPS); check their origins and directions, "
             "or register in pixel space (pixel_space=True, --pixel-space)."
@@ -585,7 +587,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     if still.any():
         which = "the images are" if still.all() else f"slice(s) {np.flatnonzero(still).tolist()} are"
         notes.append(f"{which} constant (or nearly) in the moving or fixed image: identity transform, reliability 0 there.")
-        warnings.warn(f"{_describe(moving)} -> {_describe(fixed)}: {notes[-1]}", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"{describe_input(moving)} -> {describe_input(fixed)}: {notes[-1]}", RuntimeWarning, stacklevel=3)
     ddf_m, warped_m, moving_m, fixed_m = result.ddf_model, result.warped_model, result.moving_model, result.fixed_model
     seconds_network = result.seconds_network
 
@@ -605,10 +607,10 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     norm_mm = np.linalg.norm(ddf_to_physical(ddf_out, fixed_img.GetSpacing(), fixed_img.GetDirection()), axis=-1)
     summary.update({
         "model": name,
-        "moving": _describe(moving),
-        "fixed": _describe(fixed),
-        "moving_label": _describe(moving_label),
-        "fixed_label": _describe(fixed_label),
+        "moving": describe_input(moving),
+        "fixed": describe_input(fixed),
+        "moving_label": describe_input(moving_label),
+        "fixed_label": describe_input(fixed_label),
     })
     steps = {"num_steps": getattr(getattr(net, "ode", None), "num_steps", None),
              "refine_iterations": getattr(getattr(net, "refiner", None), "iterations", None)}
@@ -634,8 +636,10 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
             summary["dice_mean"] = _mean(summary["dice"])
             summary["dice_initial"] = _dice(initial, fixed_arr, values)
             summary["dice_mean_initial"] = _mean(summary["dice_initial"])
-    if rel_img is not None:
-        summary["reliability_mean"] = float(sitk.GetArrayFromImage(rel_img).mean())
+    if rel_img is not None:  # over the voxels the network looked at (a heart window: not the whole field of view)
+        region = result.reliability_region.reshape(result.reliability.shape)
+        summary["reliability_mean"] = float(result.reliability[region].mean()) if region.any() else 0.0
+        summary["reliability_coverage_percent"] = float(100.0 * region.mean())
     elif still.all():
         summary["reliability_mean"] = 0.0
     summary.update(
@@ -647,7 +651,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         identity_slices=np.flatnonzero(still).tolist(),
         warnings=notes,
         seconds_network=seconds_network,
-        label_guidance=guidance if moving_lab is not None else 0.0,
+        label_guidance=guidance,
         label_sigma=sigma if moving_lab is not None else 0.0,
         model_grid={
             "size": list(grid.GetSize()), "spacing_mm": list(grid.GetSpacing()), "origin_mm": list(grid.GetOrigin()),
@@ -669,7 +673,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     figure = {
         "moving": moving_m[mid], "fixed": fixed_m[mid], "warped": warped_m[mid, 0], "ddf": ddf_m[mid].float(),
         "labels": None if labels_m is None else tuple(lab[mid] for lab in labels_m),
-        "title": f"{Path(_describe(moving) or '').name} -> {Path(_describe(fixed) or '').name} ({name}, model grid)",
+        "title": f"{Path(describe_input(moving) or '').name} -> {Path(describe_input(fixed) or '').name} ({name}, model grid)",
         "window": None if result.centre is None else (grid, mid),  # drawn on the whole fixed slice by the overview
     }
     summary["seconds"] = time.perf_counter() - t0

@@ -16,16 +16,20 @@ Frames are float32 ``sitk.Image`` (LPS mm); labels are checked against the frame
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import SimpleITK as sitk
 import torch
 
-__all__ = ["Cine", "read_cine", "read_frame_label", "info_frames"]
+__all__ = ["Cine", "read_cine", "read_frame_label", "info_frames", "named_frame", "label_frame"]
+
+logger = logging.getLogger(__name__)
 
 CineLike = Union[str, os.PathLike, sitk.Image, np.ndarray, torch.Tensor, Sequence[Any]]
 
@@ -112,7 +116,7 @@ def read_cine(cine: CineLike, spacing: Optional[Sequence[float]] = None, what: s
         FileNotFoundError: a missing file or folder.
         ValueError: a 3-D (or 5-D) input, frames on different grids, fewer than 2 frames.
     """
-    from monai_npc.interop.api import as_image
+    from monai_npc.interop.api import as_image, describe_input
 
     geometry4d = None
     if isinstance(cine, (str, os.PathLike)):
@@ -146,12 +150,12 @@ def read_cine(cine: CineLike, spacing: Optional[Sequence[float]] = None, what: s
         frames = _frames_of_4d(cine)
     elif isinstance(cine, torch.Tensor) and getattr(cine, "affine", None) is not None:  # MONAI LoadImage MetaTensor
         mt = cine[0] if cine.ndim == 5 and cine.shape[0] == 1 else cine  # channel-first (1, X, Y, Z, T)
-        source = f"<in-memory MetaTensor {tuple(mt.shape)}>"
+        source = f"{describe_input(cine)[:-1]} {tuple(mt.shape)}>"
         if mt.ndim != 4:
             raise ValueError(f"{what} {source} must be 4-D (X, Y, Z, T), as MONAI LoadImage reads a 4-D NIfTI.")
         frames = [as_image(mt[..., t], f"{what} frame {t}") for t in range(mt.shape[-1])]
     elif hasattr(cine, "affine") and hasattr(cine, "slicer") and hasattr(cine, "dataobj"):  # nibabel image
-        source = f"<in-memory nibabel image {tuple(cine.shape)}>"
+        source = f"{describe_input(cine)[:-1]} {tuple(cine.shape)}>"
         if len(cine.shape) != 4:
             raise ValueError(f"{what} {source} must be 4-D (X, Y, Z, T).")
         frames = [as_image(cine.slicer[..., t], f"{what} frame {t}") for t in range(cine.shape[3])]
@@ -176,12 +180,12 @@ def read_frame_label(label: Any, cine: Cine, frame: int) -> np.ndarray:
     ``label``: a 3-D file / ``sitk.Image`` on the frame grid, a ``(Z, H, W)`` array (given the
     frame's geometry), or a 4-D one with the cine's frames (its frame ``frame`` is used).
     """
-    from monai_npc.interop.api import as_image
+    from monai_npc.interop.api import as_image, describe_input
     from monai_npc.interop.images import check_label
 
     if not 0 <= frame < len(cine):
         raise ValueError(f"label frame {frame} is out of range: cine {cine.source} has {len(cine)} frames (0..{len(cine) - 1}).")
-    name = str(label) if isinstance(label, (str, os.PathLike)) else f"<in-memory {type(label).__name__}>"
+    name = describe_input(label)
     if isinstance(label, (str, os.PathLike)) and Path(label).is_file():
         from monai_npc.data.io import read_sitk_file
 
@@ -189,9 +193,12 @@ def read_frame_label(label: Any, cine: Cine, frame: int) -> np.ndarray:
         label = _frames_of_4d(img)[frame] if img.GetDimension() == 4 else img  # read once
     elif isinstance(label, sitk.Image) and label.GetDimension() == 4:
         label = _frames_of_4d(label)[frame]
+    elif isinstance(label, torch.Tensor) and getattr(label, "affine", None) is not None:  # MONAI LoadImage MetaTensor
+        mt = label[0] if label.ndim in (4, 5) and label.shape[0] == 1 else label  # channel-first
+        label = mt[..., frame] if mt.ndim == 4 else mt  # (X, Y, Z, T): that frame; as_image keeps its geometry
     elif isinstance(label, (np.ndarray, torch.Tensor)) and np.ndim(label) == 4:
         label = np.asarray(label)[frame]
-    if isinstance(label, (np.ndarray, torch.Tensor)):  # array order (Z, H, W): the frame's own geometry
+    if isinstance(label, (np.ndarray, torch.Tensor)) and getattr(label, "affine", None) is None:  # array order (Z, H, W): the frame's own geometry
         arr = label.detach().cpu().numpy() if isinstance(label, torch.Tensor) else np.asarray(label)
         shape = sitk.GetArrayFromImage(cine.frames[frame]).shape
         if arr.shape != shape:
@@ -216,3 +223,35 @@ def info_frames(cine: str) -> Optional[Dict[str, int]]:
         return {"ed": int(float(info["ED"])) - 1, "es": int(float(info["ES"])) - 1}
     except (KeyError, ValueError):
         return None
+
+
+#: an ACDC label file's frame, 1-based: ``patient090_frame04_gt.nii.gz`` is frame 3
+_ACDC_FRAME = re.compile(r"frame(\d+)", re.IGNORECASE)
+
+
+def named_frame(label: Any, cine: Any) -> Optional[int]:
+    """The 0-based frame an ACDC-layout label file names (``..._frameNN_gt...``: ``NN - 1``), when
+    ``cine`` is an ACDC cine (an ``Info.cfg`` beside it); else ``None``."""
+    if not isinstance(label, (str, os.PathLike)) or not isinstance(cine, (str, os.PathLike)) or info_frames(str(cine)) is None:
+        return None
+    match = _ACDC_FRAME.search(Path(label).name)
+    return int(match.group(1)) - 1 if match else None
+
+
+def label_frame(cine: Any, label: Any, frame: Optional[int] = None) -> Tuple[int, str]:
+    """The 0-based frame ``label`` belongs to, and why: ``frame`` when given, else the frame an ACDC
+    label file names (:func:`named_frame`), else ED of an ACDC ``Info.cfg`` beside ``cine``
+    (:func:`info_frames`), else 0. A given ``frame`` that differs from the one the file names is
+    kept, with a warning naming both."""
+    named = named_frame(label, cine)
+    if frame is not None:
+        if named is not None and named != int(frame):
+            logger.warning("label %s is named for frame %d (0-based; ACDC numbers frames from 1) but is used as frame %d, as asked.",
+                           label, named, int(frame))
+        return int(frame), "given"
+    if named is not None:
+        return named, f"named by the label file (ACDC frame {named + 1})"
+    info = info_frames(str(cine)) if isinstance(cine, (str, os.PathLike)) else None
+    if info is not None:
+        return info["ed"], "ED of Info.cfg"
+    return 0, "default (frame 0)"

@@ -1,15 +1,17 @@
 """Cohorts: :func:`monai_npc.track` over the studies of a CSV, resumable, sharded over ``torchrun`` ranks.
 
 A cohort CSV has the columns ``cine,label[,label_frame][,out][,name]`` (:func:`read_cohort`):
-relative paths are relative to the CSV's folder; ``label_frame`` is 0-based (empty: ED of an
-ACDC ``Info.cfg`` beside the cine, else 0); ``out`` defaults to ``DIR/<name>`` and ``name`` to
+relative paths are relative to the CSV's folder; ``label_frame`` is 0-based (empty: the frame an
+ACDC label file names, else ED of an ACDC ``Info.cfg`` beside the cine, else 0); ``out`` defaults to ``DIR/<name>`` and ``name`` to
 the cine's file name without its extension (``patient001_4d.nii.gz`` -> ``patient001_4d``).
 
 :func:`track_cohort` writes each study's files (:func:`~monai_npc.tracking.outputs.write_tracking`)
 into its ``out`` folder and one merged ``DIR/cohort.csv`` (:data:`COHORT_COLUMNS`, one row per
 study in CSV order), written atomically at the end. A study whose folder already holds a complete
-``function.json`` (:func:`study_done`) is not tracked again (``status`` ``skipped``, its figures
-read back), so an interrupted run is resumed by running it again. A bad study (missing or corrupt
+``function.json`` of the same request (:func:`study_done`: same cine, label, label frame, scheme,
+model and settings) is not tracked again (``status`` ``skipped``, its figures read back), so an
+interrupted run is resumed by running it again; a row whose inputs or settings changed is tracked
+again, with a warning naming what changed. A bad study (missing or corrupt
 file, label off the grid...) gets ``status`` ``failed`` and a one-line ``error`` and the others go
 on; ``strict=True`` makes it fatal.
 
@@ -128,11 +130,14 @@ def read_cohort(path: PathLike, out: PathLike) -> List[Study]:
     return studies
 
 
-def study_done(out: PathLike) -> Optional[Dict[str, Any]]:
+def study_done(out: PathLike, request: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, Any]]:
     """The ``function.json`` summary of a finished study in ``out``, else ``None``.
 
-    Finished: ``function.json`` parses, holds the function figures, and every file it lists under
-    ``outputs`` exists (``function.json`` is written after the labels and volumes, each atomically).
+    Finished: ``function.json`` parses, holds the function figures, every file it lists under
+    ``outputs`` exists (the folder is written all at once), and, when ``request`` is given
+    (:func:`~monai_npc.tracking.outputs.tracking_request`), it was asked the same: a study whose
+    cine, label, label frame, scheme, model or settings changed is not done (a warning names what
+    changed).
     """
     out = Path(out)
     try:
@@ -144,6 +149,12 @@ def study_done(out: PathLike) -> Optional[Dict[str, Any]]:
     if not all(k in summary["function"] for k in ("ed_frame", "es_frame", "lv_edv", "lv_esv")):
         return None
     if not all((out / name).is_file() for name in (summary.get("outputs") or {}).values()):
+        return None
+    if request is not None and summary.get("request") != request:
+        before = summary.get("request") or {}
+        changed = [f"{k} {before.get(k)!r} -> {v!r}" for k, v in request.items() if before.get(k) != v]
+        logger.warning("%s holds a run of other inputs or settings (%s): tracking the study again", out,
+                       "; ".join(changed) or "no request recorded")
         return None
     return summary
 
@@ -206,6 +217,18 @@ def _track_study(study: Study, net: Any, name: str, scheme: str, figure: bool, r
     _, files = track_to_folder(study.cine, study.label, study.out, study.label_frame, scheme, net, figure=figure, progress=False,
                                model_name=name, **register_kwargs)
     return json.loads(Path(files["function"]).read_text())
+
+
+def _request(study: Study, net: Any, name: str, scheme: str, register_kwargs: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """What :func:`_track_study` would record as ``request`` for ``study`` (``None`` when its label frame cannot be told)."""
+    from .cine import label_frame
+    from .outputs import tracking_request
+
+    try:
+        frame, _ = label_frame(study.cine, study.label, study.label_frame)
+    except (OSError, ValueError):
+        return None
+    return tracking_request(study.cine, study.label, frame, scheme, net, model_name=name, **register_kwargs)
 
 
 def _gather(rows: List[Dict[str, Any]], world_size: int) -> List[Dict[str, Any]]:
@@ -279,7 +302,7 @@ def track_cohort(
         fatal: Optional[str] = None
         desc = "track cohort" + (f" (rank {rank}/{world_size})" if world_size > 1 else "")
         for index, study in tqdm(mine, desc=desc, unit="study", disable=not progress, position=rank if world_size > 1 else None):
-            done = study_done(study.out)
+            done = study_done(study.out, _request(study, net, name, scheme, kwargs))
             if done is not None:
                 logger.warning("study %s: skipped, already done (%s is complete)", study.name, Path(study.out) / TRACK_OUTPUTS["function"])
                 rows.append(dict(_row(study, "skipped", summary=done, seconds=done.get("seconds", float("nan"))), _index=index))

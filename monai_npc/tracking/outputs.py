@@ -4,9 +4,12 @@ Into a folder: ``labels_4d.nii.gz`` (the tracked labels, uint8, the cine's own 4
 ``volumes.csv`` (frame, LV / RV cavity and myocardium volumes in mL, ED / ES flags),
 ``function.json`` (:attr:`~monai_npc.tracking.track.Tracking.summary`: EDV, ESV, SV, EF, LV mass,
 ED / ES found and, when known, the ED / ES of ``Info.cfg``) and ``function.png`` (volume curve
-with ED / ES and a strip of frames with contours). Every file is first written under a temporary
-name in the same folder and renamed when complete (:func:`monai_npc.io_safety.atomic_write`), so
-a reader never sees half a file.
+with ED / ES and a strip of frames with contours). The files go into a temporary folder beside
+``out`` that replaces it as a whole when every file is complete
+(:class:`monai_npc.io_safety.RunFolder`): a reader never sees half a file, and no file of an
+earlier run (a ``function.png`` after ``--no-figure``) survives. ``function.json`` records what
+was asked (``request``: inputs, frame, scheme, model, settings) so that a cohort run can tell a
+finished study from one whose row changed.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import SimpleITK as sitk
 
-from monai_npc.io_safety import atomic_write, make_folder
+from monai_npc.io_safety import RunFolder
 
 from .track import Tracking
 
-__all__ = ["TRACK_OUTPUTS", "write_tracking", "track_to_folder"]
+__all__ = ["TRACK_OUTPUTS", "tracking_request", "write_tracking", "track_to_folder"]
+
 
 #: file names of :func:`write_tracking`
 TRACK_OUTPUTS = {"labels": "labels_4d.nii.gz", "volumes": "volumes.csv", "function": "function.json", "figure": "function.png"}
@@ -39,34 +43,63 @@ def _write_csv(tracking: Tracking, path: Path) -> None:
             w.writerow([t] + [f"{tracking.volumes[k][t]:.3f}" for k in ("lv", "rv", "myo")] + [phase])
 
 
-def write_tracking(tracking: Tracking, out: Union[str, os.PathLike], info: Optional[Dict[str, int]] = None,
-                   figure: bool = True) -> Dict[str, str]:
-    """Write :data:`TRACK_OUTPUTS` into ``out`` (created); returns ``{key: path}``.
+def tracking_request(cine: Any, label: Any, label_frame: int, scheme: str, model: Any, **track_kwargs: Any) -> Dict[str, Any]:
+    """What a tracking run was asked for, JSON-ready: the inputs (absolute paths, or how an in-memory
+    input is named), the label's frame, the scheme, the model and the settings that change the result
+    (not ``device``, ``threads`` or ``progress``). ``function.json`` records it as ``request``; a
+    cohort study is done only when its folder holds the same request
+    (:func:`~monai_npc.tracking.cohort.study_done`)."""
+    from monai_npc.interop.api import describe_input
+
+    def name(x: Any) -> Optional[str]:
+        return os.path.abspath(x) if isinstance(x, (str, os.PathLike)) else describe_input(x)
+
+    settings = {k: v for k, v in track_kwargs.items() if k not in _NOT_SETTINGS}
+    model_name = model if isinstance(model, str) and not os.path.exists(model) else track_kwargs.get("model_name") or name(model)
+    request = {"cine": name(cine), "label": name(label), "label_frame": int(label_frame), "scheme": scheme, "model": model_name,
+               "settings": settings}
+    return json.loads(json.dumps(request, default=str))  # as it reads back from function.json
+
+
+#: ``track`` keywords that do not change the result, left out of :func:`tracking_request`
+_NOT_SETTINGS = ("device", "threads", "progress", "model_name")
+
+
+def write_tracking(tracking: Tracking, out: Union[str, os.PathLike, RunFolder], info: Optional[Dict[str, int]] = None,
+                   figure: bool = True, request: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
+    """Write :data:`TRACK_OUTPUTS` into ``out`` all at once (:class:`~monai_npc.io_safety.RunFolder`:
+    ``out`` may only hold a previous run's files and is replaced as a whole); returns ``{key: path}``.
 
     ``info``: ``{"ed": k, "es": k}`` 0-based frames from ``Info.cfg`` (recorded in ``function.json``
-    beside the frames found from the volume curve).
+    beside the frames found from the volume curve); ``request``: :func:`tracking_request`, recorded
+    as ``request``.
     """
-    out = make_folder(out)
-    paths = {k: out / v for k, v in TRACK_OUTPUTS.items()}
-    atomic_write(paths["labels"], lambda p: sitk.WriteImage(tracking.label_image, str(p), True))
-    atomic_write(paths["volumes"], lambda p: _write_csv(tracking, p))
-    summary = tracking.summary
-    if info:
-        summary["info_cfg"] = {**info, "ed_matches": info.get("ed") == tracking.function["ed_frame"],
-                               "es_matches": info.get("es") == tracking.function["es_frame"]}
-    summary["outputs"] = {k: v.name for k, v in paths.items() if figure or k != "figure"}
-    atomic_write(paths["function"], lambda p: p.write_text(json.dumps(summary, indent=2)))
-    if figure:
-        from .figures import function_figure
+    folder = out if isinstance(out, RunFolder) else RunFolder(out, TRACK_OUTPUTS.values())
+    try:
+        folder.put(TRACK_OUTPUTS["labels"], lambda p: sitk.WriteImage(tracking.label_image, str(p), True))
+        folder.put(TRACK_OUTPUTS["volumes"], lambda p: _write_csv(tracking, p))
+        summary = tracking.summary
+        if request is not None:
+            summary["request"] = request
+        if info:
+            summary["info_cfg"] = {**info, "ed_matches": info.get("ed") == tracking.function["ed_frame"],
+                                   "es_matches": info.get("es") == tracking.function["es_frame"]}
+        names = {k: v for k, v in TRACK_OUTPUTS.items() if figure or k != "figure"}
+        summary["outputs"] = names
+        folder.put(TRACK_OUTPUTS["function"], lambda p: p.write_text(json.dumps(summary, indent=2)))
+        if figure:
+            from .figures import function_figure
 
-        f = tracking.function
-        title = (f"LV EF {f['lv_ef']:.1f} %, RV EF {f['rv_ef']:.1f} %, LV mass {f['lv_mass_g']:.0f} g "
-                 f"({tracking.scheme}, reference frame {tracking.reference_frame})")
-        atomic_write(paths["figure"], lambda p: function_figure(tracking.volumes, f["ed_frame"], f["es_frame"],
-                                                                 tracking.cine.arrays(), tracking.labels, p, title=title))
-    else:
-        del paths["figure"]
-    return {k: str(v) for k, v in paths.items()}
+            f = tracking.function
+            title = (f"LV EF {f['lv_ef']:.1f} %, RV EF {f['rv_ef']:.1f} %, LV mass {f['lv_mass_g']:.0f} g "
+                     f"({tracking.scheme}, reference frame {tracking.reference_frame})")
+            folder.put(TRACK_OUTPUTS["figure"], lambda p: function_figure(tracking.volumes, f["ed_frame"], f["es_frame"],
+                                                                          tracking.cine.arrays(), tracking.labels, p, title=title))
+        folder.commit()
+    except BaseException:
+        folder.discard()
+        raise
+    return {k: str(folder.out / v) for k, v in names.items()}
 
 
 def track_to_folder(
@@ -76,8 +109,10 @@ def track_to_folder(
     """:func:`~monai_npc.tracking.track.track` one study and :func:`write_tracking` it into ``out``
     (what ``monai-npc track`` and each study of a cohort do); returns ``(tracking, {key: path})``.
 
-    ``label_frame`` ``None``: ED of an ACDC ``Info.cfg`` beside ``cine`` (``ED: n`` -> frame
-    ``n - 1``, :func:`~monai_npc.tracking.cine.info_frames`), else frame 0. ``scheme`` ``None``: the default.
+    ``out`` is checked before any work (an existing file, or a folder holding files other than a
+    previous run's, is a ``ValueError``). ``label_frame`` ``None``: the frame an ACDC label file
+    names, else ED of an ACDC ``Info.cfg`` beside ``cine`` (``ED: n`` -> frame ``n - 1``), else 0
+    (:func:`~monai_npc.tracking.cine.label_frame`). ``scheme`` ``None``: the default.
     """
     from .cine import info_frames
     from .schemes import DEFAULT_SCHEME
@@ -85,7 +120,13 @@ def track_to_folder(
 
     if cine is None or label is None:
         raise ValueError(f"tracking needs a cine and the label of one of its frames; got cine={cine!r}, label={label!r}.")
-    info = info_frames(str(cine)) if isinstance(cine, (str, os.PathLike)) else None
-    frame = label_frame if label_frame is not None else (info["ed"] if info else 0)
-    result = track(cine, label, frame, scheme or DEFAULT_SCHEME, model, progress=progress, **track_kwargs)
-    return result, write_tracking(result, out, info, figure=figure)
+    folder = RunFolder(out, TRACK_OUTPUTS.values())
+    try:
+        info = info_frames(str(cine)) if isinstance(cine, (str, os.PathLike)) else None
+        scheme = scheme or DEFAULT_SCHEME
+        result = track(cine, label, label_frame, scheme, model, progress=progress, **track_kwargs)
+        request = tracking_request(cine, label, result.reference_frame, scheme, model, **track_kwargs)
+    except BaseException:
+        folder.discard()
+        raise
+    return result, write_tracking(result, folder, info, figure=figure, request=request)

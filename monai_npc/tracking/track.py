@@ -26,6 +26,7 @@ filled (:mod:`~monai_npc.tracking.through_plane`; ``basal_descent``).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -37,10 +38,12 @@ import torch
 from monai_npc.functional import warp_image
 from monai_npc.interop.label_resample import label_indicators
 
-from .cine import Cine, read_cine, read_frame_label
+from .cine import Cine, label_frame, read_cine, read_frame_label
 from .function import ACDC_STRUCTURES, cardiac_function, volume_curves
 from .schemes import DEFAULT_SCHEME, SCHEMES
 from .through_plane import BASAL_ASCENT_MM, BASAL_DESCENT_MM, apply_basal_ascent, apply_basal_descent, diastolic_phase, systolic_phase
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "SCHEMES", "DEFAULT_SCHEME", "TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "Tracking", "track", "track_schemes", "tracking_model",
@@ -300,9 +303,13 @@ def tracking_model(
     return resolve_model(model, device, refine_iterations, num_steps, register_defaults=not consecutive)
 
 
-def _prepare(cine: Any, label: Any, reference_frame: int, spacing) -> Tuple[Cine, int, np.ndarray]:
+def _prepare(cine: Any, label: Any, reference_frame: Optional[int], spacing) -> Tuple[Cine, int, np.ndarray]:
     data = cine if isinstance(cine, Cine) else read_cine(cine, spacing)
-    ref = int(reference_frame)
+    ref, how = label_frame(cine, label, reference_frame)
+    if reference_frame is None:
+        from monai_npc.interop.api import describe_input
+
+        logger.info("label %s: frame %d (%s)", describe_input(label), ref, how)
     return data, ref, read_frame_label(label, data, ref)
 
 
@@ -373,7 +380,7 @@ def _bar(progress: bool, total: int, desc: str):
 def track(
     cine: Any,
     label: Any,
-    reference_frame: int = 0,
+    reference_frame: Optional[int] = None,
     scheme: str = DEFAULT_SCHEME,
     model: Any = "acdc",
     *,
@@ -394,8 +401,9 @@ def track(
             ``(T, Z, H, W)`` array (with ``spacing``) or a list of 3-D frames (:func:`read_cine`).
         label: the label map (0 bg, 1 RV, 2 Myo, 3 LV) of frame ``reference_frame``: a file,
             ``sitk.Image`` or ``(Z, H, W)`` array on the frame grid (a 4-D label: that frame of it).
-        reference_frame: 0-based frame the label belongs to (ED by default = 0; ACDC's
-            ``Info.cfg`` ``ED: n`` is frame ``n - 1``).
+        reference_frame: 0-based frame the label belongs to; ``None``: the frame an ACDC label file
+            names (``patient090_frame04_gt.nii.gz``: 3), else ED of an ACDC ``Info.cfg`` beside the
+            cine (``ED: n`` is frame ``n - 1``), else 0 (:func:`~monai_npc.tracking.cine.label_frame`).
         scheme: one of :data:`SCHEMES` (module docstring).
         model: the registration model as for :func:`monai_npc.register`; NPC weights by name or
             file are loaded once with the tracking settings (:func:`tracking_model`), a network is
@@ -449,7 +457,7 @@ def track(
 def track_schemes(
     cine: Any,
     label: Any,
-    reference_frame: int = 0,
+    reference_frame: Optional[int] = None,
     schemes: Sequence[str] = SCHEMES,
     model: Any = "acdc",
     *,

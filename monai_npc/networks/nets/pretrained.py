@@ -155,6 +155,9 @@ def _locate(name_or_path: str | Path) -> Path:
             path = shipped
         elif spec in BUNDLE_MODELS and _is_bundle(bundle):
             path = bundle
+        elif spec == "phase-correlation":  # register's classical baseline: a network without weights
+            raise FileNotFoundError("'phase-correlation' has no weights to load: it is monai_npc.networks.nets.PhaseCorrelationNet() "
+                                    "(monai_npc.register(..., model='phase-correlation') builds it).")
         else:
             raise FileNotFoundError(f"no shipped weights named {spec!r}; {model_argument_help()}.")
     if path.is_dir():
