@@ -182,6 +182,8 @@ def test_png_copy_layout_resize_protocol_and_split_file(releases, tmp_path):
     split.write_text(json.dumps({"train": names[:-1], "val": [], "test": names[-1:]}))
     test = build_camus_pairs(tmp_path / "camus_224", "test", split_file=split)
     assert {q["patient"] for q in test} == {names[-1]}
+    with pytest.raises(ValueError, match=r"PNG copy of CAMUS: split 'test' needs a split_file"):  # no silent generated split
+        build_camus_pairs(tmp_path / "camus_224", "test")
     with pytest.raises(ValueError, match="protocol must be one of"):
         build_camus_pairs(tmp_path / "camus_224", "all", protocol="crop")
     with pytest.raises(ValueError, match="directions"):

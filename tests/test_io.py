@@ -205,6 +205,9 @@ def test_sform_disagreeing_with_pixdim_reads_the_qform_quietly(tmp_path, caplog,
     np.testing.assert_allclose(image.GetSpacing(), (1.6, 1.6, 10.0), rtol=1e-5)
     assert "acdc_like.nii.gz" in caplog.text and "pixdim (1.6, 1.6, 10.0)" in caplog.text
     assert "unexpected scales" not in capfd.readouterr().err
+    with caplog.at_level(logging.INFO, logger="monai_npc.data.io"):
+        read_sitk_file(path, "fixed image")  # the same file again: no second notice
+    assert caplog.text.count("acdc_like.nii.gz") == 1
     assert sitk.ProcessObject.GetGlobalWarningDisplay()  # restored
     consistent = tmp_path / "consistent.nii.gz"
     img.set_sform(np.diag([1.6, 1.6, 10.0, 1.0]), code=1)

@@ -144,8 +144,10 @@ def run(args: argparse.Namespace) -> int:
     )
     dice = f", Dice {s['dice_mean_initial']:.3f} -> {s['dice_mean']:.3f}" if s.get("dice_mean") is not None else ""
     if not getattr(args, "quiet", False):
+        moving = args.moving + (f" [{args.moving_select}]" if args.moving_select else "")
+        fixed = args.fixed + (f" [{args.fixed_select}]" if args.fixed_select else "")
         print(
-            f"registered {args.moving} -> {args.fixed} with {s['model']} in {s['seconds']:.2f} s: "
+            f"registered {moving} -> {fixed} with {s['model']} in {s['seconds']:.2f} s: "
             f"folding {s['folding_percent']:.2f} %{dice}; wrote {len(s['outputs'])} files to {args.out}"
         )
     return 0

@@ -282,15 +282,22 @@ def build_camus_pairs(
     if bad or not directions:
         raise ValueError(f"directions must be a non-empty subset of ('ED->ES', 'ES->ED'), got {tuple(directions)}.")
     patients = find_camus_patients(root, views)
+    png = patients[0].views[views[0]]["ED"].suffix.lower() == ".png" if patients else False
     if split != "all":
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS + ('all',)}, got {split!r}.")
+        if png and split_file is None:  # a generated split would mix the copy's patients with those weights were trained on
+            raise ValueError(
+                f"{root} is the PNG copy of CAMUS: split {split!r} needs a split_file (--split_file); the npc_camus bundle's "
+                "weights were trained on configs/camus224_split.json (its test patients are the copy's val/ folder), and a "
+                "split generated from n_train/n_val/n_test would put training patients in the test set. Use split 'all' for every patient."
+            )
         chosen = set(split_patients([p.name for p in patients], split, n_train, n_val, n_test, seed, split_file))
         patients = [p for p in patients if p.name in chosen]
     if not patients:
         raise ValueError(f"the CAMUS '{split}' split of {root} has no patients (counts {n_train}/{n_val}/{n_test}).")
     if protocol == "auto":
-        protocol = "resize" if patients[0].views[views[0]]["ED"].suffix.lower() == ".png" else "resample"
+        protocol = "resize" if png else "resample"
     preprocess = camus_preprocess(pixdim, roi_size, protocol)
     pairs = []
     for patient in patients:

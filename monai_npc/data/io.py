@@ -498,13 +498,17 @@ def sform_mismatch(path: PathLike) -> Optional[Tuple[Tuple[float, ...], Tuple[fl
     return None
 
 
+#: files whose sform / pixdim disagreement :func:`read_sitk_file` has logged in this process
+_SFORM_NOTED: set = set()
+
+
 def read_sitk_file(path: Path, what: str = "image"):
     """``sitk.ReadImage(path)`` with one-line ``ValueError``s naming ``what`` and the file for unreadable,
     truncated or (NIfTI) NaN-holding files (:func:`check_nifti`).
 
     A NIfTI file whose sform disagrees with its pixdim (:func:`sform_mismatch`) is read as ITK reads
     it (from the qform); ITK's own console warning is replaced by one ``logging`` INFO line naming
-    the file and both voxel sizes.
+    the file and both voxel sizes, once per file and process.
     """
     import logging
 
@@ -515,8 +519,10 @@ def read_sitk_file(path: Path, what: str = "image"):
     shown = sitk.ProcessObject.GetGlobalWarningDisplay()
     if mismatch:
         sitk.ProcessObject.GlobalWarningDisplayOff()
-        logging.getLogger(__name__).info("%s %s: the sform's voxel sizes %s mm disagree with pixdim %s mm; the qform is used, as ITK does.",
-                                         what, path, mismatch[0], mismatch[1])
+        if str(path) not in _SFORM_NOTED:  # once per file and process: an evaluation reads each file several times
+            _SFORM_NOTED.add(str(path))
+            logging.getLogger(__name__).info("%s %s: the sform's voxel sizes %s mm disagree with pixdim %s mm; the qform is used, as ITK does.",
+                                             what, path, mismatch[0], mismatch[1])
     reader = sitk.ImageFileReader()
     reader.SetFileName(str(path))
     try:

@@ -225,8 +225,8 @@ def info_frames(cine: str) -> Optional[Dict[str, int]]:
         return None
 
 
-#: an ACDC label file's frame, 1-based: ``patient090_frame04_gt.nii.gz`` is frame 3
-_ACDC_FRAME = re.compile(r"frame(\d+)", re.IGNORECASE)
+#: an ACDC label file's frame, 1-based: ``patient090_frame04_gt.nii.gz`` is frame 3 (``..._frameNN_gt.<ext>`` only)
+_ACDC_FRAME = re.compile(r"_frame(\d+)_gt\.", re.IGNORECASE)
 
 
 def named_frame(label: Any, cine: Any) -> Optional[int]:
