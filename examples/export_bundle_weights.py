@@ -9,7 +9,9 @@ Shipped this way: ``monai_npc/weights/camus.pt`` from ``bundles/npc_camus``::
         --trained-on "real CAMUS echocardiography (public 224 x 224 copy, 225 training patients), fine-tuned from synthetic echo phantoms"
 
 After replacing the bundle's ``models/model.pt`` (and bumping its version), the same command
-refreshes the named model; ``monai-npc register --model camus`` then uses it.
+refreshes the named model; ``monai-npc register --model camus`` then uses it. Weights a bundle
+training wrote outside the bundle (``--ckpt_dir runs/x/models``) are exported with
+``--weights runs/x/models/model.pt``; the file then works with ``monai-npc register --model OUT.pt``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--trained-on", default=None, help="what the weights were trained on (stored as meta['trained_on'])")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
                    help="extra meta entry (VALUE parsed as JSON when it is valid JSON); repeatable")
+    p.add_argument("--weights", default=None, metavar="FILE",
+                   help="weights to export instead of BUNDLE_DIR/models/model.pt: a bundle training's model.pt or checkpoint_epoch=N.pt "
+                   "written elsewhere (--ckpt_dir / --output_dir), with the bundle's network_def")
     p.add_argument("--link", action="store_true",
                    help="then make the bundle's models/model.pt a link to OUT (one stored copy) and record its checksum")
     args = p.parse_args(argv)
@@ -43,7 +48,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             meta[key] = value
     if args.trained_on:
         meta["trained_on"] = args.trained_on
-    out = export_bundle_weights(args.bundle_dir, args.out, meta, link=args.link)
+    out = export_bundle_weights(args.bundle_dir, args.out, meta, link=args.link, weights=args.weights)
     net = load_pretrained(out)  # check the file loads back
     print(f"wrote {out}: {sum(p.numel() for p in net.parameters())} parameters, version {net.meta.get('version')}, "
           f"trained on {net.meta.get('trained_on', 'see meta changelog')}")

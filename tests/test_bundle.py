@@ -431,5 +431,29 @@ def test_multi_gpu_config_torchrun_gloo(tmp_path):
     assert not any(k.startswith("module.") for k in ckpt["model"])  # saved unwrapped from DDP
     state = torch.load(tmp_path / "models" / "model.pt", map_location="cpu", weights_only=True)
     assert set(state) == set(ckpt["model"])
-    # only rank 0 logs the iterations (the other rank drops the stats handlers)
+    # only rank 0 logs the iterations (the other rank never builds the stats handlers, so writes no TensorBoard file)
     assert log.count("Epoch: 1/1, Iter: 2/2") == 1
+    events = sorted(p.name for p in (tmp_path / "out").rglob("events.out.tfevents.*"))
+    assert len(events) == 2 and all(p.stat().st_size > 100 for p in (tmp_path / "out").rglob("events.out.tfevents.*")), events
+
+
+def test_training_arguments_are_checked_before_any_work(tmp_path):
+    """``--epochs 0``, ``--learning_rate -1``... fail at once, naming the argument (both bundles, both training configs)."""
+    from monai_npc.engines import check_training_args
+
+    check_training_args(epochs=3, batch_size=2, val_interval=1, max_iterations_per_epoch=None, learning_rate=1e-3, lr_decay=1.0,
+                        label_weight=0.0, flip_prob=0.5, deform_prob=0.0)
+    with pytest.raises(ValueError, match=r"--epochs must be a whole number >= 1, got 0; --learning_rate must be a number > 0, "
+                                         r"got -1; --flip_prob must be a probability in \[0, 1\], got 2"):
+        check_training_args(epochs=0, learning_rate=-1, flip_prob=2)
+    with pytest.raises(ValueError, match=r"--batch_size must be a whole number >= 1, got 2.5"):
+        check_training_args(batch_size=2.5)
+    for bundle in ("npc_acdc", "npc_camus"):
+        for name in ("train.json", "multi_gpu_train.json"):
+            first = json.loads((BUNDLES / bundle / "configs" / name).read_text())["initialize"]
+            assert any("check_training_args(" in line for line in first), (bundle, name)
+    wf = ConfigWorkflow(config_file=_configs("npc_acdc", "train.json"), workflow_type=None, logging_file=False,
+                        bundle_root=str(BUNDLES / "npc_acdc"), output_dir=str(tmp_path / "o"), ckpt_dir=str(tmp_path / "m"), epochs=0)
+    with pytest.raises(RuntimeError) as err:
+        wf.initialize()
+    assert "--epochs must be a whole number >= 1, got 0" in str(err.value.__cause__) and not (tmp_path / "o").exists()

@@ -163,3 +163,13 @@ def test_resume_is_bit_exact(tmp_path, phantom_dir, epoch_length):
     torch.manual_seed(1234)
     other = _weights(_train(tmp_path / "norandom", phantom_dir, epochs=3, resume=True, **extra))
     assert max(float((straight[k] - other[k]).abs().max()) for k in straight) > 1e-6
+
+
+def test_resume_says_which_settings_it_keeps(tmp_path, phantom_dir, caplog):
+    """A resumed run continues the checkpoint's learning-rate schedule and epoch length: asked for others, it says so."""
+    _train(tmp_path, phantom_dir, epochs=1, max_iterations_per_epoch=2)
+    with caplog.at_level(logging.INFO, logger="monai_npc.handlers.checkpoint"):
+        wf = _train(tmp_path, phantom_dir, epochs=2, resume=True, max_iterations_per_epoch=1, learning_rate=0.5)
+    assert "continues its own learning-rate schedule" in caplog.text and "[0.5] is not used" in caplog.text
+    assert "runs 2 iterations per epoch; this run's 1 is not used" in caplog.text
+    assert "at epoch 1 (iteration 2) of 2" in caplog.text and wf.trainer.state.iteration == 4

@@ -121,7 +121,7 @@ def test_split_counts(layouts):
     with pytest.warns(UserWarning, match="scaled proportionally to 2/0/1"):
         scaled = acdc_patient_split(layouts["slices"])  # the paper's 80/20/50 on 3 patients
     assert [len(scaled[s]) for s in ("train", "val", "test")] == [2, 0, 1]
-    with pytest.raises(ValueError, match="no patients"):
+    with pytest.raises(ValueError, match=r"no patients: the folder holds 3, and the counts 80/20/50 \(train/val/test\) become 2/0/1"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             build_acdc_pairs(layouts["slices"], split="val")

@@ -384,8 +384,18 @@ def test_model_resolution_bundle_folder_and_state_dict(tmp_path):
     assert named.meta["bundle"] == "my bundle" and named.config["num_steps"] == 3
     # a bare state dict outside a bundle has no configuration: say so
     shutil.copy(bundle / "models" / "model.pt", tmp_path / "loose.pt")
-    with pytest.raises(ValueError, match="bare state dict without its network configuration"):
+    with pytest.raises(ValueError, match="bare state dict without its network configuration.*export_bundle_weights.py"):
         load_pretrained(tmp_path / "loose.pt")
+    # ... and a training's weights or checkpoint written outside the bundle export with its network_def
+    other = NPCNet(**dict(SMALL, num_steps=3)).eval()
+    torch.save({"model": other.state_dict(), "optimizer": {}, "trainer": {"epoch": 1}}, tmp_path / "checkpoint_epoch=1.pt")
+    for weights in (tmp_path / "loose.pt", tmp_path / "checkpoint_epoch=1.pt"):
+        exported = load_pretrained(export_bundle_weights(bundle, tmp_path / "exported.pt", weights=weights))
+        source = net if weights.name == "loose.pt" else other
+        with torch.no_grad():
+            torch.testing.assert_close(exported(x), source(x))
+        assert exported.meta["network_def_version"] == "9.9.9" and "version" not in exported.meta
+        assert exported.meta["weights_file"] == str(weights.resolve())
 
 
 def test_camus_is_a_named_model_equal_to_the_bundle():

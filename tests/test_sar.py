@@ -164,3 +164,26 @@ def test_train_sar_fine_tunes_from_given_weights(tmp_path):
     assert net.meta["schedule"]["init_schedule"] == {"iterations": 7}
     change = max((a - b).abs().max().item() for a, b in zip(net.state_dict().values(), start.state_dict().values()))
     assert 0.0 < change <= 2e-3  # one Adam step of lr 1e-3 away from the starting weights
+
+
+def test_train_sar_resumes_only_what_it_was_asked(tmp_path, caplog):
+    """A checkpoint resumes with a warning, towards more iterations, with the settings it was trained with;
+    other settings, fewer iterations and bad values are errors naming them."""
+    import logging
+
+    from monai_npc.extras.sar.train import SARTrainConfig, train_sar
+
+    small = dict(kernel_size=8, stride=4, num_pairs=4, top_k=2, gate_dim=8, hidden_dim=8, num_pe=8, num_steps=2, head_channels=4)
+    data = SARPairConfig(size=32, change_probability=0.0)
+    cfg = dict(n_pairs=1, crop=0, batch_size=1, lr=1e-3, model=small)
+    train_sar(tmp_path / "run", SARTrainConfig(iterations=2, **cfg), data, progress=False)
+    with caplog.at_level(logging.WARNING, logger="monai_npc.extras.sar.train"):
+        net = train_sar(tmp_path / "run", SARTrainConfig(iterations=3, **cfg), data, progress=False)
+    assert "resuming" in caplog.text and "at iteration 2 of 3" in caplog.text
+    assert len(json.loads((tmp_path / "run" / "train_history.json").read_text())) == 3 and net.meta["schedule"]["lr"] == 1e-3
+    with pytest.raises(ValueError, match=r"trained with other settings \(lr 0.001 -> 0.5\)"):
+        train_sar(tmp_path / "run", SARTrainConfig(iterations=4, **dict(cfg, lr=0.5)), data, progress=False)
+    with pytest.raises(ValueError, match=r"holds 3 iterations; --iterations 1 would train none"):
+        train_sar(tmp_path / "run", SARTrainConfig(iterations=1, **cfg), data, progress=False)
+    with pytest.raises(ValueError, match=r"iterations must be >= 1, got 0; lr must be a number > 0, got -1"):
+        SARTrainConfig(iterations=0, lr=-1.0)

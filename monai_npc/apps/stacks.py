@@ -251,9 +251,13 @@ def find_studies(root: PathLike, directions: Sequence[str] = ("ED->ES", "ES->ED"
         if _is_dicom_folder(d):
             studies.append(_dicom_study(d, directions))
     if not studies:
+        slices = any(root.glob("*_slice_*.h5")) or any(root.glob("data/*_slice_*.h5"))
+        hint = ("; this folder holds SSL4MIS slice files (patientNNN_frameFF_slice_K.h5): the *_crops.json configs "
+                "(evaluate_crops.json, inference_crops.json) read that layout") if slices else ""
         raise FileNotFoundError(
             f"no studies found under {root}: expected patientNNN/ folders (patientNNN_frameFF.nii.gz [+ _gt] + Info.cfg, "
             "or patientNNN_4d.nii.gz + Info.cfg), NAME_moving.nii.gz + NAME_fixed.nii.gz pairs, or DICOM cine folders with Info.cfg"
+            + hint
         )
     names = [s.name for s in studies]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -793,7 +797,7 @@ def _with_weights(kwargs: Mapping[str, Any], ckpt_path: Optional[PathLike], meta
         if ckpt_path not in (None, ""):
             from monai_npc.engines import init_weights
 
-            net = init_weights(net, ckpt_path)
+            net = init_weights(net, ckpt_path, "ckpt_path")
         if meta:
             net.meta = {**(getattr(net, "meta", None) or {}), **dict(meta)}
         out["model"] = net.eval()

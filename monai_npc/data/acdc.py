@@ -36,7 +36,7 @@ from monai_npc.transforms import CropOnLabelUniond, MinMaxNormalized
 from .io import find_image, read_array, read_h5, read_vector_image
 from .layout import find_patient_dirs, read_cfg
 from .pairs import DIRECTIONS, frame_item_to_numpy, frames_to_pairs, make_dataset, pair_transforms
-from .splits import SPLITS, Count, patient_split, read_split_file, split_patients
+from .splits import SPLITS, Count, empty_split_error, patient_split, read_split_file, split_patients
 
 __all__ = [
     "ACDC_LABELS",
@@ -427,7 +427,7 @@ def build_acdc_pairs(
     patients = find_acdc_patients(root, layout)
     chosen = _select(patients, split, n_train, n_val, n_test, seed, split_file)
     if not chosen:
-        raise ValueError(f"the ACDC '{split}' split of {root} has no patients (counts {n_train}/{n_val}/{n_test}).")
+        raise empty_split_error("ACDC", split, root, len(patients), n_train, n_val, n_test, split_file)
     items, stats = _frame_items(chosen, roi_size, structures)
     if not items:
         names = ", ".join(f"{s}={ACDC_LABELS.get(s, '?')}" for s in structures)

@@ -39,7 +39,7 @@ from monai_npc.transforms import MinMaxNormalized, ResampleToSpacingd
 from .io import find_image, load_image, read_array, read_vector_image, select_frame, to_array_order
 from .layout import find_patient_dirs, read_cfg
 from .pairs import frame_item_to_numpy, frames_to_pairs, make_dataset, pair_transforms
-from .splits import SPLITS, Count, patient_split, split_patients
+from .splits import SPLITS, Count, empty_split_error, patient_split, split_patients
 
 __all__ = [
     "CAMUS_LABELS",
@@ -282,6 +282,7 @@ def build_camus_pairs(
     if bad or not directions:
         raise ValueError(f"directions must be a non-empty subset of ('ED->ES', 'ES->ED'), got {tuple(directions)}.")
     patients = find_camus_patients(root, views)
+    n_available = len(patients)
     png = patients[0].views[views[0]]["ED"].suffix.lower() == ".png" if patients else False
     if split != "all":
         if split not in SPLITS:
@@ -295,7 +296,7 @@ def build_camus_pairs(
         chosen = set(split_patients([p.name for p in patients], split, n_train, n_val, n_test, seed, split_file))
         patients = [p for p in patients if p.name in chosen]
     if not patients:
-        raise ValueError(f"the CAMUS '{split}' split of {root} has no patients (counts {n_train}/{n_val}/{n_test}).")
+        raise empty_split_error("CAMUS", split, root, n_available, n_train, n_val, n_test, split_file)
     if protocol == "auto":
         protocol = "resize" if png else "resample"
     preprocess = camus_preprocess(pixdim, roi_size, protocol)

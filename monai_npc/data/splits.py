@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-__all__ = ["SPLITS", "resolve_split_counts", "patient_split", "read_split_file", "split_patients"]
+__all__ = ["SPLITS", "resolve_split_counts", "patient_split", "read_split_file", "split_patients", "empty_split_error"]
 
 SPLITS: Tuple[str, ...] = ("train", "val", "test")
 Count = Optional[Union[int, float]]
@@ -145,3 +145,23 @@ def split_patients(
     if missing:
         raise ValueError(f"split_file {str(split_file)!r} lists {len(missing)} '{split}' patient(s) not found: {missing[:5]}")
     return sorted(listed)
+
+
+def empty_split_error(dataset: str, split: str, root: Union[str, Path], n_available: int, n_train: Count, n_val: Count, n_test: Count,
+                      split_file: Optional[Union[str, Path]] = None) -> ValueError:
+    """The error for a split without patients: how many patients ``root`` holds, what the counts
+    became for them, and what to do."""
+    where = f"the {dataset} '{split}' split of {root} has no patients: the folder holds {n_available}"
+    if split_file is not None:
+        return ValueError(f"{where}, and split_file {str(split_file)!r} lists none for '{split}'.")
+    if n_available == 0:
+        return ValueError(f"{where} (is it the dataset's folder?).")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        counts = resolve_split_counts(n_available, n_train, n_val, n_test)
+    return ValueError(f"{where}, and the counts {n_train}/{n_val}/{n_test} (train/val/test) become {counts[0]}/{counts[1]}/{counts[2]} "
+                      f"for them; give a folder with more patients, smaller counts (--n_train/--n_val/--n_test), a split_file, or "
+                      f"split 'all'.")
+

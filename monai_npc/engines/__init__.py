@@ -8,17 +8,19 @@
 
 from .distributed import finalize_distributed
 from .loops import evaluate_pairs, stack_pairs, train_pairs
-from .workflows import RegistrationEvaluator, RegistrationTrainer, as_bool, init_weights, load_pairs, prepare_dataset_dir
+from .workflows import RegistrationEvaluator, RegistrationTrainer, as_bool, check_training_args, init_weights, load_pairs, prepare_dataset_dir, require_file
 
 __all__ = [
     "RegistrationEvaluator",
     "RegistrationTrainer",
     "as_bool",
+    "check_training_args",
     "evaluate_pairs",
     "finalize_distributed",
     "init_weights",
     "load_pairs",
     "prepare_dataset_dir",
+    "require_file",
     "stack_pairs",
     "train_pairs",
 ]

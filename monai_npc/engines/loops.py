@@ -120,7 +120,7 @@ def train_pairs(
         terms["loss"].backward()
         opt.step()
         sched.step()
-        record = {k: float(v) for k, v in terms.items() if v.dim() == 0}
+        record = {k: float(v.detach()) for k, v in terms.items() if v.dim() == 0}
         history.append(record)
         bar.set_postfix(loss=f"{record['loss']:.4f}")
         if callback is not None:

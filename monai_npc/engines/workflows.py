@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from monai.engines import SupervisedEvaluator, SupervisedTrainer
@@ -49,6 +49,38 @@ logger = logging.getLogger(__name__)
 META_KEYS = ("patient", "slice", "view", "direction", "spacing")
 
 
+#: :func:`check_training_args`: (test, what the argument must be) per bundle training argument
+_TRAINING_RULES: Dict[str, Tuple[Callable[[float], bool], str]] = {
+    "epochs": (lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1"),
+    "batch_size": (lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1"),
+    "val_interval": (lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1"),
+    "max_iterations_per_epoch": (lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1 (or None: whole epochs)"),
+    "learning_rate": (lambda v: 0 < v < float("inf"), "a number > 0"),
+    "lr_decay": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "flip_prob": (lambda v: 0 <= v <= 1, "a probability in [0, 1]"),
+    "deform_prob": (lambda v: 0 <= v <= 1, "a probability in [0, 1]"),
+    "label_weight": (lambda v: 0 <= v < float("inf"), "a number >= 0"),
+}
+
+
+def check_training_args(**args: Any) -> None:
+    """One ``ValueError`` naming every bad bundle training argument (``--epochs 0``, ``--learning_rate -1``...),
+    before any data is read; ``None`` is accepted where the bundle allows it (``max_iterations_per_epoch``)."""
+    bad = []
+    for name, value in args.items():
+        if value is None and name == "max_iterations_per_epoch":
+            continue
+        test, rule = _TRAINING_RULES[name]
+        try:
+            ok = not isinstance(value, bool) and bool(test(float(value)))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            bad.append(f"--{name} must be {rule}, got {value!r}")
+    if bad:
+        raise ValueError("bundle training arguments: " + "; ".join(bad) + ".")
+
+
 def as_bool(value: Any, name: str = "value") -> bool:
     """A boolean from a config or command-line value (``True``, ``"true"``, ``"0"``, ...).
 
@@ -73,7 +105,14 @@ def unwrap_network(network: nn.Module) -> nn.Module:
     return network
 
 
-def init_weights(network: nn.Module, path: Optional[Union[str, Path]] = None) -> nn.Module:
+def require_file(path: Union[str, Path], argument: str) -> Path:
+    """``path`` as a ``Path`` when it is a file, else ``FileNotFoundError`` naming the bundle argument (``--ckpt_path``)."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--{argument} {path}: no such file.")
+    return Path(path)
+
+
+def init_weights(network: nn.Module, path: Optional[Union[str, Path]] = None, argument: str = "init_weights") -> nn.Module:
     """Load the network weights of ``path`` into ``network`` to start a training from them (fine-tuning).
 
     ``path`` is a bundle ``models/model.pt`` (a bare state dict) or a training checkpoint with a
@@ -81,20 +120,19 @@ def init_weights(network: nn.Module, path: Optional[Union[str, Path]] = None) ->
     optimizer, scheduler and epoch start afresh, so a fine-tune can use its own learning rate and
     decay. The network is loaded unwrapped (DDP-safe) and strictly: a file made for another
     architecture (``stages``, ``kernel_size``, ...) fails with the missing and unexpected keys.
+    ``argument`` names the bundle argument in errors (``init_weights``, ``ckpt_path``).
     Returns ``network``.
     """
     if path is None or str(path) == "":
         return network
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"init_weights: no such file {path}.")
+    path = require_file(path, argument)
     state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, Mapping) and "model" in state and isinstance(state["model"], Mapping):
         state = state["model"]
     try:
         unwrap_network(network).load_state_dict(state)
     except RuntimeError as err:
-        raise RuntimeError(f"init_weights: {path} does not fit the configured network: {err}") from err
+        raise RuntimeError(f"--{argument} {path} does not fit the configured network: {err}") from err
     logger.info("init_weights: network initialised from %s", path)
     return network
 

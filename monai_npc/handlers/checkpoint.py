@@ -137,6 +137,12 @@ class BestMetricState:
             tracker.load_state_dict({"_saved": [(float(p), str(f)) for p, f in saved]})
 
 
+def _initial_lrs(optimizer: Any) -> List[float]:
+    """The initial learning rate of each parameter group (``initial_lr``, set by a scheduler, else ``lr``)."""
+    groups = getattr(optimizer, "param_groups", None) or []
+    return [float(g.get("initial_lr", g.get("lr", 0.0))) for g in groups]
+
+
 class TrainCheckpoint:
     """Save the whole training state every ``save_interval`` epochs, crash-safe, and optionally resume from it.
 
@@ -255,7 +261,8 @@ class TrainCheckpoint:
                     f"resume: no readable checkpoint in {self.save_dir}; skipped {[str(p) for p in self.skipped]}. "
                     "Delete them to train from scratch, or set resume=False."
                 )
-            logger.warning("resume requested but %s holds no checkpoint_epoch=N.pt; training from scratch.", self.save_dir)
+            logger.warning("resume requested but %s holds no checkpoint_epoch=N.pt (is output_dir the run's?); training from scratch.",
+                           self.save_dir)
             return
         if "random" in objects and "random" not in checkpoint:
             logger.warning("%s has no random state (older format): the resumed run will not repeat the same batches.", self.loaded_from)
@@ -263,14 +270,24 @@ class TrainCheckpoint:
         logger.info("resuming training from %s", self.loaded_from)
 
         def _load(engine: Engine) -> None:
-            prior_max_epochs = engine.state.max_epochs
+            prior_max_epochs, prior_epoch_length = engine.state.max_epochs, engine.state.epoch_length
+            asked_lr = _initial_lrs(self.save_dict.get("optimizer"))
             Checkpoint.load_objects(to_load=objects, checkpoint=checkpoint)
+            saved_lr = _initial_lrs(self.save_dict.get("optimizer"))
+            if asked_lr and saved_lr and asked_lr != saved_lr:
+                logger.warning("resume: %s continues its own learning-rate schedule (initial %s); this run's %s is not used "
+                               "(train into a new output_dir to change it).", self.loaded_from, saved_lr, asked_lr)
+            if prior_epoch_length is not None and engine.state.epoch_length != prior_epoch_length:
+                logger.warning("resume: %s runs %d iterations per epoch; this run's %d is not used (train into a new output_dir "
+                               "to change it).", self.loaded_from, engine.state.epoch_length, prior_epoch_length)
             if prior_max_epochs is not None and engine.state.epoch > prior_max_epochs:
                 raise ValueError(
                     f"{self.loaded_from} is at epoch {engine.state.epoch}, beyond this run's max_epochs {prior_max_epochs}; "
                     "pass a larger --epochs to continue training."
                 )
             engine.state.max_epochs = prior_max_epochs
+            logger.info("resumed from %s at epoch %d (iteration %d) of %d", self.loaded_from, engine.state.epoch,
+                        engine.state.iteration, prior_max_epochs)
             checkpoint.clear()  # free the loaded tensors
 
         engine.add_event_handler(Events.STARTED, _load)

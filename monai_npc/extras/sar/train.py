@@ -13,6 +13,7 @@ Augmentation: the 8 flips / transposes of the square, applied to both images and
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +38,8 @@ __all__ = [
     "SARTrainConfig", "RealTrainConfig", "TRAIN_SEED", "VAL_SEED", "TEST_SEED", "crop_pairs", "dihedral", "fit", "stack_pairs",
     "train_sar", "train_sar_real",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: seed ranges of the synthetic splits (pair ``i`` of a split has seed ``SPLIT_SEED + i``)
 TRAIN_SEED, VAL_SEED, TEST_SEED = 0, 50_000, 100_000
@@ -74,6 +77,38 @@ class SARTrainConfig:
     seed: int = 0
     model: Dict[str, Any] = field(default_factory=lambda: dict(SAR_CONFIG))
     init: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        checks = [("iterations", self.iterations >= 1, ">= 1"), ("n_pairs (--pairs)", self.n_pairs >= 1, ">= 1"),
+                  ("batch_size (--batch-size)", self.batch_size >= 1, ">= 1"), ("crop", self.crop >= 0, ">= 0 (0 = whole pairs)"),
+                  ("lr", np.isfinite(self.lr) and self.lr > 0, "a number > 0"),
+                  ("lr_decay (--lr-decay)", 0 < self.lr_decay <= 1, "in (0, 1]"), ("window", self.window >= 3, ">= 3 pixels"),
+                  ("supervision", self.supervision >= 0, ">= 0")]
+        bad = [f"{name} must be {rule}, got {getattr(self, name.split()[0])!r}" for name, ok, rule in checks if not ok]
+        if bad:
+            raise ValueError("SAR training: " + "; ".join(bad) + ".")
+
+
+#: :class:`SARTrainConfig` fields a resumed run may change: the total ``iterations`` and ``crop``
+#: (fine-tuning on other tiles); ``init`` only applies without a checkpoint
+_RESUMABLE_CHANGES = ("iterations", "crop", "init")
+
+
+def _resume_check(ckpt: Path, state: Mapping[str, Any], config: SARTrainConfig) -> None:
+    """A checkpoint is resumed only by the settings it was trained with (``ValueError`` naming what differs)
+    and towards more iterations than it holds."""
+    done = int(state["iteration"])
+    if config.iterations < done:
+        raise ValueError(f"{ckpt} holds {done} iterations; --iterations {config.iterations} would train none: ask for more "
+                         f"than {done}, or give a new --out.")
+    saved = state.get("config")
+    if saved is None:  # a checkpoint of an older version: nothing recorded to compare
+        return
+    now = json.loads(json.dumps(asdict(config)))
+    changed = [f"{k} {saved.get(k)!r} -> {v!r}" for k, v in now.items() if k not in _RESUMABLE_CHANGES and saved.get(k) != v]
+    if changed:
+        raise ValueError(f"{ckpt} was trained with other settings ({'; '.join(changed)}): resume it with the same ones, "
+                         "or give a new --out (--init fine-tunes from weights).")
 
 
 def crop_pairs(pairs: Sequence[Mapping], crop: int) -> List[Dict[str, np.ndarray]]:
@@ -127,7 +162,8 @@ def fit(
     """The training loop: ``draw(rng)`` gives a batch ``(moving, fixed, true ddf)``; Adam on
     LNCC + diffusion + folds + ``supervision`` x endpoint error. ``out/checkpoint.pt`` (every
     ``checkpoint_every`` iterations, atomic) is resumed when present, random state included (read as
-    data only; temporaries of a killed save are deleted first).
+    data only; temporaries of a killed save are deleted first), with a warning, and only with the
+    settings it was trained with (other ``iterations`` and ``crop`` allowed; else ``ValueError``).
     Returns ``(history, seconds, loss)``.
     """
     from tqdm.auto import tqdm
@@ -144,6 +180,8 @@ def fit(
     remove_leftovers(out, [ckpt.name])  # temporaries of a killed save: never resumed from
     if ckpt.is_file():
         state = safe_load(ckpt, what="SAR training checkpoint")  # data only: a checkpoint never runs code
+        _resume_check(ckpt, state, config)
+        logger.warning("resuming %s at iteration %d of %d", ckpt, int(state["iteration"]), config.iterations)
         net.load_state_dict(state["network"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -153,7 +191,8 @@ def fit(
 
     def save(it: int) -> None:
         state = dict(network=net.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(), history=history,
-                     rng=rng.bit_generator.state, iteration=it, seconds=seconds_before + time.perf_counter() - t0)
+                     rng=rng.bit_generator.state, iteration=it, seconds=seconds_before + time.perf_counter() - t0,
+                     config=json.loads(json.dumps(asdict(config))))
         atomic_torch_save(state, ckpt)
 
     net.train()

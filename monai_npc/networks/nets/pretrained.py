@@ -137,6 +137,8 @@ def _state_dict(blob: Any, path: Path) -> Dict[str, torch.Tensor]:
     """The network state dict of a bundle weights file (bare, or ``{"model": ...}`` from a checkpoint)."""
     if isinstance(blob, dict) and len(blob) == 1 and isinstance(next(iter(blob.values())), dict):
         blob = next(iter(blob.values()))
+    elif isinstance(blob, dict) and isinstance(blob.get("model"), dict) and "trainer" in blob:  # a training checkpoint_epoch=N.pt
+        blob = blob["model"]
     if not isinstance(blob, dict) or not blob or not all(isinstance(v, torch.Tensor) for v in blob.values()):
         raise ValueError(f"{path} is not an NPC weights file (neither save_pretrained's dict nor a state dict).")
     return blob
@@ -288,7 +290,9 @@ def _resolve(
     if bundle_dir is None:
         raise ValueError(
             f"{path} is a bare state dict without its network configuration: pass the bundle folder or a "
-            f"models/model.pt inside a bundle (with {_BUNDLE_CONFIG}), or a file written by save_pretrained."
+            f"models/model.pt inside a bundle (with {_BUNDLE_CONFIG}), or a file written by save_pretrained; weights a "
+            "bundle training wrote outside its bundle (--ckpt_dir) become one with "
+            "`python examples/export_bundle_weights.py BUNDLE_DIR OUT.pt --weights THAT_FILE`."
         )
     return bundle_network_config(bundle_dir), state, _bundle_meta(bundle_dir)
 
@@ -353,7 +357,8 @@ def link_bundle_weights(bundle_dir: str | Path, weights: str | Path) -> Path:
 
 
 def export_bundle_weights(
-    bundle_dir: str | Path, out: str | Path, meta: Optional[Mapping[str, Any]] = None, link: bool = False
+    bundle_dir: str | Path, out: str | Path, meta: Optional[Mapping[str, Any]] = None, link: bool = False,
+    weights: Optional[str | Path] = None,
 ) -> Path:
     """Write a bundle's ``models/model.pt`` with its ``network_def`` as a :func:`save_pretrained` file.
 
@@ -362,11 +367,31 @@ def export_bundle_weights(
     ``bundles/npc_camus`` (``examples/export_bundle_weights.py``); the bundle's weights are not checked
     against its recorded checksum (after a retraining it is the old one). With ``link``, the bundle's
     ``models/model.pt`` then becomes a link to ``out`` (:func:`link_bundle_weights`): one stored copy.
+    ``weights``: take the weights from this file instead (a bundle training's ``model.pt`` or
+    ``checkpoint_epoch=N.pt`` written outside the bundle with ``--ckpt_dir`` / ``--output_dir``), with the
+    bundle's ``network_def``.
     """
     bundle_dir = Path(bundle_dir)
-    if not _is_bundle(bundle_dir):
+    if weights is None and not _is_bundle(bundle_dir):
         raise FileNotFoundError(f"{bundle_dir} is not a MONAI bundle (it needs {_BUNDLE_CONFIG} and {_BUNDLE_WEIGHTS}).")
-    net = _load(bundle_dir, "cpu", False, {})  # retrained on purpose: its metadata.json may hold the old checksum
+    if weights is not None and not (bundle_dir / _BUNDLE_CONFIG).is_file():
+        raise FileNotFoundError(f"{bundle_dir} is not a MONAI bundle (it needs {_BUNDLE_CONFIG}).")
+    if weights is None:
+        net = _load(bundle_dir, "cpu", False, {})  # retrained on purpose: its metadata.json may hold the old checksum
+    else:
+        path = Path(weights)
+        if not path.is_file():
+            raise FileNotFoundError(f"weights {path}: no such file.")
+        config, state, file_meta = _contents(path)
+        net = _network_to_load(dict(config) if config is not None else bundle_network_config(bundle_dir))
+        try:
+            net.load_state_dict(state)
+        except RuntimeError as err:
+            raise ValueError(f"the weights of {path} do not fit {bundle_dir}'s network_def: {err}") from err
+        bundle = _bundle_meta(bundle_dir)  # its version and changelog describe the bundle's own weights, not these
+        released = {"network_def_version": bundle.pop("version", None)}
+        bundle.pop("changelog", None)
+        net.meta = {**bundle, **released, **file_meta, "weights_file": str(path.resolve())}
     info = {"preprocessing": "minmax", **net.meta, **dict(meta or {})}
     info.pop(CHECKSUM_KEY, None)
     info["bundle"] = bundle_dir.resolve().name
