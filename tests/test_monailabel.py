@@ -94,7 +94,8 @@ def test_label_propagation_task(tmp_path):
     task = module.NPCRegistration(model="phase-correlation", datastore=_Datastore(tmp_path), output_root=str(results))
     assert task.is_valid() and task.info()["type"] == "segmentation" and task.info()["dimension"] == 2
     assert not module.NPCRegistration(model="acdc-does-not-exist").is_valid()
-    assert task.config() == {"npc_model": "phase-correlation", "moving": "", "moving_label": "", "fixed_label": ""}
+    assert task.config() == {"npc_model": "phase-correlation", "moving": "", "moving_label": "", "fixed_label": "", "npc_refine": "",
+                             "npc_device": ""}
     # MONAI Label resolves "image" to a path; "moving" is a datastore id, its label the "final" one;
     # the server sets "model" to the task's name and may pass its own "device": neither is the NPC model.
     request = {"model": "npc_registration", "device": "cuda", "image": fixed, "moving": "ed", "fixed_label": "es"}
@@ -204,7 +205,7 @@ def test_track_task(tmp_path):
 
     task = module.NPCTrack(model="acdc", datastore=_Datastore(tmp_path), output_root=str(results))
     assert task.is_valid() and task.info()["type"] == "segmentation" and task.info()["dimension"] == 3
-    assert task.config() == {"npc_model": "acdc", "label": "", "label_frame": "", "scheme": "anchored"}
+    assert task.config() == {"npc_model": "acdc", "label": "", "label_frame": "", "scheme": "anchored", "npc_refine": "", "npc_device": ""}
     frame = smoke.CINE_LABEL_FRAME
     request = {"model": "npc_track", "device": "cuda", "image": str(cine["cine"]), "npc_image_id": "cine",
                "label": str(cine["label"]), "label_frame": str(frame), "npc_refine": 0}
@@ -262,9 +263,29 @@ def test_track_task_defaults_from_datastore_and_info_cfg(tmp_path):
     label_file, params = task({"model": "npc_track", "image": str(cine["cine"]), "npc_image_id": "cine"})
     arr = sitk.GetArrayFromImage(sitk.ReadImage(label_file))
     os.remove(label_file)
-    assert params["label_frame"] == 2 and params["label_frame_from"] == "Info.cfg ED" and params["scheme"] == "direct"
+    assert params["label_frame"] == 2 and params["label_frame_from"] == "ED of Info.cfg" and params["scheme"] == "direct"
     assert np.array_equal(arr[2], truth[2]) and params["model"] == "phase-correlation" and params["registrations"] == 4
     assert params["info_cfg"]["ed"] == 2 and params["info_cfg"]["es"] == 0
     assert params["info_cfg"]["es_matches"] == (params["function"]["es_frame"] == 0)
     (tmp_path / "Info.cfg").write_text("ED: 9\nES: 1\n")
-    _refused(task, {"image": str(cine["cine"]), "npc_image_id": "cine"}, 400, "label_frame 8 (from the Info.cfg ED) is out of range")
+    _refused(task, {"image": str(cine["cine"]), "npc_image_id": "cine"}, 400, "label_frame 8 (from the ED of Info.cfg) is out of range")
+
+
+def test_tasks_keep_few_networks_and_read_absolute_paths_only(tmp_path, monkeypatch):
+    """Each distinct npc_refine loads a network: only the last MAX_NETWORKS stay in memory. A relative path
+    (which would resolve against the server's own folder, e.g. the repository) is not read; npc_device is checked."""
+    module = _load_task_module()
+    common = importlib.import_module("npc_monailabel_lib.common")
+    root = APP.parents[2]
+    task = module.NPCRegistration(model="acdc")
+    for refine in range(common.MAX_NETWORKS + 3):
+        net, _, _ = task._network({"npc_refine": refine})
+        assert net.refiner.iterations == refine
+    assert len(task._nets) == common.MAX_NETWORKS and [k[2] for k in task._nets] == list(range(3, common.MAX_NETWORKS + 3))
+    monkeypatch.chdir(root)
+    with pytest.raises(module.RequestError) as err:
+        task._image("pyproject.toml", "moving")
+    assert err.value.status_code == 404 and "absolute path" in err.value.detail
+    assert task._image(str(root / "pyproject.toml"), "moving") == str(root / "pyproject.toml")
+    with pytest.raises(module.RequestError, match="npc_device 'cuda:7'|npc_device 'gpu'"):
+        task._network({"npc_device": "cuda:7" if not __import__("torch").cuda.is_available() else "gpu"})

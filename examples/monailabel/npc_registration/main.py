@@ -59,7 +59,10 @@ def guard_task_routing(tasks: Any) -> None:
     MONAI Label's ``run_inference`` copies the params over ``{"model": <URL task>}`` and routes by
     the result, so ``params={"model": "npc_registration"}`` sent to ``/infer/npc_track`` would run
     the other task. The wrapper installed here refuses such a request with 400 (and params that are
-    not a JSON object with 400 instead of 500). Without ``monailabel`` it does nothing.
+    not a JSON object, or a request without any image, with 400 instead of 500), drops options sent
+    empty (Slicer sends every option of a task's config; an empty ``label`` would hide the uploaded
+    one), and deletes the uploaded files when a request fails (MONAI Label deletes them only after a
+    successful answer). Without ``monailabel`` it does nothing.
     """
     try:
         from monailabel.endpoints import infer as endpoint
@@ -72,16 +75,32 @@ def guard_task_routing(tasks: Any) -> None:
     @functools.wraps(original)
     def run_inference(background_tasks, model, image="", session_id="", params="{}", *args, **kwargs):
         try:
-            given = json.loads(params) if isinstance(params, str) and params else {}
-        except ValueError as err:
-            raise RequestError(400, f"params is not valid JSON ({err}): send a JSON object, e.g. '{{\"npc_refine\": 0}}'.") from None
-        if not isinstance(given, dict):
-            raise RequestError(400, f"params must be a JSON object, got {type(given).__name__}.")
-        if "model" in given and given["model"] != model:
-            err = _wrong_model(given["model"], tasks, model)
-            logger.warning(f"Infer request refused ({err.status_code}): {err.detail}")
-            raise err
-        return original(background_tasks, model, image, session_id, params, *args, **kwargs)
+            try:
+                given = json.loads(params) if isinstance(params, str) and params else {}
+            except ValueError as err:
+                raise RequestError(400, f"params is not valid JSON ({err}): send a JSON object, e.g. '{{\"npc_refine\": 0}}'.") from None
+            if not isinstance(given, dict):
+                raise RequestError(400, f"params must be a JSON object, got {type(given).__name__}.")
+            if "model" in given and given["model"] != model:
+                raise _wrong_model(given["model"], tasks, model)
+            upload = kwargs.get("file", args[0] if args else None)
+            if not image and not session_id and not upload:
+                raise RequestError(400, "no image: name the open image (?image=<datastore id>) or upload one (form field 'file').")
+            # an empty option is an option left unset (Slicer sends every option of the task's config): it must not
+            # replace what the request carries, such as the uploaded label's path
+            params = json.dumps({k: v for k, v in given.items() if v != ""})
+            return original(background_tasks, model, image, session_id, params, *args, **kwargs)
+        except BaseException as err:
+            if isinstance(err, RequestError):
+                logger.warning(f"Infer request refused ({err.status_code}): {err.detail}")
+            # MONAI Label deletes the uploaded files in background tasks that run only after a successful answer
+            for task in list(getattr(background_tasks, "tasks", [])):
+                if getattr(task.func, "__name__", "") == "remove_file":
+                    try:
+                        task.func(*task.args, **task.kwargs)
+                    except OSError:
+                        pass
+            raise
 
     run_inference.npc_guarded = True
     endpoint.run_inference = run_inference

@@ -268,6 +268,10 @@ MALFORMED = [
      "label_frame 9 (from the request) is out of range"),
     ("track: label off the frame grid", TRACK_TASK, "cine", {"label": "es", "label_frame": 0}, None, 422, "grid"),
     ("track: unreadable label file", TRACK_TASK, "cine", {}, "broken.nii.gz", 422, "cannot read label"),
+    ("no image at all", TASK, "", {"moving": "ed"}, None, 400, "no image"),
+    ("relative output_dir (would resolve against the server's folder)", TASK, "es", {"moving": "ed", "output_dir": "result"}, None,
+     400, "absolute path"),
+    ("npc_device the server lacks", TASK, "es", {"moving": "ed", "npc_device": "cuda:7"}, None, 400, "npc_device"),
 ]
 
 
@@ -379,6 +383,8 @@ def run_smoke_test(workdir: Optional[Path] = None, phantom: bool = False, model:
         time.sleep(1.0)  # the server deletes a result file in a background task after sending it
         left = sorted(p.name for p in (work / "app_data" / "tmp").glob("npc_result_*"))
         _check(not left, f"result files left on the server: {left}")
+        uploads = sorted(p.name for p in (work / "app_data" / "tmp").glob("tmp*.nii*"))  # also after the refused requests
+        _check(not uploads, f"uploaded files left on the server: {uploads}")
     finally:
         if server is not None:
             server.stop()

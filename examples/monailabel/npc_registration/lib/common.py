@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
@@ -102,6 +103,29 @@ def whole_number(value: Any, key: str, what: str) -> Optional[int]:
     return number
 
 
+#: networks a task keeps loaded (the most recently used; a request for another one loads it again)
+MAX_NETWORKS = 4
+
+
+def _device(value: Any) -> str:
+    """Request value ``npc_device`` as a torch device string; 400 naming ``npc_device`` when it is not one this server has."""
+    import torch
+
+    try:
+        device = torch.device(str(value))
+    except (RuntimeError, ValueError):
+        raise RequestError(400, f"npc_device {value!r} is not a torch device (cpu, cuda, cuda:0...).") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RequestError(400, f"npc_device {value!r}: this server has no CUDA device; use cpu.")
+    return str(device)
+
+
+def server_path(value: str) -> Optional[str]:
+    """``value`` when it is an absolute path of an existing file or folder on the server, else ``None``
+    (a relative path would resolve against the folder the server was started from)."""
+    return value if value and os.path.isabs(value) and os.path.exists(value) else None
+
+
 class NPCInferTask(InferTask):
     """Base of the app's infer tasks: an NPC ``model``, an optional datastore, a folder for results.
 
@@ -146,7 +170,7 @@ class NPCInferTask(InferTask):
         self.datastore = datastore
         self.output_root = output_root
         self.device = device
-        self._nets: Dict[Tuple[str, str, Optional[int]], Any] = {}
+        self._nets: "OrderedDict[Tuple[str, str, Optional[int], bool], Any]" = OrderedDict()
         self._nets_lock = threading.Lock()
 
     def request_config(self) -> Dict[str, Any]:
@@ -166,19 +190,19 @@ class NPCInferTask(InferTask):
         """Path of the image named by request key ``key`` (a path on the server or a datastore id)."""
         value = "" if value is None else str(value)
         if not value:
-            raise RequestError(400, f"{self.what} needs {key!r} (a datastore image id or a path on the server) in the request.")
-        if os.path.exists(value):
+            raise RequestError(400, f"{self.what} needs {key!r} (a datastore image id or an absolute path on the server) in the request.")
+        if server_path(value):
             return value
         uri = self.datastore.get_image_uri(value) if self.datastore is not None else ""
         if not uri or not os.path.exists(uri):
-            raise RequestError(404, f"{key} {value!r} is neither an image id of the datastore nor a file on the server.")
+            raise RequestError(404, f"{key} {value!r} is neither an image id of the datastore nor an absolute path of a file on the server.")
         return uri
 
     def _label(self, value: Any, key: str, image_id: Optional[str] = None) -> Optional[str]:
         """Path of the label map named by ``key`` (path or datastore id of a ``final`` label), or
         ``None`` when the request leaves it out and ``image_id`` has no ``final`` label."""
         value = "" if value is None else str(value)
-        if value and os.path.exists(value):
+        if server_path(value):
             return value
         uri = ""
         if self.datastore is not None and (value or image_id):
@@ -186,7 +210,8 @@ class NPCInferTask(InferTask):
         if uri and os.path.exists(uri):
             return uri
         if value:
-            raise RequestError(404, f"{key} {value!r} is neither the id of a final label in the datastore nor a file on the server.")
+            raise RequestError(404, f"{key} {value!r} is neither the id of a final label in the datastore nor an absolute path of a "
+                                    "file on the server.")
         return None
 
     def _network(self, request: Dict[str, Any], tracking: bool = False) -> Tuple[Any, str, str]:
@@ -198,7 +223,7 @@ class NPCInferTask(InferTask):
         from monai_npc.tracking.track import tracking_model
 
         spec = str(request.get("npc_model") or self.model)
-        device = str(request.get("npc_device") or self.device)
+        device = _device(request.get("npc_device") or self.device)
         refine = whole_number(request.get("npc_refine"), "npc_refine", "refinement steps")
         key = (spec, device, refine, tracking)
         with self._nets_lock:
@@ -208,6 +233,9 @@ class NPCInferTask(InferTask):
                 except (FileNotFoundError, ValueError) as err:
                     status = 404 if isinstance(err, FileNotFoundError) else 400
                     raise RequestError(status, f"npc_model {spec!r}: {err} Use {model_help()}.") from None
+                while len(self._nets) > MAX_NETWORKS:  # each distinct npc_model / npc_refine would otherwise stay in memory
+                    self._nets.popitem(last=False)
+            self._nets.move_to_end(key)
             net, name = self._nets[key]
         return net, name, device
 

@@ -13,7 +13,7 @@ infer tasks do, one result file plus JSON params:
 Request keys (MONAI Label merges the client's ``params`` into the request):
 
 - ``image``: the fixed image (MONAI Label resolves the datastore id to a path);
-- ``moving``: moving image, a datastore id or a path on the server;
+- ``moving``: moving image, a datastore id or an absolute path on the server;
 - ``moving_label`` (optional): its label map, a datastore id (the ``final`` label) or a path;
   default: the datastore's ``final`` label of ``moving`` if there is one, else the warped image
   is returned;
@@ -24,7 +24,7 @@ Request keys (MONAI Label merges the client's ``params`` into the request):
   clients send them (voxel indices ``[i, j]`` or ``[i, j, k]``: column, row, slice); the heart
   window of a ``"heart"`` model (``acdc``) is centred on their mean (``register(heart_centre=)``)
   instead of where the two images differ;
-- ``output_dir`` (optional): a folder *on the server* where all the files of
+- ``output_dir`` (optional): an absolute path of a folder *on the server* where all the files of
   :meth:`monai_npc.Registration.save` are written (transforms for ITK/ANTs/Slicer, overview...).
 
 The keys ``model`` and ``device`` belong to MONAI Label (``model`` is the task's name), so the task
@@ -40,6 +40,7 @@ class is used), so it can be called directly, e.g. from tests or scripts.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Dict, Optional, Tuple
 
@@ -75,7 +76,7 @@ class NPCRegistration(NPCInferTask):
     default_description = "Label propagation by Neural Phase Correlation registration (moving label -> open image)"
 
     def request_config(self) -> Dict[str, Any]:
-        return {"moving": "", "moving_label": "", "fixed_label": ""}
+        return {"moving": "", "moving_label": "", "fixed_label": "", "npc_refine": "", "npc_device": ""}
 
     # ------------------------------------------------------------------------------------ call
 
@@ -105,6 +106,8 @@ class NPCRegistration(NPCInferTask):
 
         summary = dict(reg.summary)  # JSON-ready: what summary.json holds
         if request.get("output_dir"):
+            if not os.path.isabs(str(request["output_dir"])):
+                raise RequestError(400, f"output_dir must be an absolute path on the server, got {request['output_dir']!r}.")
             try:
                 saved = reg.save(str(request["output_dir"]))
             except ValueError as err:

@@ -18,8 +18,10 @@ Request keys (MONAI Label merges the client's ``params`` into the request):
   3-D on the frame grid or 4-D (its frame ``label_frame`` is used): the file uploaded with the
   request (MONAI Label's ``label`` form field puts its path here), a path on the server or the id
   of a ``final`` label in the datastore; default: the datastore's ``final`` label of the cine;
-- ``label_frame`` (optional, 0-based): default the ED of an ACDC ``Info.cfg`` beside the cine
-  (``ED: n`` is frame ``n - 1``), else 0;
+- ``label_frame`` (optional, 0-based): default, as ``monai-npc track``, with an ACDC ``Info.cfg`` beside
+  the cine the frame an ACDC label file names (``patient090_frame11_gt.nii.gz``: 10; not for an
+  uploaded label, whose name the server does not keep), else that ``Info.cfg``'s ED (``ED: n`` is frame
+  ``n - 1``), else 0 (``label_frame_from`` in the answer says which);
 - ``scheme`` (optional): ``anchored`` (default), ``sequential``, ``direct``, ``average`` or ``bidirectional``;
 - ``npc_model``, ``npc_device``, ``npc_refine`` (optional): as for the registration task, but
   shipped or saved NPC weights get ``monai_npc.track``'s settings for consecutive frames (4 ODE
@@ -62,7 +64,7 @@ class NPCTrack(NPCInferTask):
         super().__init__(model, **options)
 
     def request_config(self) -> Dict[str, Any]:
-        return {"label": "", "label_frame": "", "scheme": self.scheme}
+        return {"label": "", "label_frame": "", "scheme": self.scheme, "npc_refine": "", "npc_device": ""}
 
     def _scheme(self, value: Any) -> str:
         from monai_npc.tracking.schemes import SCHEMES
@@ -92,7 +94,7 @@ class NPCTrack(NPCInferTask):
         The file is a new temporary NIfTI file (the caller, e.g. the MONAI Label server, deletes
         it); ``params`` is JSON-serialisable. Raises :class:`RequestError` for bad requests.
         """
-        from monai_npc.tracking.cine import info_frames
+        from monai_npc.tracking.cine import info_frames, label_frame
         from monai_npc.tracking.track import track
 
         t0 = time.perf_counter()
@@ -109,9 +111,8 @@ class NPCTrack(NPCInferTask):
         net, name, device = self._network(dict(request, npc_refine=0) if anchored else request, tracking=scheme not in ("direct", "average"))
         cine = self._cine(cine_path, image_id)
         info = info_frames(cine_path)
-        source = "request" if frame is not None else "Info.cfg ED" if info else "default"
-        if frame is None:
-            frame = info["ed"] if info else 0
+        frame, how = label_frame(cine_path, label, frame)  # as monai-npc track: the request's, an ACDC label name's, Info.cfg's ED, 0
+        source = "request" if how == "given" else how
         if frame >= len(cine):
             raise RequestError(400, f"label_frame {frame} (from the {source}) is out of range: the cine {image_id or cine_path!r} "
                                     f"has {len(cine)} frames (label_frame 0..{len(cine) - 1}, 0-based).")
