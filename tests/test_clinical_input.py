@@ -325,3 +325,12 @@ def test_metatensor_inputs_are_named_by_their_file_and_a_frame_selection_is_expl
     assert reg.summary["moving"] == f"<in-memory MetaTensor of {rotated_files[0]}>"
     with pytest.raises(ValueError, match=r"has one \(moving_select / --moving-select 'frame=1' took one slice of it"):
         monai_npc.register(rotated_files[0], rotated_files[1], model="phase-correlation", moving_select="frame=1")
+
+
+def test_an_image_given_as_label_is_warned_about(rotated_files):
+    """An intensity image passed as the moving label (integer voxels, hundreds of values) gets a warning naming it."""
+    image = sitk.ReadImage(rotated_files[0])
+    as_label = sitk.Cast(sitk.Clamp(image, lowerBound=0, upperBound=250), sitk.sitkUInt8)
+    with pytest.warns(RuntimeWarning, match=r"moving label .* has \d+ label values .*: is it an intensity image"):
+        reg = monai_npc.register(rotated_files[0], rotated_files[1], model="phase-correlation", moving_label=as_label)
+    assert any("intensity image" in w for w in reg.summary["warnings"])

@@ -192,10 +192,19 @@ def slice_plane_warning(image: sitk.Image, name: str) -> Optional[str]:
     return None
 
 
+#: more distinct values than this in a label map: probably an image given as a label (carrying one costs a resampling per value)
+MANY_LABELS = 64
+
+
 def empty_label_warning(label: sitk.Image, what: str = "label") -> Optional[str]:
-    """A warning when a label map has no foreground (no value > 0)."""
-    if not (sitk.GetArrayViewFromImage(label) > 0).any():
+    """A warning when a label map has no foreground (no value > 0), or so many values that it is probably an image."""
+    array = sitk.GetArrayViewFromImage(label)
+    if not (array > 0).any():
         return f"{what} is empty (no voxel > 0): Dice and warped labels carry no information."
+    values = np.unique(array)
+    if values.size > MANY_LABELS + 1:
+        return (f"{what} has {values.size - 1} label values ({values[1]}..{values[-1]}): is it an intensity image? Each value is "
+                "carried as its own label (slow), and Dice is per value.")
     return None
 
 
