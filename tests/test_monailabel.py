@@ -104,7 +104,7 @@ def test_label_propagation_task(tmp_path):
     warped = sitk.ReadImage(label_file)
     assert warped.GetSize() == (64, 64) and np.allclose(warped.GetSpacing(), (1.4, 1.4))
     assert np.allclose(warped.GetOrigin(), (-50.0, 20.0))
-    assert set(np.unique(sitk.GetArrayFromImage(warped))) <= {0, 1, 2, 3}
+    assert set(np.unique(sitk.GetArrayFromImage(warped))) <= {0, 1, 2, 3} and warped.GetPixelID() == sitk.sitkUInt8  # as warped_label.nii.gz
     assert result["result"] == "label" and result["model"] == "phase-correlation"
     assert 0.0 <= result["dice_mean"] <= 1.0 and result["folding_percent"] == 0.0 and result["seconds"] > 0
     assert "outputs" not in result and "output_dir" not in result  # nothing but the label file is written

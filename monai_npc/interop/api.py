@@ -66,6 +66,7 @@ __all__ = [
     "register",
     "resolve_model",
     "as_image",
+    "compact_label",
     "describe_input",
 ]
 
@@ -250,11 +251,15 @@ def _slices(array: np.ndarray, dims: int) -> np.ndarray:
 
 
 
-def _label_dtype(array: np.ndarray):
+def compact_label(label: sitk.Image) -> sitk.Image:
+    """``label`` in the smallest integer type that holds its values (uint8 for most label maps), geometry kept:
+    what ``warped_label.nii.gz`` holds."""
+    array = sitk.GetArrayViewFromImage(label)
     lo, hi = int(array.min(initial=0)), int(array.max(initial=0))
-    if lo >= 0 and hi < 256:
-        return np.uint8
-    return np.int16 if -32768 <= lo and hi < 32768 else np.int32
+    kind = np.uint8 if lo >= 0 and hi < 256 else np.int16 if -32768 <= lo and hi < 32768 else np.int32
+    out = sitk.GetImageFromArray(np.asarray(array).astype(kind))
+    out.CopyInformation(label)
+    return out
 
 
 def _dice(a: np.ndarray, b: np.ndarray, labels: Sequence[int]) -> Dict[str, Optional[float]]:
@@ -404,10 +409,7 @@ class Registration:
         ddf = self.ddf.double().numpy()
         put("warped", image(self.warped))
         if self.warped_label is not None:
-            arr = sitk.GetArrayFromImage(self.warped_label)
-            label = sitk.GetImageFromArray(arr.astype(_label_dtype(arr)))
-            label.CopyInformation(self.warped_label)
-            put("warped_label", image(label))
+            put("warped_label", image(compact_label(self.warped_label)))
         with _HDF5_LOCK:
             put("transform", lambda p: sitk.WriteTransform(self.transform, str(p)))
             if self.fixed.GetDimension() == 2:

@@ -87,6 +87,7 @@ class NPCRegistration(NPCInferTask):
         deletes it); ``params`` is JSON-serialisable. Raises :class:`RequestError` for bad requests.
         """
         import monai_npc
+        from monai_npc.interop.api import compact_label
 
         t0 = time.perf_counter()
         fixed = self._image(request.get("image"), "image")
@@ -114,7 +115,7 @@ class NPCRegistration(NPCInferTask):
                 raise RequestError(400, f"output_dir: {err}") from None
             summary["output_dir"] = str(request["output_dir"])
             summary["outputs"] = saved["outputs"]
-        result_image = reg.warped_label if reg.warped_label is not None else reg.warped
+        result_image = compact_label(reg.warped_label) if reg.warped_label is not None else reg.warped  # uint8, as warped_label.nii.gz
         label_file = self._write_result(result_image)
         summary.update(
             result="label" if reg.warped_label is not None else "image",
