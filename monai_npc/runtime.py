@@ -18,8 +18,9 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 import warnings
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
     "MAX_DEFAULT_THREADS",
@@ -80,30 +81,48 @@ def prefer_passive_waits() -> bool:
     return "torch" not in sys.modules
 
 
+#: :func:`use_threads` blocks running now (in any thread of the process, in the order they entered) and the
+#: settings the first one found
+_ACTIVE: Dict[str, Any] = {"blocks": [], "saved": (0, 0)}
+_ACTIVE_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def use_threads(threads: Optional[int] = None) -> Iterator[int]:
-    """Run a block with ``threads`` torch and SimpleITK threads (``None``: :func:`default_threads`); restores both after."""
+    """Run a block with ``threads`` torch and SimpleITK threads (``None``: :func:`default_threads`); restores both after.
+
+    The counts are process-wide: when a block ends while others run (nested, or in other threads of
+    a server), the count of the newest block still running is set again; when the last ends, the
+    settings found by the first are restored (never those of another block)."""
     import SimpleITK as sitk
     import torch
 
     n = default_threads() if threads is None else int(threads)
     if n < 1:
         raise ValueError(f"threads must be >= 1, got {threads}.")
-    old_torch, old_sitk = torch.get_num_threads(), sitk.ProcessObject.GetGlobalDefaultNumberOfThreads()
-    torch.set_num_threads(n)
-    sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(n)
+    block = [n]  # its identity marks this block in the list
+    with _ACTIVE_LOCK:
+        if not _ACTIVE["blocks"]:
+            _ACTIVE["saved"] = (torch.get_num_threads(), sitk.ProcessObject.GetGlobalDefaultNumberOfThreads())
+        _ACTIVE["blocks"].append(block)
+        torch.set_num_threads(n)
+        sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(n)
     try:
         yield n
     finally:
-        torch.set_num_threads(old_torch)
-        sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(old_sitk)
+        with _ACTIVE_LOCK:
+            _ACTIVE["blocks"] = [b for b in _ACTIVE["blocks"] if b is not block]
+            t, k = (_ACTIVE["blocks"][-1][0],) * 2 if _ACTIVE["blocks"] else _ACTIVE["saved"]
+            torch.set_num_threads(t)
+            sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(k)
 
 
 def set_default_threads(threads: Optional[int] = None) -> int:
     """Set torch's and SimpleITK's threads for the rest of the process (``None``: :func:`default_threads`).
 
-    What the bundles' ``initialize`` calls: torch's own default (one spinning thread per core) was
-    measured 8x slower than one thread for bundle inference on a 2-core machine running another job.
+    For your own programs (the bundles pass ``threads`` to their functions instead): torch's own default
+    (one spinning thread per core) was measured 8x slower than one thread for bundle inference on a
+    2-core machine running another job.
     Returns the number set.
     """
     import SimpleITK as sitk

@@ -173,6 +173,20 @@ def test_threads(monkeypatch):
     assert torch.get_num_threads() == before
     reg = monai_npc.register(np.zeros((16, 32)) + np.arange(32), np.zeros((16, 32)) + np.arange(32), "phase-correlation", threads=1)
     assert reg.summary["identity_slices"] == [] and torch.get_num_threads() == before
+    # nested, then overlapping blocks as two server threads run them: each ends on the newest running block's count,
+    # the last restores what the first found (before, overlapping blocks restored each other's counts)
+    with runtime.use_threads(2):
+        with runtime.use_threads(1):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == before
+    first, second = runtime.use_threads(2), runtime.use_threads(1)
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)  # the first ends while the second still runs
+    assert torch.get_num_threads() == 1
+    second.__exit__(None, None, None)
+    assert torch.get_num_threads() == before
 
 
 def test_third_party_noise_is_silenced():

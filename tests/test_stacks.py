@@ -217,6 +217,17 @@ def test_evaluate_studies_against_demons_and_resume(studies, tmp_path):
     again = stacks.evaluate_studies(studies, tmp_path, demons_iterations=20, **FAST)
     assert (tmp_path / "per_pair.jsonl").read_text() == before
     assert again["summary"]["npc"]["overall"]["dice_mean"] == pytest.approx(result["summary"]["npc"]["overall"]["dice_mean"])
+    # rows of other settings are not mixed in: demons at 30 iterations against rows at 20 is an error naming it
+    with pytest.raises(ValueError, match=r"holds demons rows of other settings \(iterations 20 -> 30\)"):
+        stacks.evaluate_studies(studies, tmp_path, demons_iterations=30, **FAST)
+    # a network passed in keeps its own meta when a field of view is asked for
+    from monai_npc.interop.api import resolve_model
+
+    net, _ = resolve_model("acdc", "cpu", 0)
+    own = dict(net.meta)
+    stacks.evaluate_studies(studies, tmp_path / "fov", model=net, with_demons=False, field_of_view="image", max_studies=1,
+                            **{k: v for k, v in FAST.items() if k != "refine_iterations"})
+    assert net.meta == own
 
 
 def test_bundle_evaluate_and_inference_on_whole_stacks(studies, tmp_path):

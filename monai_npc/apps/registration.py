@@ -384,8 +384,9 @@ def run_pipeline(
             :data:`LABEL_GUIDANCE`); the ``"image>heart"`` windows, which register the coarsely
             warped moving image, do not use it.
         heart_centre: the heart windows' in-plane centres ``(row, col)`` in fixed voxels, one per
-            slice (or one for all); ``None``: each slice's from its own pair
-            (:func:`~monai_npc.apps.localize.motion_centre`).
+            slice (or one for all); ``None``: from the images
+            (:func:`~monai_npc.apps.localize.motion_centre`): each slice's from its own pair for
+            ``"heart"``, one from the whole stack for ``"heart-stack"`` (the ``acdc`` default).
     """
     dims = fixed.GetDimension()
     guide = {"moving_label": moving_label, "label_guidance": float(label_guidance)} if moving_label is not None else {}
@@ -393,7 +394,8 @@ def run_pipeline(
     # 1. canonical geometry: the moving image on the fixed grid (NaN outside it)
     moving_on_fixed = _stack(resample(moving, fixed, "linear", nan), dims)
     overlap = float(100.0 * np.isfinite(moving_on_fixed).mean())
-    # 2. localise: a heart window per slice, each from its own slice pair (slices stay independent)
+    # 2. localise: a heart window per slice, from its own slice pair ("heart": slices stay independent) or from the
+    #    whole stack ("heart-stack": one window for every slice); the field of each slice is still its own
     centres: List[Tuple[float, float]] = []
     if profile.field_of_view != "image" and heart_centre is not None:  # placed by the caller
         centres = _given_centres(heart_centre, fixed)

@@ -395,10 +395,12 @@ def demons_pair(
     The moving image and label are resampled onto the fixed grid (identity, physical space;
     linear / nearest), each slice is scaled to ``[0, 1]``, and
     :class:`~monai_npc.networks.nets.DemonsNet` (``iterations``, Gaussian field smoothing of
-    ``smoothing`` voxels) registers every slice. The label is warped as NPC's ``warped_label`` is
-    (each value smoothed in-plane by ``label_sigma`` voxels, ``None``: ``register``'s ``acdc`` default,
-    :data:`monai_npc.tracking.track.LABEL_SIGMA`; then interpolated linearly, the largest wins:
-    :func:`monai_npc.tracking.track.warp_label`), so the two methods differ by their fields only.
+    ``smoothing`` voxels) registers every slice. The label is carried as NPC's ``warped_label`` is, up
+    to where the smoothing happens: each value smoothed in-plane by ``label_sigma`` voxels (``None``:
+    ``register``'s ``acdc`` default, :data:`monai_npc.tracking.track.LABEL_SIGMA`), interpolated
+    linearly, the largest wins (:func:`monai_npc.tracking.track.warp_label`); the label is first put on
+    the fixed grid by nearest neighbour, so it is smoothed there (NPC's on the moving grid: the same
+    grid for ACDC's ED/ES pairs), so the two methods differ by their fields.
 
     Returns ``(warped_label, ddf)``: ``(Z, H, W)`` int16 on the fixed grid and the ``(Z, 2, H, W)``
     displacement in fixed voxels (MONAI ``Warp`` convention, array axes H, W).
@@ -656,14 +658,16 @@ def group_figure(summary: Mapping[str, Any], path: PathLike) -> Path:
     from monai_npc.viz.figures import save_figure
 
     methods = list(summary)
-    groups = list(summary[methods[0]]["groups"]) + ["all"]
+    groups = sorted({g for m in methods for g in summary[m]["groups"]}, key=lambda g: (GROUPS.index(g) if g in GROUPS else len(GROUPS), g))
+    groups += ["all"]
+    empty = {"dice_mean": float("nan"), "dice_mean_initial": float("nan"), "n": 0}
     fig, ax = plt.subplots(figsize=(1.4 * len(groups) + 2, 4))
     width = 0.8 / max(len(methods), 1)
     x = np.arange(len(groups))
     for i, m in enumerate(methods):
-        cells = [summary[m]["overall"] if g == "all" else summary[m]["groups"][g] for g in groups]
+        cells = [summary[m]["overall"] if g == "all" else summary[m]["groups"].get(g, empty) for g in groups]
         ax.bar(x + (i - (len(methods) - 1) / 2) * width, [c["dice_mean"] for c in cells], width, label=m)
-    init = [summary[methods[0]]["overall"] if g == "all" else summary[methods[0]]["groups"][g] for g in groups]
+    init = [summary[methods[0]]["overall"] if g == "all" else summary[methods[0]]["groups"].get(g, empty) for g in groups]
     ax.plot(x, [c["dice_mean_initial"] for c in init], "k_", ms=25, mew=2, label="initial")
     ax.set_xticks(x, [f"{g}\n{c['n']} pairs" for g, c in zip(groups, init)])
     ax.set_ylim(0.4, 1.05)
@@ -721,8 +725,10 @@ def evaluate_studies(
     ``"image"`` reproduces the whole-image grid used before the heart window). ``basal_descent``
     (default): every method's label follows the base through the plane before it is scored
     (:func:`basal_descent_label`: ``ED->ES`` basal RV slices cleared, ``ES->ED`` the slices the
-    structures re-enter filled); rows already in ``per_pair.jsonl`` keep
-    the setting they were computed with (use a new ``out`` or ``resume=False`` when changing it).
+    structures re-enter filled). ``per_pair.settings.json`` records each method's settings (model,
+    field of view, refinement steps, descent; demons' iterations): resuming rows of other settings is
+    a ``ValueError`` (use a new ``out`` or ``resume=False`` when changing them). A network passed in
+    keeps its own ``meta``.
     Returns the content of ``metrics.json``.
     """
     out = Path(out)
@@ -735,8 +741,41 @@ def evaluate_studies(
         raise ValueError("nothing to evaluate: with_npc and with_demons are both False.")
     demons = {"iterations": int(demons_iterations), "smoothing": float(demons_smoothing)}
     net, name = _model(model, device, refine_iterations)
-    if field_of_view is not None:  # e.g. "image": the whole-image model grid instead of the weights' own
-        net.meta = {**(getattr(net, "meta", None) or {}), "field_of_view": str(field_of_view)}
+    settings = _run_settings(out, resume, {
+        "npc": {"model": name, "field_of_view": field_of_view, "refine_iterations": refine_iterations, "basal_descent": bool(basal_descent)},
+        "demons": {**demons, "basal_descent": bool(basal_descent)},
+    }, methods)
+    own_meta = getattr(net, "meta", None)
+    if field_of_view is not None:  # e.g. "image": the whole-image model grid instead of the weights' own (the caller's net restored)
+        net.meta = {**(own_meta or {}), "field_of_view": str(field_of_view)}
+    try:
+        return _evaluate_all(root, out, net, name, methods, demons, settings, metrics_path, rows_path, directions, device, threads,
+                             strict, max_studies, progress, figure, basal_descent, with_demons)
+    finally:
+        if field_of_view is not None:
+            net.meta = own_meta
+
+
+def _run_settings(out: Path, resume: bool, settings: Dict[str, Dict[str, Any]], methods: Sequence[str]) -> Dict[str, Any]:
+    """``settings`` of ``methods``, recorded in ``out/per_pair.settings.json``; with ``resume``, rows of a
+    method computed with other settings are an error (``ValueError`` naming what differs), not mixed in."""
+    path = out / "per_pair.settings.json"
+    recorded = json.loads(path.read_text()) if resume and path.is_file() and (out / "per_pair.jsonl").exists() else {}
+    now = json.loads(json.dumps(settings, default=str))
+    for method in methods:
+        if method in recorded and recorded[method] != now[method]:
+            changed = [f"{k} {recorded[method].get(k)!r} -> {v!r}" for k, v in now[method].items() if recorded[method].get(k) != v]
+            raise ValueError(f"{out}/per_pair.jsonl holds {method} rows of other settings ({'; '.join(changed)}): use a new out "
+                             "folder, or resume=False to start afresh.")
+    merged = {**recorded, **{m: now[m] for m in methods}}
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=2))
+    return merged
+
+
+def _evaluate_all(root, out, net, name, methods, demons, settings, metrics_path, rows_path, directions, device, threads, strict,
+                  max_studies, progress, figure, basal_descent, with_demons) -> Dict[str, Any]:
+    """The body of :func:`evaluate_studies` once its network and settings are fixed."""
     studies = find_studies(root, directions)[: None if max_studies is None else int(max_studies)]
     rows = [r for r in _read_rows(rows_path) if r.get("method") in methods]
     have = {(r["study"], r["direction"], r["method"]) for r in rows}
@@ -769,7 +808,7 @@ def evaluate_studies(
     result: Dict[str, Any] = {
         "root": str(Path(root).resolve()), "model": name, "methods": methods, "directions": list(directions),
         "demons": {**demons, "grid": "native fixed grid, slice by slice, per-slice [0, 1] scaling"} if with_demons else None,
-        "threads": threads, "basal_descent": bool(basal_descent),
+        "threads": threads, "basal_descent": bool(basal_descent), "settings": {m: settings[m] for m in methods},
         "n_studies": len({r["study"] for r in rows}), "n_pairs": len({(r["study"], r["direction"]) for r in rows}),
         "skipped": skipped, "summary": summary,
     }

@@ -545,16 +545,24 @@ def prepare_dataset_dir(
     distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     # under torchrun only rank 0 writes; the others wait for it
     writer = not distributed or torch.distributed.get_rank() == 0
+    failure: List[Optional[str]] = [None]
     if writer and not marker.is_file():
         logger.info("dataset_dir not set: writing %d %s phantom patients to %s", patients, dataset.upper(), out)
-        out.mkdir(parents=True, exist_ok=True)
-        kwargs: Dict[str, Any] = dict(patients=patients, seed=int(seed), first_id=first_id, progress=False)
-        if dataset == "acdc" and max_slices is not None:
-            kwargs["max_slices"] = int(max_slices)
-        _phantom_writer(dataset)(out, **kwargs)
-        marker.write_text(json.dumps({"dataset": dataset, **{k: v for k, v in kwargs.items() if k != "progress"}}))
-    if distributed:
-        torch.distributed.barrier()
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            kwargs: Dict[str, Any] = dict(patients=patients, seed=int(seed), first_id=first_id, progress=False)
+            if dataset == "acdc" and max_slices is not None:
+                kwargs["max_slices"] = int(max_slices)
+            _phantom_writer(dataset)(out, **kwargs)
+            marker.write_text(json.dumps({"dataset": dataset, **{k: v for k, v in kwargs.items() if k != "progress"}}))
+        except Exception as err:  # noqa: BLE001 - told to the other ranks, then raised
+            if not distributed:
+                raise
+            failure[0] = f"{type(err).__name__}: {err}"
+    if distributed:  # the other ranks learn rank 0's failure instead of waiting for it at a barrier forever
+        torch.distributed.broadcast_object_list(failure, src=0)
+        if failure[0] is not None:
+            raise RuntimeError(f"writing the phantom data to {out} failed on rank 0: {failure[0]}")
     return out
 
 

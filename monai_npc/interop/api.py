@@ -130,6 +130,10 @@ def resolve_model(
     if spec.lower() in (PHASE_CORRELATION, "phase_correlation"):
         from monai_npc.networks.nets.baselines import PhaseCorrelationNet
 
+        ignored = [f"{k}={v}" for k, v in (("num_steps", num_steps), ("refine_iterations", refine_iterations)) if v]
+        if ignored:
+            warnings.warn(f"{', '.join(ignored)} ignored: {PHASE_CORRELATION} has no learned steps and no refinement.",
+                          RuntimeWarning, stacklevel=3)
         return PhaseCorrelationNet().eval(), PHASE_CORRELATION
     try:
         net = load_pretrained(spec, map_location=device, **({} if refine_iterations is None else {"refine_iterations": int(refine_iterations)}))
@@ -161,7 +165,7 @@ def resolve_model(
 
 def model_input_size(net: nn.Module, default: int = 128) -> int:
     """In-plane grid size a network was trained at: ``net.meta["input_size"]`` when present, else ``default``."""
-    return int(getattr(net, "meta", {}).get("input_size", default))
+    return int((getattr(net, "meta", None) or {}).get("input_size", default))
 
 
 # ------------------------------------------------------------------------------------------ inputs

@@ -8,8 +8,9 @@ over-states the ES volume (measured on the 44 training patients of ``acdc70_spli
 bias -27.4 points; validation: -30.2).
 
 This module makes that explicit with a slab model of the stack. Slice ``z`` holds the slab
-``[t - s/2, t + s/2]`` (``s`` = slice spacing in mm, ``t`` = distance in mm from the most basal
-slice that holds the structure on the reference label, positive towards the apex). When the base
+``[t, t + s]`` (``s`` = slice spacing in mm, ``t`` = distance in mm from the most basal slice that
+holds the structure on the reference label, positive towards the apex; the slab starts at the slice
+and reaches the next one: the population descent below was chosen with this definition). When the base
 has descended by ``d`` mm, the share of that slab that has left the structure is
 ``clip((d - t) / s, 0, 1)`` (:func:`slab_fractions`); a slice whose share is at least one half
 is cleared of the structure (:func:`apply_basal_descent`). The base end of the stack is the one
