@@ -28,6 +28,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import uuid
 import zlib
 from pathlib import Path
@@ -152,13 +153,19 @@ def _check_png(path: Path) -> None:
         raise ValueError("not a complete PNG file")
 
 
+#: ITK's HDF5 library is not thread-safe: every read and write of a transform file in this package holds it
+#: (re-entrant: a write checks its file back inside)
+HDF5_LOCK = threading.RLock()
+
+
 def _check_hdf5(path: Path) -> None:
     with path.open("rb") as f:
         if f.read(8) != b"\x89HDF\r\n\x1a\n":
             raise ValueError("not an HDF5 file")
     import SimpleITK as sitk
 
-    sitk.ReadTransform(str(path))
+    with HDF5_LOCK:
+        sitk.ReadTransform(str(path))
 
 
 def verify_file(path: PathLike, name: Optional[str] = None) -> None:

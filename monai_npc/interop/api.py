@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -50,7 +49,7 @@ import torch
 from torch import nn
 
 from monai_npc.functional import jacobian_determinant, warp_image
-from monai_npc.io_safety import RunFolder
+from monai_npc.io_safety import HDF5_LOCK, RunFolder
 from monai_npc.runtime import use_threads
 
 from .checks import check_inputs, check_tensor, input_warnings
@@ -90,8 +89,6 @@ OUTPUTS: Dict[str, str] = {
     "summary": "summary.json",
 }
 
-#: ITK's HDF5 library is not thread-safe: transform files are written one at a time per process
-_HDF5_LOCK = threading.Lock()
 
 
 
@@ -414,7 +411,7 @@ class Registration:
         put("warped", image(self.warped))
         if self.warped_label is not None:
             put("warped_label", image(compact_label(self.warped_label)))
-        with _HDF5_LOCK:
+        with HDF5_LOCK:
             put("transform", lambda p: sitk.WriteTransform(self.transform, str(p)))
             if self.fixed.GetDimension() == 2:
                 put("transform_slicer", lambda p: write_slicer_transform(ddf, self.fixed, p))

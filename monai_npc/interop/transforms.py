@@ -25,6 +25,8 @@ from typing import Tuple, Union
 import numpy as np
 import SimpleITK as sitk
 
+from monai_npc.io_safety import HDF5_LOCK
+
 __all__ = [
     "ddf_to_physical",
     "physical_to_ddf",
@@ -126,7 +128,8 @@ def write_itk_transform(ddf, reference: sitk.Image, path: PathLike) -> Path:
     """Write ``transform.h5`` (or ``.tfm``/``.txt``): an ITK ``DisplacementFieldTransform_double_D_D``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    sitk.WriteTransform(displacement_field_transform(ddf, reference), str(path))
+    with HDF5_LOCK:
+        sitk.WriteTransform(displacement_field_transform(ddf, reference), str(path))
     return path
 
 
@@ -163,7 +166,8 @@ def write_slicer_transform(ddf, reference: sitk.Image, path: PathLike, slice_spa
     if reference.GetDimension() == 2:
         field = sitk.Cast(embed_in_3d(field, slice_spacing), sitk.sitkVectorFloat64)
     tx = sitk.DisplacementFieldTransform(field)
-    sitk.WriteTransform(tx, str(path))
+    with HDF5_LOCK:
+        sitk.WriteTransform(tx, str(path))
     return path
 
 
@@ -178,7 +182,8 @@ def read_displacement_field(path: PathLike) -> Tuple[np.ndarray, sitk.Image]:
         raise FileNotFoundError(f"displacement field not found: {path}")
     try:
         if path.suffix.lower() in (".h5", ".hdf5", ".tfm", ".txt", ".mat"):
-            tx = sitk.ReadTransform(str(path))
+            with HDF5_LOCK:
+                tx = sitk.ReadTransform(str(path))
             tx = tx.Downcast() if hasattr(tx, "Downcast") else tx
             if not isinstance(tx, sitk.DisplacementFieldTransform):
                 raise ValueError(f"{path} holds a {tx.GetName()}, not a DisplacementFieldTransform.")
