@@ -280,8 +280,8 @@ def constant_slices(array: np.ndarray, rtol: float = CONSTANT_RTOL) -> np.ndarra
     return out
 
 
-def _stack(array: np.ndarray, dims: int) -> np.ndarray:
-    """Array-order image -> ``(Z, H, W)``."""
+def slices_of(array: np.ndarray, dims: int) -> np.ndarray:
+    """Array-order image -> ``(Z, H, W)`` (a 2-D image as one slice)."""
     return array[None] if dims == 2 else array
 
 
@@ -392,7 +392,7 @@ def run_pipeline(
     guide = {"moving_label": moving_label, "label_guidance": float(label_guidance)} if moving_label is not None else {}
     nan = float("nan")
     # 1. canonical geometry: the moving image on the fixed grid (NaN outside it)
-    moving_on_fixed = _stack(resample(moving, fixed, "linear", nan), dims)
+    moving_on_fixed = slices_of(resample(moving, fixed, "linear", nan), dims)
     overlap = float(100.0 * np.isfinite(moving_on_fixed).mean())
     # 2. localise: a heart window per slice, from its own slice pair ("heart": slices stay independent) or from the
     #    whole stack ("heart-stack": one window for every slice); the field of each slice is still its own
@@ -400,7 +400,7 @@ def run_pipeline(
     if profile.field_of_view != "image" and heart_centre is not None:  # placed by the caller
         centres = _given_centres(heart_centre, fixed)
     elif profile.field_of_view != "image":
-        fixed_arr = _stack(sitk.GetArrayFromImage(fixed), dims)
+        fixed_arr = slices_of(sitk.GetArrayFromImage(fixed), dims)
         spacing = tuple(fixed.GetSpacing()[1::-1])  # (row, col) mm
         if profile.field_of_view == "heart-stack":  # one window for the whole stack, from all its slices (couples them)
             centres = [motion_centre(moving_on_fixed, fixed_arr, spacing)] * fixed_arr.shape[0]
@@ -495,8 +495,8 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
 
     nan = float("nan")
     # 3. model inputs
-    fixed_raw = np.concatenate([_stack(resample(target, grid, "linear", nan), grid.GetDimension()) for grid, target in grids])
-    moving_raw = np.concatenate([_stack(resample(moving, grid, "linear", nan), grid.GetDimension()) for grid, _ in grids])
+    fixed_raw = np.concatenate([slices_of(resample(target, grid, "linear", nan), grid.GetDimension()) for grid, target in grids])
+    moving_raw = np.concatenate([slices_of(resample(moving, grid, "linear", nan), grid.GetDimension()) for grid, _ in grids])
     meta = getattr(net, "meta", None) or {}
     fixed_m, moving_m = profile.inputs(fixed_raw, meta), profile.inputs(moving_raw, meta)
     still = constant_slices(fixed_raw) | constant_slices(moving_raw)
@@ -511,7 +511,7 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     active = np.flatnonzero(~still)
     lab_t = None
     if moving_label is not None and label_guidance > 0:
-        lab = np.concatenate([_stack(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
+        lab = np.concatenate([slices_of(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
         lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
     if active.size:
         d, wp, r = _predict(net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active],
@@ -554,4 +554,4 @@ def _inside(grid: sitk.Image, fixed: sitk.Image) -> np.ndarray:
     """``(Z, H, W)`` float64: 1 where a fixed voxel lies inside the model grid, else 0."""
     ones = sitk.Image(grid.GetSize(), sitk.sitkFloat32) + 1.0
     ones.CopyInformation(grid)
-    return _stack(resample(ones, fixed, "nearest", 0.0), fixed.GetDimension()).astype(np.float64)
+    return slices_of(resample(ones, fixed, "nearest", 0.0), fixed.GetDimension()).astype(np.float64)

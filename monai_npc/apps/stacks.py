@@ -47,7 +47,7 @@ from torch import nn
 
 from monai_npc.data.acdc import read_acdc_info
 from monai_npc.data.io import find_image, read_sitk_file
-from monai_npc.data.layout import find_patient_dirs
+from monai_npc.data.layout import cfg_frame, find_patient_dirs
 
 __all__ = [
     "GROUPS",
@@ -142,20 +142,6 @@ def _ed_es_pairs(phases: Mapping[str, Phase], directions: Sequence[str]) -> Tupl
     return tuple(out)
 
 
-def _frame(info: Mapping[str, str], key: str, cfg: Path, default: Optional[int] = None) -> int:
-    if key not in info:
-        if default is not None:
-            return default
-        raise ValueError(f"{cfg} has no '{key}:' line (the {key} frame number, counted from 1)")
-    try:
-        value = int(float(info[key]))
-    except ValueError:
-        raise ValueError(f"{cfg}: '{key}: {info[key]}' is not a frame number") from None
-    if value < 1:
-        raise ValueError(f"{cfg}: '{key}: {value}': frame numbers count from 1")
-    return value
-
-
 def _official_study(folder: Path, directions: Sequence[str]) -> Study:
     """A ``patientNNN`` folder: frame files and/or a ``_4d`` file, labels when present."""
     name = folder.name
@@ -165,7 +151,7 @@ def _official_study(folder: Path, directions: Sequence[str]) -> Study:
     try:
         if cfg.is_file():
             info = read_acdc_info(cfg)
-            ed, es = _frame(info, "ED", cfg), _frame(info, "ES", cfg)
+            ed, es = cfg_frame(info, "ED", cfg), cfg_frame(info, "ES", cfg)
         else:
             frames = sorted(
                 int(m.group(1)) for p in folder.iterdir() if (m := re.fullmatch(rf"{name}_frame(\d+){_SUFFIX}", p.name))
@@ -207,7 +193,7 @@ def _dicom_study(folder: Path, directions: Sequence[str]) -> Study:
         return Study(folder.name, "dicom", folder, error=f"{folder}: a cine DICOM folder needs an Info.cfg with 'ES:' (and 'ED:', default 1) phase numbers")
     try:
         info = read_acdc_info(cfg)
-        ed, es = _frame(info, "ED", cfg, default=1), _frame(info, "ES", cfg)
+        ed, es = cfg_frame(info, "ED", cfg, default=1), cfg_frame(info, "ES", cfg)
         phases = {"ED": Phase(folder, f"phase={ed - 1}"), "ES": Phase(folder, f"phase={es - 1}")}
         return Study(folder.name, "dicom", folder, info.get("Group", "unknown"), _ed_es_pairs(phases, directions), info=info)
     except ValueError as err:

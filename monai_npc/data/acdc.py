@@ -34,7 +34,7 @@ from monai.transforms import Compose
 from monai_npc.transforms import CropOnLabelUniond, MinMaxNormalized
 
 from .io import find_image, read_array, read_h5, read_vector_image
-from .layout import find_patient_dirs, read_cfg
+from .layout import cfg_frame, find_patient_dirs, read_cfg
 from .pairs import DIRECTIONS, frame_item_to_numpy, frames_to_pairs, make_dataset, pair_transforms
 from .splits import SPLITS, Count, empty_split_error, patient_split, read_split_file, split_patients
 
@@ -92,21 +92,12 @@ def read_acdc_info(path: PathLike) -> Dict[str, str]:
     return read_cfg(path)
 
 
-def _frame_number(info: Mapping[str, str], key: str, path: Path) -> int:
-    try:
-        return int(float(info[key]))
-    except KeyError:
-        raise ValueError(f"{path} has no '{key}:' line (ED/ES frame numbers)") from None
-    except ValueError:
-        raise ValueError(f"{path}: '{key}: {info[key]}' is not a frame number") from None
-
-
 def _official_patient(folder: Path) -> ACDCPatient:
     name = folder.name
     cfg = folder / "Info.cfg"
     if cfg.is_file():
         info = read_acdc_info(cfg)
-        ed, es = _frame_number(info, "ED", cfg), _frame_number(info, "ES", cfg)
+        ed, es = cfg_frame(info, "ED", cfg), cfg_frame(info, "ES", cfg)
     else:
         gts = sorted(
             int(m.group(1))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, List, Union
+from typing import Dict, List, Mapping, Optional, Union
 
-__all__ = ["read_cfg", "find_patient_dirs"]
+__all__ = ["read_cfg", "cfg_frame", "find_patient_dirs"]
 
 
 def read_cfg(path: Union[str, Path]) -> Dict[str, str]:
@@ -25,6 +25,22 @@ def read_cfg(path: Union[str, Path]) -> Dict[str, str]:
             key, _, value = line.partition(":")
             info[key.strip()] = value.strip()
     return info
+
+
+def cfg_frame(info: Mapping[str, str], key: str, path: Union[str, Path], default: Optional[int] = None) -> int:
+    """The frame number (counted from 1, as ACDC's ``ED: 1``) of ``key`` in a parsed ``Info.cfg``
+    (:func:`read_cfg`); ``default`` when the line is missing, else a ``ValueError`` naming the file and the line."""
+    if key not in info:
+        if default is not None:
+            return default
+        raise ValueError(f"{path} has no '{key}:' line (the {key} frame number, counted from 1)")
+    try:
+        value = int(float(info[key]))
+    except ValueError:
+        raise ValueError(f"{path}: '{key}: {info[key]}' is not a frame number") from None
+    if value < 1:
+        raise ValueError(f"{path}: '{key}: {value}': frame numbers count from 1")
+    return value
 
 
 def find_patient_dirs(root: Path, pattern: "re.Pattern[str]", max_depth: int = 3) -> List[Path]:

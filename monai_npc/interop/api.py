@@ -90,8 +90,6 @@ OUTPUTS: Dict[str, str] = {
 }
 
 
-
-
 def resolve_model(
     model: Union[str, PathLike, nn.Module], device: Union[str, torch.device] = "cpu", refine_iterations: Optional[int] = None,
     num_steps: Optional[int] = None, register_defaults: bool = True,
@@ -235,21 +233,6 @@ def _in_pixel_space(image: sitk.Image, reference: sitk.Image, what: str) -> sitk
     out.SetOrigin(reference.GetOrigin())
     out.SetDirection(reference.GetDirection())
     return out
-
-
-
-
-
-
-
-
-def _slices(array: np.ndarray, dims: int) -> np.ndarray:
-    """Array-order image -> ``(Z, H, W)``."""
-    return array[None] if dims == 2 else array
-
-
-
-
 
 
 def compact_label(label: sitk.Image) -> sitk.Image:
@@ -565,7 +548,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         warnings.warn(note, RuntimeWarning, stacklevel=3)
 
     # 1-5. canonical geometry, localisation, model grid, every slice, field pasted back on the fixed grid
-    from monai_npc.apps.registration import LABEL_GUIDANCE, model_profile, register_settings, run_pipeline
+    from monai_npc.apps.registration import LABEL_GUIDANCE, model_profile, register_settings, run_pipeline, slices_of
 
     profile = model_profile(net, size, field_of_view)
     sigma = float(register_settings(net).get("label_sigma", 0.0)) if label_sigma is None else float(label_sigma)
@@ -625,8 +608,8 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         summary["pixel_space"] = True
     labels_m = None
     if moving_lab is not None:
-        lab_m = torch.from_numpy(_slices(resample(moving_lab, grid, "nearest", 0), dims).astype(np.float32))
-        fixed_lab_m = _slices(resample(fixed_lab, grid, "nearest", 0), dims) if fixed_lab is not None else np.zeros_like(moving_m)
+        lab_m = torch.from_numpy(slices_of(resample(moving_lab, grid, "nearest", 0), dims).astype(np.float32))
+        fixed_lab_m = slices_of(resample(fixed_lab, grid, "nearest", 0), dims) if fixed_lab is not None else np.zeros_like(moving_m)
         labels_m = (lab_m.numpy(), fixed_lab_m, warp_image(lab_m[:, None], ddf_m.float(), "nearest", "zeros")[:, 0].numpy())
         if fixed_lab is not None:
             fixed_arr = sitk.GetArrayFromImage(fixed_lab)

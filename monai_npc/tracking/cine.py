@@ -212,7 +212,7 @@ def read_frame_label(label: Any, cine: Cine, frame: int) -> np.ndarray:
 
 def info_frames(cine: str) -> Optional[Dict[str, int]]:
     """``{"ed", "es"}`` 0-based frames from an ACDC ``Info.cfg`` beside (or in) ``cine``, else ``None``."""
-    from monai_npc.data.layout import read_cfg
+    from monai_npc.data.layout import cfg_frame, read_cfg
 
     path = Path(cine)
     cfg = (path if path.is_dir() else path.parent) / "Info.cfg"
@@ -220,8 +220,8 @@ def info_frames(cine: str) -> Optional[Dict[str, int]]:
         return None
     info = read_cfg(cfg)
     try:
-        return {"ed": int(float(info["ED"])) - 1, "es": int(float(info["ES"])) - 1}
-    except (KeyError, ValueError):
+        return {"ed": cfg_frame(info, "ED", cfg) - 1, "es": cfg_frame(info, "ES", cfg) - 1}
+    except ValueError:
         return None
 
 
