@@ -420,7 +420,7 @@ def run_pipeline(
                 for grids, window in ((whole, False), (windows, True)) if grids and profile.field_of_view in _USES[window]]
         main = runs[-1]
         ddf_f = main.ddf_fixed
-        if len(runs) == 2:  # "image+heart": the window's field blends into the whole-image one
+        if len(runs) == 2:  # "image+heart": inside the window the mean of the two fields (weight 0.5), tapered to the whole-image one
             ddf_f = runs[0].ddf_fixed + 0.5 * runs[1].weight * (runs[1].ddf_fixed - runs[0].ddf_fixed)
     mid = len(centres) // 2
     return PipelineResult(

@@ -476,8 +476,11 @@ def register(
             (a ``size x size`` window at the native pixel size on the region where each slice's two
             images differ, found without labels; identity outside it), ``"heart-stack"`` (one such
             window for the whole stack) or ``"image"`` (the whole field of view fitted into the
-            grid). Default: the weights' register setting (``"heart-stack"`` for ``acdc``), else
-            their own.
+            grid); two mixes, measured and not kept as defaults: ``"image+heart"`` (both grids; inside
+            the window the field is the mean of the two, tapered to the whole-image one at its edge)
+            and ``"image>heart"`` (coarse to fine: the windows register the moving image warped by the
+            whole-image field, and the two fields are composed). Default: the weights' register setting
+            (``"heart-stack"`` for ``acdc``), else their own.
         label_guidance: with a ``moving_label`` and an NPC network's refinement, the weight of a
             label-guided term: each carried label should cover fixed voxels that look like the
             moving image under that label (:mod:`monai_npc.functional.label_intensity`; no fixed
