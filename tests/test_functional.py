@@ -357,3 +357,14 @@ def test_jacobian_of_affine_fields():
     assert torch.allclose(det3, torch.full((1, 6, 6, 6), float(torch.det(torch.eye(3) + A3))), atol=1e-4)
     with pytest.raises(ValueError, match="channels"):
         jacobian_determinant(torch.zeros(1, 3, 8, 8))
+
+
+def test_dice_by_value():
+    import numpy as np
+
+    from monai_npc.functional import dice_by_value
+
+    a = np.array([[0, 1, 1, 2], [2, 2, 0, 0]])
+    b = np.array([[0, 1, 0, 2], [2, 0, 0, 0]])
+    # value 1: |a|=2, |b|=1, common 1 -> 2/3; value 2: |a|=3, |b|=2, common 2 -> 4/5; value 3 absent from both
+    assert dice_by_value(a, b, [1, 2, 3]) == {1: 2 / 3, 2: 0.8, 3: None}

@@ -3,6 +3,7 @@
 from .dihedral import DIHEDRAL_INVERSE, dihedral, dihedral_field
 from .encoding import positional_encoding
 from .filter_pairs import fourier_filter_pairs, pair_responses, patch_norm_statistics, same_padding, unit_normalize_filters
+from .overlap import dice_by_value
 from .interaction import interaction_features, pair_interaction, pair_residual, polar_features
 from .phase_correlation import phase_correlation, tukey_window
 from .reliability import reliability_map
@@ -10,6 +11,7 @@ from .topk import soft_topk_mask, soft_topk_mask_with_threshold
 from .warp import identity_grid, jacobian_determinant, sample_at, warp_image
 
 __all__ = [
+    "dice_by_value",
     "DIHEDRAL_INVERSE",
     "dihedral",
     "dihedral_field",

@@ -247,13 +247,10 @@ def compact_label(label: sitk.Image) -> sitk.Image:
 
 
 def _dice(a: np.ndarray, b: np.ndarray, labels: Sequence[int]) -> Dict[str, Optional[float]]:
-    """Dice of each label value (``None`` when absent from both maps)."""
-    out: Dict[str, Optional[float]] = {}
-    for v in labels:
-        pa, pb = a == v, b == v
-        total = int(pa.sum() + pb.sum())
-        out[str(int(v))] = float(2.0 * np.logical_and(pa, pb).sum() / total) if total else None
-    return out
+    """Dice of each label value, keyed by its string (``None`` when absent from both maps)."""
+    from monai_npc.functional.overlap import dice_by_value
+
+    return {str(v): d for v, d in dice_by_value(a, b, labels).items()}
 
 
 def _mean(values: Mapping[str, Optional[float]]) -> Optional[float]:

@@ -35,7 +35,7 @@ import numpy as np
 import SimpleITK as sitk
 import torch
 
-from monai_npc.functional import warp_image
+from monai_npc.functional import dice_by_value, warp_image
 from monai_npc.interop.label_resample import label_indicators
 
 from .cine import Cine, label_frame, read_cine, read_frame_label
@@ -101,12 +101,8 @@ def warp_label(label: np.ndarray, ddf: torch.Tensor, values: Sequence[int], sigm
 
 def label_dice(a: np.ndarray, b: np.ndarray, structures: Dict[str, int] = ACDC_STRUCTURES) -> Dict[str, float]:
     """3-D Dice per structure (NaN when absent from both)."""
-    out = {}
-    for name, v in structures.items():
-        pa, pb = a == v, b == v
-        total = int(pa.sum() + pb.sum())
-        out[name] = float(2.0 * np.logical_and(pa, pb).sum() / total) if total else float("nan")
-    return out
+    dice = dice_by_value(a, b, list(structures.values()))
+    return {name: float("nan") if dice[v] is None else dice[v] for name, v in structures.items()}
 
 
 @dataclass
