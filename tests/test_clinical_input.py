@@ -3,6 +3,7 @@ whole fixed grid, slices registered independently, and the same result whatever 
 come in (file path, SimpleITK, nibabel, MONAI ``LoadImage`` MetaTensor with or without channel)."""
 
 import math
+import warnings
 from pathlib import Path
 
 import nibabel as nib
@@ -334,3 +335,36 @@ def test_an_image_given_as_label_is_warned_about(rotated_files):
     with pytest.warns(RuntimeWarning, match=r"moving label .* has \d+ label values .*: is it an intensity image"):
         reg = monai_npc.register(rotated_files[0], rotated_files[1], model="phase-correlation", moving_label=as_label)
     assert any("intensity image" in w for w in reg.summary["warnings"])
+
+
+def test_warnings_for_what_registers_badly_without_an_error():
+    """Half-slice offsets between stacks, a moving image covering little of the fixed field of view, label
+    smoothing wider than 3 mm, fixed slices the moving stack does not reach: each named; an image with a large
+    intensity offset is not taken for a constant one."""
+    ed, es = _beating_stack(size=64, centre=(32, 32), slices=4)
+    fixed = _stack_image(es, spacing=(1.5, 1.5, 10.0))
+
+    def run(moving, **kw):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            reg = monai_npc.register(moving, fixed, model="phase-correlation", **kw)
+        return reg, " ".join(str(w.message) for w in caught)
+
+    _, text = run(_stack_image(ed, spacing=(1.5, 1.5, 10.0), origin=(10.0, -20.0, 15.0)))  # one whole slice apart: fine
+    assert "do not coincide" not in text
+    _, text = run(_stack_image(ed, spacing=(1.5, 1.5, 10.0), origin=(10.0, -20.0, 10.0)))
+    assert "a fixed slice lies 5.0 mm from the nearest moving slice (10.0 mm apart)" in text
+    small = _stack_image(ed[:, 16:48, 16:48], spacing=(1.5, 1.5, 10.0), origin=(10.0, -20.0, 5.0))  # a corner-free crop
+    small.SetOrigin(fixed.TransformIndexToPhysicalPoint((16, 16, 0)))
+    reg, text = run(small)
+    assert "covers only 25.0 % of fixed image" in text and "overlap by only" not in text
+    coarse = _stack_image(ed, spacing=(5.0, 5.0, 10.0))
+    label = sitk.GetImageFromArray((ed > 0.9).astype(np.int16))
+    label.CopyInformation(coarse)
+    _, text = run(coarse, moving_label=label, label_sigma=1.0)
+    assert "smoothing of 1 voxel(s) before it is carried is 5.0 mm" in text
+    short = _stack_image(ed[1:], spacing=(1.5, 1.5, 10.0), origin=(10.0, -20.0, 15.0))  # no moving slice at the fixed's first
+    reg, text = run(short)
+    assert "fixed slice(s) [0] lie outside the moving image" in text and "constant" not in text
+    reg, text = run(_stack_image(ed * 241.0 + 1e6, spacing=(1.5, 1.5, 10.0)))  # 241 grey levels on top of 1e6
+    assert reg.summary["identity_slices"] == [] and "constant" not in text

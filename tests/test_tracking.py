@@ -313,7 +313,7 @@ def test_label_read_by_loadimage_and_its_frame(cine, tmp_path):
     np.testing.assert_array_equal(read_frame_label(LoadImage(image_only=True)(str(tmp_path / "all_gt.nii.gz")), c, 2), expected)
     # the frame: no Info.cfg -> the name is not trusted (0); with one -> frame03 is frame 2
     label = str(tmp_path / "p_frame03_gt.nii.gz")
-    assert named_frame(label, path) is None and label_frame(path, label) == (0, "default (frame 0)")
+    assert named_frame(label, path) is None and label_frame(path, label) == (0, "default (frame 0)")  # (with a warning, below)
     (tmp_path / "Info.cfg").write_text("ED: 1\nES: 3\nGroup: NOR\n")
     assert named_frame(label, path) == 2 and label_frame(path, label)[0] == 2
     assert label_frame(path, str(tmp_path / "all_gt.nii.gz")) == (0, "ED of Info.cfg")
@@ -326,9 +326,12 @@ def test_label_read_by_loadimage_and_its_frame(cine, tmp_path):
     logger.addHandler(handler)
     try:
         assert label_frame(path, label, 0) == (0, "given")
+        (tmp_path / "Info.cfg").unlink()
+        assert label_frame(path, label) == (0, "default (frame 0)")
     finally:
         logger.removeHandler(handler)
-    assert len(records) == 1 and "named for frame 2" in records[0].getMessage() and "used as frame 0" in records[0].getMessage()
+    assert len(records) == 2 and "named for frame 2" in records[0].getMessage() and "used as frame 0" in records[0].getMessage()
+    assert "named for frame 03, but there is no Info.cfg" in records[1].getMessage()
 
 
 def test_track_out_is_replaced_as_a_whole(cine, tmp_path):

@@ -61,8 +61,9 @@ __all__ = [
     "run_pipeline",
 ]
 
-#: a slice whose intensity range is below this fraction of its largest magnitude counts as constant
-CONSTANT_RTOL = 1e-3
+#: a slice whose intensity range is below this fraction of its largest magnitude counts as constant (a few float32
+#: steps: an image with a large offset, 241 grey levels on top of 1e6, still registers; it was 1e-3 before)
+CONSTANT_RTOL = 1e-5
 
 
 # ------------------------------------------------------------------------------------- registries
@@ -339,6 +340,7 @@ class PipelineResult:
             the network did not look: outside the heart windows).
         reliability_region: ``(Z, H, W)`` bool, the fixed voxels ``reliability`` was computed on
             (inside the model grids of the run it comes from).
+        uncovered: ``(Z,)`` fixed slices the moving image does not reach at all (among ``still``).
         still: ``(Z,)`` slices left at the identity (constant in either image).
         overlap_percent: share of the fixed image's voxels that the moving image covers.
         centre: ``(row, col)`` of the middle slice's ``"heart"`` window in fixed voxels, else ``None``
@@ -354,6 +356,7 @@ class PipelineResult:
     warped_model: torch.Tensor
     reliability: Optional[np.ndarray]
     reliability_region: np.ndarray
+    uncovered: np.ndarray
     still: np.ndarray
     overlap_percent: float
     centre: Optional[Tuple[float, float]]
@@ -429,6 +432,7 @@ def run_pipeline(
         moving_model=main.moving_model, fixed_model=main.fixed_model, warped_model=main.warped_model,
         reliability=(runs[0] if profile.field_of_view == "image>heart" else main).reliability,
         reliability_region=(runs[0] if profile.field_of_view == "image>heart" else main).seen,
+        uncovered=~np.isfinite(moving_on_fixed).reshape(moving_on_fixed.shape[0], -1).any(1),
         still=np.logical_or.reduce([r.still for r in runs]), overlap_percent=overlap,
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
     )

@@ -52,7 +52,7 @@ from monai_npc.functional import jacobian_determinant, warp_image
 from monai_npc.io_safety import HDF5_LOCK, RunFolder
 from monai_npc.runtime import use_threads
 
-from .checks import check_inputs, check_tensor, input_warnings
+from .checks import check_inputs, check_tensor, coverage_warning, input_warnings, label_sigma_warning
 from .images import check_image, check_label, check_same_dims, read_image, resample
 from .label_resample import resample_label
 from .transforms import ddf_to_physical, displacement_field_transform, write_ants_warp, write_slicer_transform
@@ -570,8 +570,20 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
             f"{tuple(round(v, 2) for v in fixed_img.GetOrigin())} mm, LPS); check their origins and directions, "
             "or register in pixel space (pixel_space=True, --pixel-space)."
         )
-    if still.any():
-        which = "the images are" if still.all() else f"slice(s) {np.flatnonzero(still).tolist()} are"
+    late = [] if any("overlap by only" in n for n in notes) else [coverage_warning(overlap, describe_input(moving), describe_input(fixed))]
+    if moving_lab is not None and sigma > 0:
+        late.append(label_sigma_warning(sigma, moving_lab, f"moving label {describe_input(moving_label)}"))
+    for note in filter(None, late):
+        notes.append(note)
+        warnings.warn(note, RuntimeWarning, stacklevel=3)
+    uncovered = result.uncovered & still
+    if uncovered.any():
+        notes.append(f"fixed slice(s) {np.flatnonzero(uncovered).tolist()} lie outside the moving image (no moving data there): "
+                     "identity transform, reliability 0 there.")
+        warnings.warn(f"{describe_input(moving)} -> {describe_input(fixed)}: {notes[-1]}", RuntimeWarning, stacklevel=3)
+    if (still & ~uncovered).any():
+        flat = still & ~uncovered
+        which = "the images are" if flat.all() else f"slice(s) {np.flatnonzero(flat).tolist()} are"
         notes.append(f"{which} constant (or nearly) in the moving or fixed image: identity transform, reliability 0 there.")
         warnings.warn(f"{describe_input(moving)} -> {describe_input(fixed)}: {notes[-1]}", RuntimeWarning, stacklevel=3)
     ddf_m, warped_m, moving_m, fixed_m = result.ddf_model, result.warped_model, result.moving_model, result.fixed_model

@@ -37,6 +37,9 @@ __all__ = [
     "check_aspect",
     "overlap_percent",
     "overlap_warning",
+    "coverage_warning",
+    "slice_offset_warning",
+    "label_sigma_warning",
     "spacing_warning",
     "orientation_warning",
     "slice_plane_warning",
@@ -143,6 +146,62 @@ def overlap_warning(
     return None
 
 
+def coverage_warning(
+    percent: float, moving_name: str, fixed_name: str, threshold: float = MIN_OVERLAP_PERCENT
+) -> Optional[str]:
+    """A warning when the moving image covers ``0 < percent < threshold`` % of the fixed image's field of view
+    (:func:`overlap_warning` measures against the smaller image: a small image inside a large one passes it)."""
+    if 0.0 < percent < threshold:
+        return (
+            f"moving image {moving_name} covers only {percent:.1f} % of fixed image {fixed_name}'s field of view (less than "
+            f"{threshold:.0f} %): the rest is left as it is; check their pixel sizes and origins (PNG/JPEG/TIFF carry none: "
+            "1 mm is assumed), or register in pixel space (--pixel-space)."
+        )
+    return None
+
+
+#: in-plane smoothing of a carried label wider than this (mm) gives a warning: thin structures (myocardium) can vanish
+MAX_LABEL_SIGMA_MM = 3.0
+
+
+def label_sigma_warning(sigma: float, label: sitk.Image, what: str, limit: float = MAX_LABEL_SIGMA_MM) -> Optional[str]:
+    """A warning when ``sigma`` label voxels (in-plane smoothing of a carried label) exceed ``limit`` mm at this pixel size."""
+    mm = float(sigma) * float(min(label.GetSpacing()[:2]))
+    if mm > limit:
+        return (
+            f"{what} has {min(label.GetSpacing()[:2]):.2g} mm pixels: its smoothing of {sigma:g} voxel(s) before it is carried is "
+            f"{mm:.1f} mm (more than {limit:g} mm) and can erase thin structures; pass label_sigma=0 (--label-sigma 0)."
+        )
+    return None
+
+
+def slice_offset_warning(moving: sitk.Image, fixed: sitk.Image, moving_name: str, fixed_name: str, share: float = 0.25) -> Optional[str]:
+    """A warning when the slices of two 3-D stacks with the same slice normal lie between each other: some fixed
+    slice is more than ``share`` of the moving slice spacing from every moving slice, so each warped slice blends
+    two moving slices (the registration is in-plane)."""
+    if fixed.GetDimension() != 3 or moving.GetDimension() != 3 or min(fixed.GetSize()[2], moving.GetSize()[2]) < 2:
+        return None
+    nf = np.asarray(fixed.GetDirection(), np.float64).reshape(3, 3)[:, 2]
+    nm = np.asarray(moving.GetDirection(), np.float64).reshape(3, 3)[:, 2]
+    if abs(float(nf @ nm)) < np.cos(np.radians(MAX_ORIENTATION_DEGREES)):
+        return None  # other slice planes: orientation_warning / slice_plane_warning speak
+    def positions(image: sitk.Image) -> np.ndarray:
+        return np.asarray([image.TransformIndexToPhysicalPoint((0, 0, k)) for k in range(image.GetSize()[2])], np.float64) @ nf
+    pf, pm = positions(fixed), np.sort(positions(moving))
+    inside = pf[(pf >= pm[0] - 1e-6) & (pf <= pm[-1] + 1e-6)]
+    if inside.size == 0:
+        return None
+    gap = float(np.max(np.min(np.abs(inside[:, None] - pm[None, :]), axis=1)))
+    step = float(np.median(np.diff(pm))) if pm.size > 1 else float(moving.GetSpacing()[2])
+    if gap > share * step:
+        return (
+            f"the slices of moving image {moving_name} and fixed image {fixed_name} do not coincide: a fixed slice lies "
+            f"{gap:.1f} mm from the nearest moving slice ({step:.1f} mm apart), so its warped image and label blend two moving "
+            "slices; register stacks from the same slice positions (or check the origins)."
+        )
+    return None
+
+
 def spacing_warning(
     moving: sitk.Image, fixed: sitk.Image, moving_name: str, fixed_name: str, ratio: float = MAX_SPACING_RATIO
 ) -> Optional[str]:
@@ -230,6 +289,7 @@ def input_warnings(
     """Every warning about two images (and their labels) about to be registered; ``[]`` when none."""
     notes = [
         overlap_warning(overlap_percent(moving, fixed), moving_name, fixed_name),
+        slice_offset_warning(moving, fixed, moving_name, fixed_name),
         spacing_warning(moving, fixed, moving_name, fixed_name),
         orientation_warning(moving, fixed, moving_name, fixed_name),
         slice_plane_warning(moving, f"moving image {moving_name}"),

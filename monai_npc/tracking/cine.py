@@ -254,4 +254,9 @@ def label_frame(cine: Any, label: Any, frame: Optional[int] = None) -> Tuple[int
     info = info_frames(str(cine)) if isinstance(cine, (str, os.PathLike)) else None
     if info is not None:
         return info["ed"], "ED of Info.cfg"
+    match = _ACDC_FRAME.search(Path(label).name) if isinstance(label, (str, os.PathLike)) else None
+    if match:  # an ACDC-style name, but no Info.cfg says the cine numbers frames as ACDC does
+        logger.warning("label %s is named for frame %s, but there is no Info.cfg beside the cine to confirm ACDC's numbering "
+                       "(from 1): it is used as frame 0; give the frame (--label-frame / reference_frame) if it belongs to another.",
+                       label, match.group(1))
     return 0, "default (frame 0)"
