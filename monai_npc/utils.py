@@ -1,15 +1,29 @@
-"""Small helpers shared by the training loops, the checkpoint handlers and the weight files."""
+"""Small helpers shared by the training loops, the checkpoint handlers, the weight files and the resumable runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Iterable, List, Mapping, Union
 
 import torch
 
-__all__ = ["atomic_torch_save"]
+__all__ = ["atomic_torch_save", "as_json", "changed_settings"]
+
+
+def as_json(value: Any) -> Any:
+    """``value`` as it reads back from a JSON file (tuples become lists, other objects their ``str``):
+    what a resumable run records of its settings, so that a later run compares like with like."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def changed_settings(before: Mapping[str, Any], now: Mapping[str, Any], ignore: Iterable[str] = ()) -> List[str]:
+    """``"key old -> new"`` for every key of ``now`` (except ``ignore``) whose value ``before`` differs:
+    why a recorded run cannot be resumed or reused."""
+    skip = set(ignore)
+    return [f"{k} {before.get(k)!r} -> {v!r}" for k, v in now.items() if k not in skip and before.get(k) != v]
 
 
 def atomic_torch_save(obj: Any, path: Union[str, Path]) -> Path:

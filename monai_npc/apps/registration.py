@@ -426,12 +426,12 @@ def run_pipeline(
         if len(runs) == 2:  # "image+heart": inside the window the mean of the two fields (weight 0.5), tapered to the whole-image one
             ddf_f = runs[0].ddf_fixed + 0.5 * runs[1].weight * (runs[1].ddf_fixed - runs[0].ddf_fixed)
     mid = len(centres) // 2
+    rated = runs[0] if profile.field_of_view == "image>heart" else main  # the run whose reliability map is reported
     return PipelineResult(
         ddf=_with_z(ddf_f, dims), ddf_model=main.ddf_model,
         grid=heart_grid(fixed, centres[mid], profile.input_size, profile.spacing_mm) if main.windowed else whole[0][0],
         moving_model=main.moving_model, fixed_model=main.fixed_model, warped_model=main.warped_model,
-        reliability=(runs[0] if profile.field_of_view == "image>heart" else main).reliability,
-        reliability_region=(runs[0] if profile.field_of_view == "image>heart" else main).seen,
+        reliability=rated.reliability, reliability_region=rated.seen,
         uncovered=~np.isfinite(moving_on_fixed).reshape(moving_on_fixed.shape[0], -1).any(1),
         still=np.logical_or.reduce([r.still for r in runs]), overlap_percent=overlap,
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),

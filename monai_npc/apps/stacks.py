@@ -48,6 +48,7 @@ from torch import nn
 from monai_npc.data.acdc import read_acdc_info
 from monai_npc.data.io import find_image, read_sitk_file
 from monai_npc.data.layout import cfg_frame, find_patient_dirs
+from monai_npc.utils import as_json, changed_settings
 
 __all__ = [
     "GROUPS",
@@ -507,10 +508,11 @@ def infer_studies(
 
 def _evaluate_pair(
     study: Study, pair: StudyPair, net: nn.Module, name: str, methods: Sequence[str], demons: Mapping[str, Any],
-    device: Union[str, torch.device], threads: int, basal_descent: bool = True,
+    device: Union[str, torch.device], threads: int, basal_descent: bool = True, field_of_view: Optional[str] = None,
 ) -> List[Dict[str, Any]]:
     """Rows (one per method) of one labelled pair: Dice/HD95 on the fixed grid, folding, seconds
-    (``basal_descent``: :func:`basal_descent_label` on every method's ED->ES and ES->ED labels)."""
+    (``basal_descent``: :func:`basal_descent_label` on every method's ED->ES and ES->ED labels;
+    ``field_of_view``: NPC's model grid, ``None``: the weights' register setting)."""
     from monai_npc.metrics import folding_percent
     from monai_npc.runtime import use_threads
 
@@ -533,7 +535,7 @@ def _evaluate_pair(
     for method in methods:
         t0 = time.perf_counter()
         if method == "npc":
-            reg = register_pair(pair, net, model_name=name, device=device, threads=threads)
+            reg = register_pair(pair, net, model_name=name, device=device, threads=threads, field_of_view=field_of_view)
             seconds = time.perf_counter() - t0
             warped = sitk.GetArrayFromImage(reg.warped_label)
             folding = float(reg.summary["folding_percent"])
@@ -713,8 +715,7 @@ def evaluate_studies(
     (:func:`basal_descent_label`: ``ED->ES`` basal RV slices cleared, ``ES->ED`` the slices the
     structures re-enter filled). ``per_pair.settings.json`` records each method's settings (model,
     field of view, refinement steps, descent; demons' iterations): resuming rows of other settings is
-    a ``ValueError`` (use a new ``out`` or ``resume=False`` when changing them). A network passed in
-    keeps its own ``meta``.
+    a ``ValueError`` (use a new ``out`` or ``resume=False`` when changing them).
     Returns the content of ``metrics.json``.
     """
     out = Path(out)
@@ -731,37 +732,6 @@ def evaluate_studies(
         "npc": {"model": name, "field_of_view": field_of_view, "refine_iterations": refine_iterations, "basal_descent": bool(basal_descent)},
         "demons": {**demons, "basal_descent": bool(basal_descent)},
     }, methods)
-    own_meta = getattr(net, "meta", None)
-    if field_of_view is not None:  # e.g. "image": the whole-image model grid instead of the weights' own (the caller's net restored)
-        net.meta = {**(own_meta or {}), "field_of_view": str(field_of_view)}
-    try:
-        return _evaluate_all(root, out, net, name, methods, demons, settings, metrics_path, rows_path, directions, device, threads,
-                             strict, max_studies, progress, figure, basal_descent, with_demons)
-    finally:
-        if field_of_view is not None:
-            net.meta = own_meta
-
-
-def _run_settings(out: Path, resume: bool, settings: Dict[str, Dict[str, Any]], methods: Sequence[str]) -> Dict[str, Any]:
-    """``settings`` of ``methods``, recorded in ``out/per_pair.settings.json``; with ``resume``, rows of a
-    method computed with other settings are an error (``ValueError`` naming what differs), not mixed in."""
-    path = out / "per_pair.settings.json"
-    recorded = json.loads(path.read_text()) if resume and path.is_file() and (out / "per_pair.jsonl").exists() else {}
-    now = json.loads(json.dumps(settings, default=str))
-    for method in methods:
-        if method in recorded and recorded[method] != now[method]:
-            changed = [f"{k} {recorded[method].get(k)!r} -> {v!r}" for k, v in now[method].items() if recorded[method].get(k) != v]
-            raise ValueError(f"{out}/per_pair.jsonl holds {method} rows of other settings ({'; '.join(changed)}): use a new out "
-                             "folder, or resume=False to start afresh.")
-    merged = {**recorded, **{m: now[m] for m in methods}}
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(merged, indent=2))
-    return merged
-
-
-def _evaluate_all(root, out, net, name, methods, demons, settings, metrics_path, rows_path, directions, device, threads, strict,
-                  max_studies, progress, figure, basal_descent, with_demons) -> Dict[str, Any]:
-    """The body of :func:`evaluate_studies` once its network and settings are fixed."""
     studies = find_studies(root, directions)[: None if max_studies is None else int(max_studies)]
     rows = [r for r in _read_rows(rows_path) if r.get("method") in methods]
     have = {(r["study"], r["direction"], r["method"]) for r in rows}
@@ -777,7 +747,7 @@ def _evaluate_all(root, out, net, name, methods, demons, settings, metrics_path,
         if not need or study.name in bad:
             continue
         try:
-            new = _evaluate_pair(study, pair, net, name, need, demons, device, threads, basal_descent)
+            new = _evaluate_pair(study, pair, net, name, need, demons, device, threads, basal_descent, field_of_view)
         except (OSError, ValueError, RuntimeError) as err:
             skipped.append(_fail(study.name, f"{pair.direction}: {_one_line(err)}", strict))
             bad.add(study.name)
@@ -807,6 +777,23 @@ def _evaluate_all(root, out, net, name, methods, demons, settings, metrics_path,
             group_figure(summary, out / "groups.png")
     metrics_path.write_text(json.dumps(result, indent=2, default=float))
     return result
+
+
+def _run_settings(out: Path, resume: bool, settings: Dict[str, Dict[str, Any]], methods: Sequence[str]) -> Dict[str, Any]:
+    """``settings`` of ``methods``, recorded in ``out/per_pair.settings.json``; with ``resume``, rows of a
+    method computed with other settings are an error (``ValueError`` naming what differs), not mixed in."""
+    path = out / "per_pair.settings.json"
+    recorded = json.loads(path.read_text()) if resume and path.is_file() and (out / "per_pair.jsonl").exists() else {}
+    now = as_json(settings)
+    for method in methods:
+        if method in recorded and recorded[method] != now[method]:
+            changed = changed_settings(recorded[method], now[method])
+            raise ValueError(f"{out}/per_pair.jsonl holds {method} rows of other settings ({'; '.join(changed)}): use a new out "
+                             "folder, or resume=False to start afresh.")
+    merged = {**recorded, **{m: now[m] for m in methods}}
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=2))
+    return merged
 
 
 # ------------------------------------------------------------------------------- bundle workflows

@@ -4,9 +4,10 @@ The label (0 bg, 1 RV, 2 myocardium, 3 LV, as ACDC) belongs to one frame: --labe
 by default, with an ACDC Info.cfg beside the cine, the frame the label file names
 (patient090_frame11_gt.nii.gz: frame 10) or else Info.cfg's ED (ED: n -> frame n - 1), else frame 0.
 Writes into --out, all at once (it may only hold a previous run's files): labels_4d.nii.gz (the
-tracked labels with the cine's geometry), volumes.csv (mL per frame), function.json (LV/RV EDV, ESV, SV, EF, LV mass at 1.05 g/mL, ED/ES found from the LV
-volume curve and those of Info.cfg, the request: inputs, frame, scheme, settings) and function.png
-(volume curve, ED/ES, frames with contours). See docs/tracking.md.
+tracked labels with the cine's geometry), volumes.csv (mL per frame), function.json (LV/RV EDV,
+ESV, SV, EF, LV mass at 1.05 g/mL, ED/ES found from the LV volume curve and those of Info.cfg, the
+request: inputs, frame, scheme, settings) and function.png (volume curve, ED/ES, frames with
+contours). See docs/tracking.md.
 
 --batch COHORT_CSV tracks many studies (columns cine,label[,label_frame][,out][,name]) into
 --out/<name> and writes one --out/cohort.csv (name, status, error, ED/ES, LV/RV EDV/ESV/SV/EF,

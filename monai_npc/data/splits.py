@@ -156,8 +156,6 @@ def empty_split_error(dataset: str, split: str, root: Union[str, Path], n_availa
         return ValueError(f"{where}, and split_file {str(split_file)!r} lists none for '{split}'.")
     if n_available == 0:
         return ValueError(f"{where} (is it the dataset's folder?).")
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         counts = resolve_split_counts(n_available, n_train, n_val, n_test)

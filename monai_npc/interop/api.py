@@ -48,11 +48,11 @@ import SimpleITK as sitk
 import torch
 from torch import nn
 
-from monai_npc.functional import jacobian_determinant, warp_image
+from monai_npc.functional import dice_by_value, jacobian_determinant, warp_image
 from monai_npc.io_safety import HDF5_LOCK, RunFolder
 from monai_npc.runtime import use_threads
 
-from .checks import check_inputs, check_tensor, coverage_warning, input_warnings, label_sigma_warning
+from .checks import check_inputs, check_tensor, input_warnings, label_sigma_warning
 from .images import check_image, check_label, check_same_dims, read_image, resample
 from .label_resample import resample_label
 from .transforms import ddf_to_physical, displacement_field_transform, write_ants_warp, write_slicer_transform
@@ -67,6 +67,7 @@ __all__ = [
     "as_image",
     "compact_label",
     "describe_input",
+    "is_phase_correlation",
 ]
 
 PathLike = Union[str, os.PathLike]
@@ -122,7 +123,7 @@ def resolve_model(
                           RuntimeWarning, stacklevel=3)
         return model.eval().to(device), type(model).__name__
     spec = str(model)
-    if spec.lower() in (PHASE_CORRELATION, "phase_correlation"):
+    if is_phase_correlation(spec):
         from monai_npc.networks.nets.baselines import PhaseCorrelationNet
 
         ignored = [f"{k}={v}" for k, v in (("num_steps", num_steps), ("refine_iterations", refine_iterations)) if v]
@@ -156,6 +157,11 @@ def resolve_model(
     if num_steps is not None:
         net.ode.set_steps(int(num_steps))
     return net.to(device), spec
+
+
+def is_phase_correlation(model: Any) -> bool:
+    """Whether a model argument names the classical baseline (:data:`PHASE_CORRELATION`, or with an underscore)."""
+    return isinstance(model, (str, os.PathLike)) and str(model).lower() in (PHASE_CORRELATION, "phase_correlation")
 
 
 def model_input_size(net: nn.Module, default: int = 128) -> int:
@@ -248,8 +254,6 @@ def compact_label(label: sitk.Image) -> sitk.Image:
 
 def _dice(a: np.ndarray, b: np.ndarray, labels: Sequence[int]) -> Dict[str, Optional[float]]:
     """Dice of each label value, keyed by its string (``None`` when absent from both maps)."""
-    from monai_npc.functional.overlap import dice_by_value
-
     return {str(v): d for v, d in dice_by_value(a, b, labels).items()}
 
 
@@ -532,9 +536,9 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     check_same_dims(moving_img, fixed_img, describe_input(moving), describe_input(fixed))
     dims = fixed_img.GetDimension()
     if dims == 3 and fixed_img.GetSize()[2] > 1 and moving_img.GetSize()[2] == 1:
-        why = ""
         from monai_npc.data.io import parse_select
 
+        why = ""
         if "frame" in parse_select(moving_select):  # frame=K of a 3-D file takes its slice K (a 2-D + time sequence)
             why = (f" (moving_select / --moving-select {moving_select!r} took one slice of it: frame=K picks a frame of a 4-D file or "
                    "a slice of a 3-D one; leave it out to register the whole stack)")
@@ -570,19 +574,17 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
             f"{tuple(round(v, 2) for v in fixed_img.GetOrigin())} mm, LPS); check their origins and directions, "
             "or register in pixel space (pixel_space=True, --pixel-space)."
         )
-    late = [] if any("overlap by only" in n for n in notes) else [coverage_warning(overlap, describe_input(moving), describe_input(fixed))]
-    if moving_lab is not None and sigma > 0:
-        late.append(label_sigma_warning(sigma, moving_lab, f"moving label {describe_input(moving_label)}"))
-    for note in filter(None, late):
-        notes.append(note)
-        warnings.warn(note, RuntimeWarning, stacklevel=3)
+    wide = label_sigma_warning(sigma, moving_lab, f"moving label {describe_input(moving_label)}") if moving_lab is not None else None
+    if wide:
+        notes.append(wide)
+        warnings.warn(wide, RuntimeWarning, stacklevel=3)
     uncovered = result.uncovered & still
+    flat = still & ~uncovered
     if uncovered.any():
         notes.append(f"fixed slice(s) {np.flatnonzero(uncovered).tolist()} lie outside the moving image (no moving data there): "
                      "identity transform, reliability 0 there.")
         warnings.warn(f"{describe_input(moving)} -> {describe_input(fixed)}: {notes[-1]}", RuntimeWarning, stacklevel=3)
-    if (still & ~uncovered).any():
-        flat = still & ~uncovered
+    if flat.any():
         which = "the images are" if flat.all() else f"slice(s) {np.flatnonzero(flat).tolist()} are"
         notes.append(f"{which} constant (or nearly) in the moving or fixed image: identity transform, reliability 0 there.")
         warnings.warn(f"{describe_input(moving)} -> {describe_input(fixed)}: {notes[-1]}", RuntimeWarning, stacklevel=3)

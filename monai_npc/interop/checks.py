@@ -37,6 +37,7 @@ __all__ = [
     "check_aspect",
     "overlap_percent",
     "overlap_warning",
+    "fixed_coverage_percent",
     "coverage_warning",
     "slice_offset_warning",
     "label_sigma_warning",
@@ -146,6 +147,11 @@ def overlap_warning(
     return None
 
 
+def fixed_coverage_percent(moving: sitk.Image, fixed: sitk.Image) -> float:
+    """Percent of the fixed image's in-plane field of view that the moving image covers."""
+    return float(100.0 * _inside(_physical_points(fixed), moving).mean())
+
+
 def coverage_warning(
     percent: float, moving_name: str, fixed_name: str, threshold: float = MIN_OVERLAP_PERCENT
 ) -> Optional[str]:
@@ -175,6 +181,12 @@ def label_sigma_warning(sigma: float, label: sitk.Image, what: str, limit: float
     return None
 
 
+def _slice_positions(image: sitk.Image, normal: np.ndarray) -> np.ndarray:
+    """``(Z,)`` positions (mm) of a 3-D image's slices along ``normal``."""
+    axis = np.asarray(image.GetDirection(), np.float64).reshape(3, 3)[:, 2] * image.GetSpacing()[2]
+    return float(np.asarray(image.GetOrigin()) @ normal) + np.arange(image.GetSize()[2]) * float(axis @ normal)
+
+
 def slice_offset_warning(moving: sitk.Image, fixed: sitk.Image, moving_name: str, fixed_name: str, share: float = 0.25) -> Optional[str]:
     """A warning when the slices of two 3-D stacks with the same slice normal lie between each other: some fixed
     slice is more than ``share`` of the moving slice spacing from every moving slice, so each warped slice blends
@@ -185,14 +197,12 @@ def slice_offset_warning(moving: sitk.Image, fixed: sitk.Image, moving_name: str
     nm = np.asarray(moving.GetDirection(), np.float64).reshape(3, 3)[:, 2]
     if abs(float(nf @ nm)) < np.cos(np.radians(MAX_ORIENTATION_DEGREES)):
         return None  # other slice planes: orientation_warning / slice_plane_warning speak
-    def positions(image: sitk.Image) -> np.ndarray:
-        return np.asarray([image.TransformIndexToPhysicalPoint((0, 0, k)) for k in range(image.GetSize()[2])], np.float64) @ nf
-    pf, pm = positions(fixed), np.sort(positions(moving))
+    pf, pm = _slice_positions(fixed, nf), np.sort(_slice_positions(moving, nf))
     inside = pf[(pf >= pm[0] - 1e-6) & (pf <= pm[-1] + 1e-6)]
     if inside.size == 0:
         return None
     gap = float(np.max(np.min(np.abs(inside[:, None] - pm[None, :]), axis=1)))
-    step = float(np.median(np.diff(pm))) if pm.size > 1 else float(moving.GetSpacing()[2])
+    step = float(np.median(np.diff(pm)))
     if gap > share * step:
         return (
             f"the slices of moving image {moving_name} and fixed image {fixed_name} do not coincide: a fixed slice lies "
@@ -288,7 +298,8 @@ def input_warnings(
 ) -> List[str]:
     """Every warning about two images (and their labels) about to be registered; ``[]`` when none."""
     notes = [
-        overlap_warning(overlap_percent(moving, fixed), moving_name, fixed_name),
+        overlap_warning(overlap_percent(moving, fixed), moving_name, fixed_name)
+        or coverage_warning(fixed_coverage_percent(moving, fixed), moving_name, fixed_name),
         slice_offset_warning(moving, fixed, moving_name, fixed_name),
         spacing_warning(moving, fixed, moving_name, fixed_name),
         orientation_warning(moving, fixed, moving_name, fixed_name),

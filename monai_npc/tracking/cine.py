@@ -229,34 +229,41 @@ def info_frames(cine: str) -> Optional[Dict[str, int]]:
 _ACDC_FRAME = re.compile(r"_frame(\d+)_gt\.", re.IGNORECASE)
 
 
+def _number_in_name(label: Any) -> Optional[int]:
+    """The frame number (from 1) in an ACDC label file's name (``..._frameNN_gt.<ext>``), else ``None``."""
+    match = _ACDC_FRAME.search(Path(label).name) if isinstance(label, (str, os.PathLike)) else None
+    return int(match.group(1)) if match else None
+
+
+def _info(cine: Any) -> Optional[Dict[str, int]]:
+    return info_frames(str(cine)) if isinstance(cine, (str, os.PathLike)) else None
+
+
 def named_frame(label: Any, cine: Any) -> Optional[int]:
     """The 0-based frame an ACDC-layout label file names (``..._frameNN_gt...``: ``NN - 1``), when
     ``cine`` is an ACDC cine (an ``Info.cfg`` beside it); else ``None``."""
-    if not isinstance(label, (str, os.PathLike)) or not isinstance(cine, (str, os.PathLike)) or info_frames(str(cine)) is None:
-        return None
-    match = _ACDC_FRAME.search(Path(label).name)
-    return int(match.group(1)) - 1 if match else None
+    number = _number_in_name(label)
+    return number - 1 if number is not None and _info(cine) is not None else None
 
 
 def label_frame(cine: Any, label: Any, frame: Optional[int] = None) -> Tuple[int, str]:
     """The 0-based frame ``label`` belongs to, and why: ``frame`` when given, else the frame an ACDC
     label file names (:func:`named_frame`), else ED of an ACDC ``Info.cfg`` beside ``cine``
     (:func:`info_frames`), else 0. A given ``frame`` that differs from the one the file names is
-    kept, with a warning naming both."""
-    named = named_frame(label, cine)
+    kept, with a warning naming both; so is frame 0 for an ACDC-style name without an ``Info.cfg``."""
+    info, number = _info(cine), _number_in_name(label)
+    named = number - 1 if number is not None and info is not None else None
     if frame is not None:
         if named is not None and named != int(frame):
             logger.warning("label %s is named for frame %d (0-based; ACDC numbers frames from 1) but is used as frame %d, as asked.",
                            label, named, int(frame))
         return int(frame), "given"
     if named is not None:
-        return named, f"named by the label file (ACDC frame {named + 1})"
-    info = info_frames(str(cine)) if isinstance(cine, (str, os.PathLike)) else None
+        return named, f"named by the label file (ACDC frame {number})"
     if info is not None:
         return info["ed"], "ED of Info.cfg"
-    match = _ACDC_FRAME.search(Path(label).name) if isinstance(label, (str, os.PathLike)) else None
-    if match:  # an ACDC-style name, but no Info.cfg says the cine numbers frames as ACDC does
-        logger.warning("label %s is named for frame %s, but there is no Info.cfg beside the cine to confirm ACDC's numbering "
+    if number is not None:  # an ACDC-style name, but no Info.cfg says the cine numbers frames as ACDC does
+        logger.warning("label %s is named for frame %02d, but there is no Info.cfg beside the cine to confirm ACDC's numbering "
                        "(from 1): it is used as frame 0; give the frame (--label-frame / reference_frame) if it belongs to another.",
-                       label, match.group(1))
+                       label, number)
     return 0, "default (frame 0)"

@@ -37,6 +37,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import torch
 
 from monai_npc.io_safety import atomic_write_text, make_folder, remove_stale
+from monai_npc.utils import changed_settings
 
 from .outputs import TRACK_OUTPUTS
 from .schemes import DEFAULT_SCHEME
@@ -152,7 +153,7 @@ def study_done(out: PathLike, request: Optional[Dict[str, Any]] = None) -> Optio
         return None
     if request is not None and summary.get("request") != request:
         before = summary.get("request") or {}
-        changed = [f"{k} {before.get(k)!r} -> {v!r}" for k, v in request.items() if before.get(k) != v]
+        changed = changed_settings(before, request)
         logger.warning("%s holds a run of other inputs or settings (%s): tracking the study again", out,
                        "; ".join(changed) or "no request recorded")
         return None

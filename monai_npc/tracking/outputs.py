@@ -23,6 +23,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import SimpleITK as sitk
 
 from monai_npc.io_safety import RunFolder
+from monai_npc.utils import as_json
 
 from .track import Tracking
 
@@ -43,6 +44,10 @@ def _write_csv(tracking: Tracking, path: Path) -> None:
             w.writerow([t] + [f"{tracking.volumes[k][t]:.3f}" for k in ("lv", "rv", "myo")] + [phase])
 
 
+#: ``track`` keywords that do not change the result, left out of :func:`tracking_request`
+_NOT_SETTINGS = ("device", "threads", "progress", "model_name")
+
+
 def tracking_request(cine: Any, label: Any, label_frame: int, scheme: str, model: Any, **track_kwargs: Any) -> Dict[str, Any]:
     """What a tracking run was asked for, JSON-ready: the inputs (absolute paths, or how an in-memory
     input is named), the label's frame, the scheme, the model and the settings that change the result
@@ -58,11 +63,7 @@ def tracking_request(cine: Any, label: Any, label_frame: int, scheme: str, model
     model_name = model if isinstance(model, str) and not os.path.exists(model) else track_kwargs.get("model_name") or name(model)
     request = {"cine": name(cine), "label": name(label), "label_frame": int(label_frame), "scheme": scheme, "model": model_name,
                "settings": settings}
-    return json.loads(json.dumps(request, default=str))  # as it reads back from function.json
-
-
-#: ``track`` keywords that do not change the result, left out of :func:`tracking_request`
-_NOT_SETTINGS = ("device", "threads", "progress", "model_name")
+    return as_json(request)  # as it reads back from function.json
 
 
 def write_tracking(tracking: Tracking, out: Union[str, os.PathLike, RunFolder], info: Optional[Dict[str, int]] = None,

@@ -289,11 +289,12 @@ def tracking_model(
     ``register``'s for frames further apart (:func:`monai_npc.apps.registration.register_settings`; 6 and
     40 for ``acdc``: ``direct`` registers the reference onto every frame, up to the whole motion of
     the cycle). A network is used as it is (:func:`monai_npc.interop.api.resolve_model`)."""
-    from monai_npc.interop.api import PHASE_CORRELATION, resolve_model
+    from monai_npc.interop.api import is_phase_correlation, resolve_model
 
     if isinstance(model, torch.nn.Module):
         return resolve_model(model, device, refine_iterations, num_steps)  # used as it is (warns if steps were given)
-    if consecutive and str(model).lower() not in (PHASE_CORRELATION, "phase_correlation"):  # (no steps to set there)  # tracking's own steps, on the weights' residual grid (register's coarser one lost Dice on the phantom cines)
+    if consecutive and not is_phase_correlation(model):  # tracking's own steps, on the weights' residual grid (register's
+        # coarser one lost Dice on the phantom cines); phase correlation has no steps to set
         refine_iterations = TRACK_REFINE_ITERATIONS if refine_iterations is None else refine_iterations
         num_steps = TRACK_NUM_STEPS if num_steps is None else num_steps
     return resolve_model(model, device, refine_iterations, num_steps, register_defaults=not consecutive)

@@ -41,9 +41,10 @@ TRACK_TASK = "npc_track"
 
 def _wrong_model(model: Any, tasks: Any, url_task: Optional[str] = None) -> RequestError:
     """The refusal of a request whose ``model`` (the task name MONAI Label routes by) is not the URL's task."""
+    from monai_npc.interop.api import is_phase_correlation
     from monai_npc.networks.nets import available_models
 
-    network = str(model) in available_models() or str(model).lower() in ("phase-correlation", "phase_correlation")
+    network = str(model) in available_models() or is_phase_correlation(model)
     where = f"the URL's task {url_task!r}" if url_task else "the task name of the URL"
     return RequestError(
         400 if network or url_task else 404,
@@ -51,6 +52,17 @@ def _wrong_model(model: Any, tasks: Any, url_task: Optional[str] = None) -> Requ
         + (f"{model!r} is an NPC network: send it as the parameter 'npc_model'; " if network else "")
         + f"a 'model' key in the request parameters replaces {where} (POST /infer/<task>): leave it out.",
     )
+
+
+def _remove_uploads(background_tasks: Any) -> None:
+    """Run the file removals MONAI Label queued for a request's uploads: its background tasks run only after a
+    successful answer, so a refused request would leave them in the server's temporary folder."""
+    for task in list(getattr(background_tasks, "tasks", [])):
+        if getattr(task.func, "__name__", "") == "remove_file":
+            try:
+                task.func(*task.args, **task.kwargs)
+            except OSError:
+                pass
 
 
 def guard_task_routing(tasks: Any) -> None:
@@ -93,13 +105,7 @@ def guard_task_routing(tasks: Any) -> None:
         except BaseException as err:
             if isinstance(err, RequestError):
                 logger.warning(f"Infer request refused ({err.status_code}): {err.detail}")
-            # MONAI Label deletes the uploaded files in background tasks that run only after a successful answer
-            for task in list(getattr(background_tasks, "tasks", [])):
-                if getattr(task.func, "__name__", "") == "remove_file":
-                    try:
-                        task.func(*task.args, **task.kwargs)
-                    except OSError:
-                        pass
+            _remove_uploads(background_tasks)
             raise
 
     run_inference.npc_guarded = True

@@ -27,7 +27,7 @@ from monai_npc.functional.warp import warp_image
 from monai_npc.losses.registration import RegistrationLoss
 from monai_npc.networks.nets import NPCNet, load_pretrained, save_pretrained
 from monai_npc.serialization import remove_leftovers, safe_load
-from monai_npc.utils import atomic_torch_save
+from monai_npc.utils import as_json, atomic_torch_save, changed_settings
 
 from .evaluate import preprocess_pairs
 from .model import SAR_CONFIG
@@ -104,8 +104,7 @@ def _resume_check(ckpt: Path, state: Mapping[str, Any], config: SARTrainConfig) 
     saved = state.get("config")
     if saved is None:  # a checkpoint of an older version: nothing recorded to compare
         return
-    now = json.loads(json.dumps(asdict(config)))
-    changed = [f"{k} {saved.get(k)!r} -> {v!r}" for k, v in now.items() if k not in _RESUMABLE_CHANGES and saved.get(k) != v]
+    changed = changed_settings(saved, as_json(asdict(config)), ignore=_RESUMABLE_CHANGES)
     if changed:
         raise ValueError(f"{ckpt} was trained with other settings ({'; '.join(changed)}): resume it with the same ones, "
                          "or give a new --out (--init fine-tunes from weights).")
@@ -192,7 +191,7 @@ def fit(
     def save(it: int) -> None:
         state = dict(network=net.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(), history=history,
                      rng=rng.bit_generator.state, iteration=it, seconds=seconds_before + time.perf_counter() - t0,
-                     config=json.loads(json.dumps(asdict(config))))
+                     config=as_json(asdict(config)))
         atomic_torch_save(state, ckpt)
 
     net.train()

@@ -330,13 +330,19 @@ def _load(name_or_path: str | Path, map_location: Any, verify: bool, overrides: 
     """:func:`load_pretrained`, with the checksum check optional (an export of a retrained bundle skips it)."""
     config, state, meta = _resolve(name_or_path, map_location, verify)
     config.update(overrides)
-    net = _network_to_load(config)
+    net = _filled(config, state, f"the weights of {name_or_path}", "their NPCNet configuration")
+    net.meta = meta
+    return net.eval()
+
+
+def _filled(config: Mapping[str, Any], state: Mapping[str, torch.Tensor], what: str, against: str) -> NPCNet:
+    """An ``NPCNet`` of ``config`` holding ``state``; ``ValueError`` naming ``what`` and ``against`` when they do not fit."""
+    net = _network_to_load(dict(config))
     try:
         net.load_state_dict(state)
     except RuntimeError as err:
-        raise ValueError(f"the weights of {name_or_path} do not fit their NPCNet configuration: {err}") from err
-    net.meta = meta
-    return net.eval()
+        raise ValueError(f"{what} do not fit {against}: {err}") from err
+    return net
 
 
 def link_bundle_weights(bundle_dir: str | Path, weights: str | Path) -> Path:
@@ -372,10 +378,9 @@ def export_bundle_weights(
     bundle's ``network_def``.
     """
     bundle_dir = Path(bundle_dir)
-    if weights is None and not _is_bundle(bundle_dir):
-        raise FileNotFoundError(f"{bundle_dir} is not a MONAI bundle (it needs {_BUNDLE_CONFIG} and {_BUNDLE_WEIGHTS}).")
-    if weights is not None and not (bundle_dir / _BUNDLE_CONFIG).is_file():
-        raise FileNotFoundError(f"{bundle_dir} is not a MONAI bundle (it needs {_BUNDLE_CONFIG}).")
+    if not (_is_bundle(bundle_dir) if weights is None else (bundle_dir / _BUNDLE_CONFIG).is_file()):
+        needs = _BUNDLE_CONFIG if weights is not None else f"{_BUNDLE_CONFIG} and {_BUNDLE_WEIGHTS}"
+        raise FileNotFoundError(f"{bundle_dir} is not a MONAI bundle (it needs {needs}).")
     if weights is None:
         net = _load(bundle_dir, "cpu", False, {})  # retrained on purpose: its metadata.json may hold the old checksum
     else:
@@ -383,11 +388,8 @@ def export_bundle_weights(
         if not path.is_file():
             raise FileNotFoundError(f"weights {path}: no such file.")
         config, state, file_meta = _contents(path)
-        net = _network_to_load(dict(config) if config is not None else bundle_network_config(bundle_dir))
-        try:
-            net.load_state_dict(state)
-        except RuntimeError as err:
-            raise ValueError(f"the weights of {path} do not fit {bundle_dir}'s network_def: {err}") from err
+        net = _filled(config if config is not None else bundle_network_config(bundle_dir), state, f"the weights of {path}",
+                      f"{bundle_dir}'s network_def")
         bundle = _bundle_meta(bundle_dir)  # its version and changelog describe the bundle's own weights, not these
         released = {"network_def_version": bundle.pop("version", None)}
         bundle.pop("changelog", None)
