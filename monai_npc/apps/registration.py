@@ -42,6 +42,7 @@ import SimpleITK as sitk
 import torch
 from torch import nn
 
+from monai_npc.apps.align import RigidAlignment, rigid_in_plane
 from monai_npc.apps.localize import motion_centre
 from monai_npc.functional import reliability_map, warp_image
 from monai_npc.interop.images import model_grid, resample, resample_model_field
@@ -346,6 +347,8 @@ class PipelineResult:
         centre: ``(row, col)`` of the middle slice's ``"heart"`` window in fixed voxels, else ``None``
             (``grid`` is that window on every slice: what the overview figure shows).
         seconds_network: time in the network.
+        alignment: the rigid pre-alignment (step 0), composed into ``ddf``; ``None`` without one.
+        aligned_label: the moving label on the fixed grid after that alignment (nearest), else ``None``.
     """
 
     ddf: np.ndarray
@@ -361,6 +364,8 @@ class PipelineResult:
     overlap_percent: float
     centre: Optional[Tuple[float, float]]
     seconds_network: float
+    alignment: Optional[RigidAlignment] = None
+    aligned_label: Optional[sitk.Image] = None
 
 
 def run_pipeline(
@@ -373,8 +378,9 @@ def run_pipeline(
     moving_label: Optional[sitk.Image] = None,
     label_guidance: float = 0.0,
     heart_centre: Optional[Sequence[Tuple[float, float]]] = None,
+    align: bool = False,
 ) -> PipelineResult:
-    """Localise, build the model grid, register every slice and paste the field back onto ``fixed``.
+    """(Align,) localise, build the model grid, register every slice and paste the field back onto ``fixed``.
 
     Args:
         net: a network in eval mode, ``(B, 2, h, w) -> (B, 2, h, w)`` or with ``register``.
@@ -390,13 +396,25 @@ def run_pipeline(
             slice (or one for all); ``None``: from the images
             (:func:`~monai_npc.apps.localize.motion_centre`): each slice's from its own pair for
             ``"heart"``, one from the whole stack for ``"heart-stack"`` (the ``acdc`` default).
+        align: first a rigid in-plane alignment of the whole moving image
+            (:func:`~monai_npc.apps.align.rigid_in_plane`), composed with the network's field.
     """
     dims = fixed.GetDimension()
-    guide = {"moving_label": moving_label, "label_guidance": float(label_guidance)} if moving_label is not None else {}
     nan = float("nan")
     # 1. canonical geometry: the moving image on the fixed grid (NaN outside it)
     moving_on_fixed = slices_of(resample(moving, fixed, "linear", nan), dims)
     overlap = float(100.0 * np.isfinite(moving_on_fixed).mean())
+    # 0. (two acquisitions) one rigid in-plane turn and shift of the whole moving image; the rest registers what is left
+    alignment = aligned_label = None
+    if align and overlap > 0:
+        spacing_mm = tuple(fixed.GetSpacing()[1::-1]) + tuple(fixed.GetSpacing()[2:])  # (row, col[, slice]) mm
+        alignment = rigid_in_plane(moving_on_fixed, slices_of(sitk.GetArrayFromImage(fixed), dims).astype(np.float32), spacing_mm)
+        to_moving = displacement_field_transform(_with_z(torch.from_numpy(alignment.ddf), dims), fixed)
+        moving = sitk.Resample(moving, fixed, to_moving, sitk.sitkLinear, nan, sitk.sitkFloat32)
+        if moving_label is not None:
+            moving_label = aligned_label = sitk.Resample(moving_label, fixed, to_moving, sitk.sitkNearestNeighbor, 0)
+        moving_on_fixed = slices_of(sitk.GetArrayFromImage(moving), dims)
+    guide = {"moving_label": moving_label, "label_guidance": float(label_guidance)} if moving_label is not None else {}
     # 2. localise: a heart window per slice, from its own slice pair ("heart": slices stay independent) or from the
     #    whole stack ("heart-stack": one window for every slice); the field of each slice is still its own
     centres: List[Tuple[float, float]] = []
@@ -425,6 +443,8 @@ def run_pipeline(
         ddf_f = main.ddf_fixed
         if len(runs) == 2:  # "image+heart": inside the window the mean of the two fields (weight 0.5), tapered to the whole-image one
             ddf_f = runs[0].ddf_fixed + 0.5 * runs[1].weight * (runs[1].ddf_fixed - runs[0].ddf_fixed)
+    if alignment is not None:  # x -> x + u(x) -> rigid: a(x + u(x)) + u(x)
+        ddf_f = ddf_f + warp_image(torch.from_numpy(alignment.ddf), ddf_f, "bilinear", "border")
     mid = len(centres) // 2
     rated = runs[0] if profile.field_of_view == "image>heart" else main  # the run whose reliability map is reported
     return PipelineResult(
@@ -435,6 +455,7 @@ def run_pipeline(
         uncovered=~np.isfinite(moving_on_fixed).reshape(moving_on_fixed.shape[0], -1).any(1),
         still=np.logical_or.reduce([r.still for r in runs]), overlap_percent=overlap,
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
+        alignment=alignment, aligned_label=aligned_label,
     )
 
 

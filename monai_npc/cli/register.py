@@ -82,6 +82,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "resampled; 0 = ITK's label-linear interpolation exactly (what ANTs/Slicer give with transform.h5); default: 1 for acdc and camus, else 0",
     )
     p.add_argument(
+        "--align", choices=("auto", "none", "rigid"), default="auto",
+        help="rigid in-plane pre-alignment (one turn and shift of the whole moving image, mutual information) before the "
+        "network: 'auto' (default) when the two images do not share a grid (two acquisitions), 'rigid' always, 'none' never",
+    )
+    p.add_argument(
         "--heart-centre", type=float, nargs=2, default=None, metavar=("ROW", "COL"),
         help="centre of the heart window in fixed-image voxels (array order: row, column), the same for every slice; "
         "default: found where the two images differ (use it when that finds the wrong place: overview.png outlines the window on the whole slice)",
@@ -122,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         threads=getattr(args, "threads", None), pixel_space=args.pixel_space,
         moving_select=args.moving_select, fixed_select=args.fixed_select, refine_iterations=args.refine,
         num_steps=args.steps, field_of_view=args.field_of_view, label_guidance=args.label_guidance, label_sigma=args.label_sigma,
-        heart_centre=None if args.heart_centre is None else tuple(args.heart_centre),
+        heart_centre=None if args.heart_centre is None else tuple(args.heart_centre), align=args.align,
     )
     if args.batch:
         if args.moving or args.fixed:

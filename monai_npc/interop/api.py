@@ -446,6 +446,7 @@ def register(
     num_steps: Optional[int] = None,
     heart_centre: Optional[Sequence[Sequence[float]]] = None,
     label_sigma: Optional[float] = None,
+    align: str = "auto",
 ) -> Registration:
     """Register ``moving`` onto ``fixed`` in memory; nothing is written (see :meth:`Registration.save`).
 
@@ -499,6 +500,12 @@ def register(
         heart_centre: for ``"heart"`` models, the window's in-plane centre ``(row, col)`` in fixed
             voxels (array order), one for every slice or one per slice; ``None`` (default): found
             from the two images (:func:`monai_npc.apps.localize.motion_centre`, per slice or per stack).
+        align: ``"auto"`` (default): images that do not share a grid (two acquisitions: another
+            study, another scanner session) are first aligned by one rigid in-plane turn and shift
+            (:func:`monai_npc.apps.align.rigid_in_plane`, mutual information; ``summary.json``
+            ``alignment``), frames of one series (the same grid) are not; ``"rigid"``: always;
+            ``"none"``: never (``--align``). The network learned the motion within one
+            acquisition, not a patient turned between two (docs/interop.md, "Rigid pre-alignment").
 
     Raises:
         FileNotFoundError: a missing image, label or weights file.
@@ -510,14 +517,18 @@ def register(
         return _register(
             moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
             size, keep_aspect, device, model_name, refine_iterations, field_of_view, label_guidance, num_steps, heart_centre,
-            label_sigma,
+            label_sigma, align,
         )
 
 
 def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
               size, keep_aspect, device, model_name, refine_iterations=None, field_of_view=None, label_guidance=None,
-              num_steps=None, heart_centre=None, label_sigma=None) -> Registration:
+              num_steps=None, heart_centre=None, label_sigma=None, align="auto") -> Registration:
     t0 = time.perf_counter()
+    from monai_npc.apps.align import ALIGN_MODES, wants_rigid
+
+    if align not in ALIGN_MODES:  # before any reading
+        raise ValueError(f"align (--align) must be one of {', '.join(ALIGN_MODES)}, got {align!r}.")
     net, name = resolve_model(model, device, refine_iterations, num_steps)
     name = model_name or name
     fixed_img = as_image(fixed, "fixed image", spacing, fixed_select)
@@ -565,7 +576,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     refines = getattr(getattr(net, "refiner", None), "iterations", 0) > 0
     guidance = guidance if moving_lab is not None and refines else 0.0
     result = run_pipeline(net, moving_img, fixed_img, profile, keep_aspect, device, moving_label=moving_lab,
-                          label_guidance=guidance, heart_centre=heart_centre)
+                          label_guidance=guidance, heart_centre=heart_centre, align=wants_rigid(align, moving_img, fixed_img))
     overlap, still, grid = result.overlap_percent, result.still, result.grid
     if overlap == 0.0:
         raise ValueError(
@@ -620,9 +631,11 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         summary["select"] = {"moving": moving_select, "fixed": fixed_select}
     if pixel_space:
         summary["pixel_space"] = True
+    summary["alignment"] = result.alignment.as_dict() if result.alignment is not None else {"method": "none", "align": align}
     labels_m = None
     if moving_lab is not None:
-        lab_m = torch.from_numpy(slices_of(resample(moving_lab, grid, "nearest", 0), dims).astype(np.float32))
+        shown = moving_lab if result.aligned_label is None else result.aligned_label  # as the network saw it
+        lab_m = torch.from_numpy(slices_of(resample(shown, grid, "nearest", 0), dims).astype(np.float32))
         fixed_lab_m = slices_of(resample(fixed_lab, grid, "nearest", 0), dims) if fixed_lab is not None else np.zeros_like(moving_m)
         labels_m = (lab_m.numpy(), fixed_lab_m, warp_image(lab_m[:, None], ddf_m.float(), "nearest", "zeros")[:, 0].numpy())
         if fixed_lab is not None:
