@@ -124,3 +124,64 @@ def test_a_turned_study_registers_as_well_as_the_untouched_one():
     none = monai_npc.register(t_moving, fixed, model="acdc", moving_label=t_label, align="none")
     d_auto, d_none = (_dice(sitk.GetArrayFromImage(r.warped_label), truth) for r in (auto, none))
     assert d_auto > base - 0.03 and d_none < d_auto - 0.1, (base, d_auto, d_none)
+
+
+def test_cli_align_option_reaches_the_summary(tmp_path, capsys):
+    import json
+
+    from monai_npc.cli.main import main
+
+    fixed, _ = _stack()
+    sitk.WriteImage(fixed, str(tmp_path / "fixed.nii.gz"))
+    sitk.WriteImage(_turned(fixed, 10.0, (4.0, -3.0)), str(tmp_path / "moving.nii.gz"))
+    for option, method in ((["--align", "none"], "none"), ([], "rigid")):
+        out = tmp_path / f"out_{method}"
+        rc = main(["register", "--moving", str(tmp_path / "moving.nii.gz"), "--fixed", str(tmp_path / "fixed.nii.gz"),
+                   "--model", "phase-correlation", "--out", str(out), "--no-overview"] + option)
+        assert rc == 0
+        assert json.loads((out / "summary.json").read_text())["alignment"]["method"] == method
+    with pytest.raises(SystemExit):
+        main(["register", "--moving", "m.nii.gz", "--fixed", "f.nii.gz", "--out", str(tmp_path / "x"), "--align", "affine"])
+    assert "invalid choice: 'affine'" in capsys.readouterr().err
+
+
+def test_bundle_inference_aligns_a_plain_pair_of_two_studies(tmp_path):
+    """``infer_studies`` (the bundle's ``inference.json``, key ``align``) on a NAME_moving / NAME_fixed pair."""
+    import json
+
+    from monai_npc.apps import stacks
+
+    fixed, _ = _stack()
+    root = tmp_path / "root"
+    root.mkdir()
+    sitk.WriteImage(fixed, str(root / "case1_fixed.nii.gz"))
+    sitk.WriteImage(_turned(fixed, 10.0, (4.0, -3.0)), str(root / "case1_moving.nii.gz"))
+    for align, method in (("auto", "rigid"), ("none", "none")):
+        out = tmp_path / align
+        summary = stacks.infer_studies(root, out, model="phase-correlation", overview=False, progress=False, align=align)
+        assert summary["n_done"] == 1, summary
+        (found,) = [p for p in out.rglob("summary.json") if p.parent != out]
+        assert json.loads(found.read_text())["alignment"]["method"] == method
+    with pytest.raises(ValueError, match="align must be one of auto, none, rigid, got 'affine'"):
+        stacks.infer_studies(tmp_path / "nowhere", tmp_path / "x", align="affine")
+
+
+def test_two_dimensional_images_are_aligned_too():
+    """A 2-D pair (an echo frame, a single slice): the same turn found with the 2-D rigid transform."""
+    stack, labels = _stack(slices=1)
+    fixed, fixed_label = stack[:, :, 0], labels[:, :, 0]
+    moving = sitk.Resample(fixed, fixed, _turn_2d(fixed, 12.0, (3.0, -2.0)), sitk.sitkLinear, 0.0)
+    moving_label = sitk.Resample(fixed_label, fixed, _turn_2d(fixed, 12.0, (3.0, -2.0)), sitk.sitkNearestNeighbor, 0)
+    moving.SetOrigin(tuple(np.asarray(fixed.GetOrigin()) + 0.5))
+    moving_label.CopyInformation(moving)
+    reg = monai_npc.register(moving, fixed, model=Zero(), moving_label=moving_label, label_sigma=0)
+    assert reg.summary["alignment"]["method"] == "rigid" and reg.warped.GetDimension() == 2
+    assert _dice(sitk.GetArrayFromImage(reg.warped_label), sitk.GetArrayFromImage(fixed_label)) > 0.95
+
+
+def _turn_2d(image, degrees, shift_mm):
+    t = sitk.Euler2DTransform()
+    t.SetCenter(image.TransformContinuousIndexToPhysicalPoint([(s - 1) / 2 for s in image.GetSize()]))
+    t.SetAngle(math.radians(degrees))
+    t.SetTranslation(shift_mm)
+    return t

@@ -95,7 +95,7 @@ def test_label_propagation_task(tmp_path):
     assert task.is_valid() and task.info()["type"] == "segmentation" and task.info()["dimension"] == 2
     assert not module.NPCRegistration(model="acdc-does-not-exist").is_valid()
     assert task.config() == {"npc_model": "phase-correlation", "moving": "", "moving_label": "", "fixed_label": "", "npc_refine": "",
-                             "npc_device": ""}
+                             "npc_device": "", "npc_align": ""}
     # MONAI Label resolves "image" to a path; "moving" is a datastore id, its label the "final" one;
     # the server sets "model" to the task's name and may pass its own "device": neither is the NPC model.
     request = {"model": "npc_registration", "device": "cuda", "image": fixed, "moving": "ed", "fixed_label": "es"}
@@ -129,6 +129,7 @@ def test_label_propagation_task(tmp_path):
     _refused(task, {"image": fixed, "moving": "broken"}, 422, "broken.nii.gz")
     _refused(task, {"image": fixed, "moving": "ed", "npc_model": "no_such_model"}, 404, "no_such_model")
     _refused(task, {"image": fixed, "moving": "ed", "npc_refine": "many"}, 400, "npc_refine")
+    _refused(task, {"image": fixed, "moving": "ed", "npc_align": "affine"}, 400, "npc_align")
     assert len(list(results.iterdir())) == 2  # refused requests leave no file behind
 
 

@@ -30,6 +30,13 @@ __all__ = ["ALIGN_MODES", "RigidAlignment", "same_grid", "wants_rigid", "rigid_i
 #: and leaves frames of one series (the same grid) alone; ``"rigid"`` always; ``"none"`` never.
 ALIGN_MODES = ("auto", "none", "rigid")
 
+#: the coarse search's starting turns are this many degrees apart
+SEARCH_STEP_DEG = 30.0
+#: pyramid levels (4x, 8x... coarser in-plane) keep at least this many voxels along each in-plane axis
+MIN_LEVEL_SIZE = 32
+#: the metric samples at least this many voxels of a level (a regular grid; at least 10 % of them)
+MIN_SAMPLES = 5000
+
 
 @dataclass
 class RigidAlignment:
@@ -97,17 +104,22 @@ def _pooled(values: np.ndarray, valid: np.ndarray, factor: int) -> Tuple[np.ndar
     return total / np.maximum(count, 1.0), count > 0.5 * factor * factor
 
 
-def rigid_in_plane(moving_on_fixed: np.ndarray, fixed: np.ndarray, spacing_mm: Sequence[float]) -> RigidAlignment:
+def rigid_in_plane(moving_on_fixed: np.ndarray, fixed: np.ndarray, spacing_mm: Sequence[float], search_deg: float = 90.0) -> RigidAlignment:
     """Estimate one in-plane rotation and translation that maps ``fixed`` onto ``moving_on_fixed``.
 
-    Mattes mutual information (32 bins, a regular 10 % sample), regular-step gradient descent, on the
-    in-plane pyramid 4x then 2x coarser than the fixed grid (the network refines what is left).
+    Mattes mutual information (32 bins, a regular sample of at least :data:`MIN_SAMPLES` voxels),
+    regular-step gradient descent, on an in-plane pyramid (8x, 4x, 2x coarser than the fixed grid,
+    each level at least :data:`MIN_LEVEL_SIZE` voxels wide; the network refines what is left).
+    On the coarsest level the turn is searched from starts :data:`SEARCH_STEP_DEG` apart within
+    ``+-search_deg``; the best start is refined level by level. If the result's cost is not below
+    that of no transform at all, no transform is returned.
 
     Args:
         moving_on_fixed: ``(Z, H, W)`` the moving image resampled on the fixed grid (NaN where it
             has no data: left out of the metric).
         fixed: ``(Z, H, W)`` the fixed image.
         spacing_mm: the fixed grid's voxel size ``(row, col[, slice])`` in mm.
+        search_deg: the largest turn searched for, degrees (0: a local search from no turn).
 
     Returns:
         the transform as a field on the fixed grid (:class:`RigidAlignment`).
@@ -122,32 +134,58 @@ def rigid_in_plane(moving_on_fixed: np.ndarray, fixed: np.ndarray, spacing_mm: S
     z, h, w = fixed.shape
     dims = 2 if z == 1 else 3
     centre = ((w - 1) / 2.0 * spacing[0], (h - 1) / 2.0 * spacing[1], 0.0)[:dims]
-    tx = sitk.Euler2DTransform() if dims == 2 else sitk.Euler3DTransform()
-    tx.SetCenter(centre)
     fixed_ok = np.isfinite(fixed)
-    for factor in (f for f in (4, 2) if min(h, w) // f >= 8):
+    levels = {}
+    for factor in [f for f in (8, 4, 2) if min(h, w) // f >= MIN_LEVEL_SIZE] or [1]:
         f_arr, _ = _pooled(fixed.astype(np.float64), fixed_ok, factor)
         m_arr, m_ok = _pooled(moving_on_fixed.astype(np.float64), finite, factor)
-        if not m_ok.any():
-            continue
+        if m_ok.any():
+            levels[factor] = (_plane_image(f_arr, spacing, factor), _plane_image(m_arr, spacing, factor),
+                              _plane_image(m_ok.astype(np.float32), spacing, factor) > 0.5)
+
+    def run(factor: int, angle: float, shift: Sequence[float], iterations: int) -> Tuple[float, float, Tuple[float, float]]:
+        """One optimisation on the pyramid level ``factor`` from ``angle`` (rad) and ``shift`` (x, y mm):
+        ``(metric value, angle, shift)`` at its end."""
+        tx = sitk.Euler2DTransform() if dims == 2 else sitk.Euler3DTransform()
+        tx.SetCenter(centre)
+        if dims == 2:
+            tx.SetAngle(angle)
+        else:
+            tx.SetRotation(0.0, 0.0, angle)
+        tx.SetTranslation(tuple(shift) + (0.0,) * (dims - 2))
+        f_img, m_img, m_mask = levels[factor]
         reg = sitk.ImageRegistrationMethod()
         reg.SetMetricAsMattesMutualInformation(32)
         reg.SetMetricSamplingStrategy(reg.REGULAR)
-        reg.SetMetricSamplingPercentage(0.1 if factor == 2 else 0.5)
-        reg.SetMetricMovingMask(_plane_image(m_ok.astype(np.float32), spacing, factor) > 0.5)
+        reg.SetMetricSamplingPercentage(min(1.0, max(0.1, MIN_SAMPLES / float(np.prod(f_img.GetSize())))))
+        reg.SetMetricMovingMask(m_mask)
         reg.SetInterpolator(sitk.sitkLinear)
         reg.SetShrinkFactorsPerLevel([1])
         reg.SetSmoothingSigmasPerLevel([0.0])
         reg.MetricUseMovingImageGradientFilterOff()  # central differences: the Gaussian one needs 4 slices
         reg.MetricUseFixedImageGradientFilterOff()
-        reg.SetOptimizerAsRegularStepGradientDescent(learningRate=1.0, minStep=1e-3, numberOfIterations=100, relaxationFactor=0.5)
+        reg.SetOptimizerAsRegularStepGradientDescent(learningRate=1.0, minStep=1e-3, numberOfIterations=iterations, relaxationFactor=0.5)
         reg.SetOptimizerScalesFromPhysicalShift()
         if dims == 3:  # rotation about z (the slice normal) and x / y shifts only
             reg.SetOptimizerWeights([0.0, 0.0, 1.0, 1.0, 1.0, 0.0])
         reg.SetInitialTransform(tx, inPlace=True)
-        reg.Execute(_plane_image(f_arr, spacing, factor), _plane_image(m_arr, spacing, factor))
-    angle = tx.GetAngle() if dims == 2 else tx.GetAngleZ()
-    shift = tx.GetTranslation()[:2]  # (x, y) mm
+        if iterations == 0:  # the cost of the start itself
+            return reg.MetricEvaluate(f_img, m_img), angle, tuple(shift)
+        reg.Execute(f_img, m_img)
+        return reg.GetMetricValue(), (tx.GetAngle() if dims == 2 else tx.GetAngleZ()), tuple(tx.GetTranslation()[:2])
+
+    angle, shift = 0.0, (0.0, 0.0)
+    if levels:
+        coarse = max(levels)
+        if search_deg > 0:  # the turn can be large (a short-axis plane planned again): start from several
+            top = min(float(search_deg), 180.0 - SEARCH_STEP_DEG / 2)  # -180 and 180 are one turn
+            starts = np.deg2rad(np.concatenate([-np.arange(SEARCH_STEP_DEG, top + 1e-6, SEARCH_STEP_DEG)[::-1], np.arange(0.0, top + 1e-6, SEARCH_STEP_DEG)]))
+            tries = [run(coarse, float(a), (0.0, 0.0), 30) for a in starts]
+            _, angle, shift = min(tries, key=lambda t: t[0])  # Mattes MI is a cost: lower is better
+        for factor in sorted(levels, reverse=True):
+            cost, angle, shift = run(factor, angle, shift, 100)
+        if run(min(levels), 0.0, (0.0, 0.0), 0)[0] <= cost:  # never worse than no alignment by the metric itself
+            angle, shift = 0.0, (0.0, 0.0)
     # the transform's field on the fixed voxels, in fixed voxels (rows, cols), the same for every slice
     rows, cols = np.meshgrid(np.arange(h, dtype=np.float64), np.arange(w, dtype=np.float64), indexing="ij")
     x, y = cols * spacing[0] - centre[0], rows * spacing[1] - centre[1]

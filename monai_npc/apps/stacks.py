@@ -457,6 +457,7 @@ def infer_studies(
     strict: bool = False,
     progress: bool = True,
     basal_descent: bool = True,
+    align: str = "auto",
 ) -> Dict[str, Any]:
     """Register every study under ``root`` and write the results in the fixed images' own space.
 
@@ -467,11 +468,17 @@ def infer_studies(
     With ``basal_descent`` (default), the warped label follows the base through the plane
     (:func:`basal_descent_label`; recorded in its ``summary.json``): ``ED->ES`` has the basal RV
     slices the base leaves in systole cleared, ``ES->ED`` the basal slices the structures re-enter filled.
+    ``align``: :func:`monai_npc.register`'s rigid pre-alignment (``"auto"``: for the pairs of two
+    acquisitions, e.g. a plain moving/fixed pair from two studies; the frames of one cine share a grid).
 
     ``out/summary.json`` (replaced at the start of each run) lists every study with
     ``status`` ``"done"`` or ``"skipped"`` and the ``reason``. ``strict=True`` raises on the first
     bad study instead. Returns that summary.
     """
+    from monai_npc.apps.align import ALIGN_MODES
+
+    if align not in ALIGN_MODES:  # before any study is read
+        raise ValueError(f"align must be one of {', '.join(ALIGN_MODES)}, got {align!r}.")
     out = Path(out)
     status_path = _status_file(out, "summary.json")
     net, name = _model(model, device, refine_iterations)
@@ -484,7 +491,7 @@ def infer_studies(
         done: Dict[str, Any] = {}
         try:
             for pair in study.pairs:
-                reg = register_pair(pair, net, model_name=model_name or name, device=device, threads=threads)
+                reg = register_pair(pair, net, model_name=model_name or name, device=device, threads=threads, align=align)
                 if basal_descent:
                     _descend_registration(pair, reg)
                 folder = out / study.name / pair.tag
@@ -834,11 +841,11 @@ class StackInference:
         self, dataset_dir: PathLike, output_dir: PathLike, network: Union[str, nn.Module], ckpt_path: Optional[PathLike] = None,
         model_meta: Optional[Mapping[str, Any]] = None, model_name: Optional[str] = None,
         directions: Sequence[str] = ("ED->ES", "ES->ED"), device: Union[str, torch.device] = "cpu", threads: Optional[int] = 1,
-        overview: bool = True, strict: bool = False, progress: bool = True, basal_descent: bool = True,
+        overview: bool = True, strict: bool = False, progress: bool = True, basal_descent: bool = True, align: str = "auto",
     ) -> None:
         self.kwargs = dict(
             root=dataset_dir, out=output_dir, model=network, model_name=model_name, directions=list(directions), device=device,
-            threads=threads, overview=overview, strict=strict, progress=progress, basal_descent=bool(basal_descent),
+            threads=threads, overview=overview, strict=strict, progress=progress, basal_descent=bool(basal_descent), align=align,
         )
         self.ckpt_path, self.model_meta = ckpt_path, model_meta
         self.summary: Optional[Dict[str, Any]] = None

@@ -20,6 +20,8 @@ Request keys (MONAI Label merges the client's ``params`` into the request):
 - ``fixed_label`` (optional): datastore id or path of the fixed image's label map (for Dice);
 - ``npc_model`` (optional, overrides the task's model), ``npc_device`` (optional),
   ``npc_refine`` (optional: test-time refinement steps, ``0`` for the network alone);
+  ``npc_align`` (optional: ``auto`` (default; a rigid in-plane pre-alignment when the two images
+  do not share a grid), ``rigid`` or ``none``; ``monai_npc.register(align=)``);
 - ``foreground`` (optional): click(s) on the heart in the open image, as MONAI Label's interactive
   clients send them (voxel indices ``[i, j]`` or ``[i, j, k]``: column, row, slice); the heart
   window of a ``"heart"`` model (``acdc``) is centred on their mean (``register(heart_centre=)``)
@@ -76,7 +78,7 @@ class NPCRegistration(NPCInferTask):
     default_description = "Label propagation by Neural Phase Correlation registration (moving label -> open image)"
 
     def request_config(self) -> Dict[str, Any]:
-        return {"moving": "", "moving_label": "", "fixed_label": "", "npc_refine": "", "npc_device": ""}
+        return {"moving": "", "moving_label": "", "fixed_label": "", "npc_refine": "", "npc_device": "", "npc_align": ""}
 
     # ------------------------------------------------------------------------------------ call
 
@@ -97,9 +99,12 @@ class NPCRegistration(NPCInferTask):
         fixed_label = self._label(request.get("fixed_label"), "fixed_label")
         net, name, device = self._network(request)  # npc_model / npc_device / npc_refine, not MONAI Label's keys
         centre = heart_centre(request.get("foreground"))
+        align = str(request.get("npc_align") or "auto")  # sent empty: not given
+        if align not in ("auto", "none", "rigid"):
+            raise RequestError(400, f"npc_align must be auto, none or rigid, got {align!r}.")
         try:
             reg = monai_npc.register(moving, fixed, model=net, moving_label=moving_label, fixed_label=fixed_label,
-                                     device=device, model_name=name, heart_centre=centre)
+                                     device=device, model_name=name, heart_centre=centre, align=align)
         except FileNotFoundError as err:
             raise RequestError(404, str(err)) from None
         except (ValueError, TypeError) as err:  # unreadable files, 2-D vs 3-D, no overlap, label off its grid...
