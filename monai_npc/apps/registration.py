@@ -1,5 +1,5 @@
-"""The input path of one registration, top to bottom: read -> canonical geometry -> localise ->
-model grid -> register -> paste back.
+"""The input path of one registration, top to bottom: read -> canonical geometry -> (align two
+acquisitions rigidly, :mod:`monai_npc.apps.align`) -> localise -> model grid -> register -> paste back.
 
 :func:`monai_npc.register` (``monai_npc.interop.api``) reads the inputs and checks them, then calls
 :func:`run_pipeline`; everything a model needs of its inputs comes from its weights' metadata

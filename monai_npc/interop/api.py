@@ -13,7 +13,9 @@ arrays), images and a transform out, nothing written until :meth:`Registration.s
 The steps, with the unit of each quantity:
 
 1. both images (and label maps) as float32 SimpleITK images (mm, LPS);
-2. :func:`monai_npc.apps.registration.run_pipeline`: the model grid placed on the fixed image
+2. :func:`monai_npc.apps.registration.run_pipeline`: for two acquisitions (images that do not
+   share a grid, ``align="auto"``) first one rigid in-plane turn and shift of the whole moving image
+   (:mod:`monai_npc.apps.align`), then the model grid placed on the fixed image
    (the whole field of view, or for cardiac models a ``size x size`` window at the native pixel
    size on the heart, found without labels), both images resampled onto it (SimpleITK, linear)
    and preprocessed as the weights' meta says; every slice registered independently (ddf in model
