@@ -36,6 +36,12 @@ SEARCH_STEP_DEG = 30.0
 MIN_LEVEL_SIZE = 32
 #: the metric samples at least this many voxels of a level (a regular grid; at least 10 % of them)
 MIN_SAMPLES = 5000
+#: ITK jitters the regular sample grid randomly (by default from the wall clock): a fixed seed makes a
+#: registration repeat itself exactly
+SAMPLING_SEED = 1
+#: no alignment is tried when the moving image covers less than this share of the fixed grid (the
+#: overlap warning of ``register`` already names such a pair)
+MIN_OVERLAP = 0.1
 
 
 @dataclass
@@ -112,7 +118,9 @@ def rigid_in_plane(moving_on_fixed: np.ndarray, fixed: np.ndarray, spacing_mm: S
     each level at least :data:`MIN_LEVEL_SIZE` voxels wide; the network refines what is left).
     On the coarsest level the turn is searched from starts :data:`SEARCH_STEP_DEG` apart within
     ``+-search_deg``; the best start is refined level by level. If the result's cost is not below
-    that of no transform at all, no transform is returned.
+    that of no transform at all, or the images overlap too little (the moving image covers less
+    than :data:`MIN_OVERLAP` of the fixed grid, or ITK finds too few samples inside both), no
+    transform is returned.
 
     Args:
         moving_on_fixed: ``(Z, H, W)`` the moving image resampled on the fixed grid (NaN where it
@@ -157,7 +165,7 @@ def rigid_in_plane(moving_on_fixed: np.ndarray, fixed: np.ndarray, spacing_mm: S
         reg = sitk.ImageRegistrationMethod()
         reg.SetMetricAsMattesMutualInformation(32)
         reg.SetMetricSamplingStrategy(reg.REGULAR)
-        reg.SetMetricSamplingPercentage(min(1.0, max(0.1, MIN_SAMPLES / float(np.prod(f_img.GetSize())))))
+        reg.SetMetricSamplingPercentage(min(1.0, max(0.1, MIN_SAMPLES / float(np.prod(f_img.GetSize())))), SAMPLING_SEED)
         reg.SetMetricMovingMask(m_mask)
         reg.SetInterpolator(sitk.sitkLinear)
         reg.SetShrinkFactorsPerLevel([1])
@@ -169,13 +177,16 @@ def rigid_in_plane(moving_on_fixed: np.ndarray, fixed: np.ndarray, spacing_mm: S
         if dims == 3:  # rotation about z (the slice normal) and x / y shifts only
             reg.SetOptimizerWeights([0.0, 0.0, 1.0, 1.0, 1.0, 0.0])
         reg.SetInitialTransform(tx, inPlace=True)
-        if iterations == 0:  # the cost of the start itself
-            return reg.MetricEvaluate(f_img, m_img), angle, tuple(shift)
-        reg.Execute(f_img, m_img)
+        try:
+            if iterations == 0:  # the cost of the start itself
+                return reg.MetricEvaluate(f_img, m_img), angle, tuple(shift)
+            reg.Execute(f_img, m_img)
+        except RuntimeError:  # ITK: too few samples inside both images from this start (little overlap)
+            return math.inf, angle, tuple(shift)
         return reg.GetMetricValue(), (tx.GetAngle() if dims == 2 else tx.GetAngleZ()), tuple(tx.GetTranslation()[:2])
 
     angle, shift = 0.0, (0.0, 0.0)
-    if levels:
+    if levels and finite.mean() >= MIN_OVERLAP:
         coarse = max(levels)
         if search_deg > 0:  # the turn can be large (a short-axis plane planned again): start from several
             top = min(float(search_deg), 180.0 - SEARCH_STEP_DEG / 2)  # -180 and 180 are one turn
@@ -184,7 +195,8 @@ def rigid_in_plane(moving_on_fixed: np.ndarray, fixed: np.ndarray, spacing_mm: S
             _, angle, shift = min(tries, key=lambda t: t[0])  # Mattes MI is a cost: lower is better
         for factor in sorted(levels, reverse=True):
             cost, angle, shift = run(factor, angle, shift, 100)
-        if run(min(levels), 0.0, (0.0, 0.0), 0)[0] <= cost:  # never worse than no alignment by the metric itself
+        unmoved = run(min(levels), 0.0, (0.0, 0.0), 0)[0]
+        if not (math.isfinite(cost) and math.isfinite(unmoved) and cost < unmoved):  # never worse than no alignment by the metric
             angle, shift = 0.0, (0.0, 0.0)
     # the transform's field on the fixed voxels, in fixed voxels (rows, cols), the same for every slice
     rows, cols = np.meshgrid(np.arange(h, dtype=np.float64), np.arange(w, dtype=np.float64), indexing="ij")
