@@ -69,7 +69,7 @@ def test_rigid_in_plane_finds_a_known_turn_and_shift():
     err = np.hypot(back_r - rows, back_c - cols)[10:-10, 10:-10]
     assert err.max() < 0.3 and abs(fit.angle_deg + 8.0) < 0.3
     again = rigid_in_plane(moving, arr, (1.5, 1.5, 8.0))  # ITK's sample jitter is seeded: a call repeats itself
-    assert again.angle_deg == fit.angle_deg and np.array_equal(again.ddf, fit.ddf)
+    assert abs(again.angle_deg - fit.angle_deg) < 1e-9 and np.abs(again.ddf - fit.ddf).max() < 1e-9  # (threads: float rounding)
     assert np.allclose(fit.ddf[0], fit.ddf[2])  # one transform for the stack
 
 
