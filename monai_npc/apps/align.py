@@ -24,7 +24,7 @@ from typing import Any, Dict, Sequence, Tuple
 import numpy as np
 import SimpleITK as sitk
 
-__all__ = ["ALIGN_MODES", "RigidAlignment", "same_grid", "wants_rigid", "rigid_in_plane"]
+__all__ = ["ALIGN_MODES", "RigidAlignment", "check_align", "same_grid", "wants_rigid", "rigid_in_plane"]
 
 #: ``register(align=...)``: ``"auto"`` aligns two images that do not share a grid (two acquisitions)
 #: and leaves frames of one series (the same grid) alone; ``"rigid"`` always; ``"none"`` never.
@@ -76,11 +76,16 @@ def same_grid(a: sitk.Image, b: sitk.Image, tol: float = 1e-4) -> bool:
             and np.allclose(a.GetDirection(), b.GetDirection(), atol=tol))
 
 
+def check_align(align: str, name: str = "align") -> str:
+    """``align`` if it is one of :data:`ALIGN_MODES`, else a ``ValueError`` naming the argument ``name``."""
+    if align not in ALIGN_MODES:
+        raise ValueError(f"{name} must be one of {', '.join(ALIGN_MODES)}, got {align!r}.")
+    return align
+
+
 def wants_rigid(align: str, moving: sitk.Image, fixed: sitk.Image) -> bool:
     """Resolve ``align`` (one of :data:`ALIGN_MODES`) for a pair."""
-    if align not in ALIGN_MODES:
-        raise ValueError(f"align must be one of {', '.join(ALIGN_MODES)}, got {align!r}.")
-    return align == "rigid" or (align == "auto" and not same_grid(moving, fixed))
+    return check_align(align) == "rigid" or (align == "auto" and not same_grid(moving, fixed))
 
 
 def _plane_image(array: np.ndarray, spacing: Sequence[float], factor: int = 1) -> sitk.Image:

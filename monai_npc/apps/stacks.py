@@ -475,10 +475,9 @@ def infer_studies(
     ``status`` ``"done"`` or ``"skipped"`` and the ``reason``. ``strict=True`` raises on the first
     bad study instead. Returns that summary.
     """
-    from monai_npc.apps.align import ALIGN_MODES
+    from monai_npc.apps.align import check_align
 
-    if align not in ALIGN_MODES:  # before any study is read
-        raise ValueError(f"align must be one of {', '.join(ALIGN_MODES)}, got {align!r}.")
+    check_align(align)  # before any study is read
     out = Path(out)
     status_path = _status_file(out, "summary.json")
     net, name = _model(model, device, refine_iterations)

@@ -527,10 +527,9 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
               size, keep_aspect, device, model_name, refine_iterations=None, field_of_view=None, label_guidance=None,
               num_steps=None, heart_centre=None, label_sigma=None, align="auto") -> Registration:
     t0 = time.perf_counter()
-    from monai_npc.apps.align import ALIGN_MODES, wants_rigid
+    from monai_npc.apps.align import check_align, wants_rigid
 
-    if align not in ALIGN_MODES:  # before any reading
-        raise ValueError(f"align (--align) must be one of {', '.join(ALIGN_MODES)}, got {align!r}.")
+    check_align(align, "align (--align)")  # before any reading
     net, name = resolve_model(model, device, refine_iterations, num_steps)
     name = model_name or name
     fixed_img = as_image(fixed, "fixed image", spacing, fixed_select)

@@ -89,6 +89,7 @@ class NPCRegistration(NPCInferTask):
         deletes it); ``params`` is JSON-serialisable. Raises :class:`RequestError` for bad requests.
         """
         import monai_npc
+        from monai_npc.apps.align import check_align
         from monai_npc.interop.api import compact_label
 
         t0 = time.perf_counter()
@@ -99,9 +100,10 @@ class NPCRegistration(NPCInferTask):
         fixed_label = self._label(request.get("fixed_label"), "fixed_label")
         net, name, device = self._network(request)  # npc_model / npc_device / npc_refine, not MONAI Label's keys
         centre = heart_centre(request.get("foreground"))
-        align = str(request.get("npc_align") or "auto")  # sent empty: not given
-        if align not in ("auto", "none", "rigid"):
-            raise RequestError(400, f"npc_align must be auto, none or rigid, got {align!r}.")
+        try:
+            align = check_align(str(request.get("npc_align") or "auto"), "npc_align")  # sent empty: not given
+        except ValueError as err:
+            raise RequestError(400, str(err)) from None
         try:
             reg = monai_npc.register(moving, fixed, model=net, moving_label=moving_label, fixed_label=fixed_label,
                                      device=device, model_name=name, heart_centre=centre, align=align)
