@@ -13,7 +13,8 @@ shifted in-plane by ``(min(a / 2, 8), -min(a / 3, 6))`` mm (zero where no data t
 heart would be, then carried onto the untouched fixed frame by ``monai_npc.register(model="acdc")``
 with ``align="none"`` and ``align="rigid"``; 3-D Dice (RV/Myo/LV, mean) against the fixed frame's
 expert label, the turn error of the alignment (degrees) and seconds per pair.
-``--estimate-only``: :func:`monai_npc.apps.align.rigid_in_plane` alone (turn error, time).
+``--estimate-only``: :func:`monai_npc.apps.align.rigid_in_plane` alone (turn error, time, how
+many turns were kept: a turn beyond the +-90 degree search is dropped rather than applied wrongly).
 
 Rows are appended to ``OUT/rows.jsonl`` (a rerun skips what is there) and summarised in
 ``OUT/results.md``. The official ACDC test split is never used here.
@@ -59,13 +60,14 @@ def turn_error(found_deg: float, applied_deg: float) -> float:
 
 def summarise(rows: List[Dict], angles: Sequence[float], estimate_only: bool) -> str:
     if estimate_only:
-        lines = ["| turn (degrees) | pairs | turn error median / max (degrees) | > 2 degrees | seconds (mean / max) |", "|---|---|---|---|---|"]
+        lines = ["| turn (degrees) | pairs | kept | turn error median / max (degrees) | > 2 degrees | seconds (mean / max) |", "|---|---|---|---|---|---|"]
         for a in angles:
             x = [r for r in rows if r["angle"] == a]
             if x:
                 e = np.array([r["error"] for r in x])
                 t = np.array([r["seconds_align"] for r in x])
-                lines.append(f"| {a:g} | {len(x)} | {np.median(e):.2f} / {e.max():.2f} | {(e > 2).sum()} | {t.mean():.2f} / {t.max():.2f} |")
+                kept = sum(r.get("applied", True) for r in x)
+                lines.append(f"| {a:g} | {len(x)} | {kept} | {np.median(e):.2f} / {e.max():.2f} | {(e > 2).sum()} | {t.mean():.2f} / {t.max():.2f} |")
         return "\n".join(lines)
     lines = ["| turn (degrees) | pairs | Dice, align none | Dice, align rigid | rigid - none (per pair) | better / worse | "
              "turn error median / max | s/pair none / rigid |", "|---|---|---|---|---|---|---|---|"]
@@ -127,7 +129,7 @@ def main(argv=None) -> int:
             if args.estimate_only:
                 sp = fixed.GetSpacing()
                 fit = rigid_in_plane(sitk.GetArrayFromImage(moving), fx.astype(np.float32), (sp[1], sp[0], sp[2]))
-                row.update(error=turn_error(fit.angle_deg, a), seconds_align=fit.seconds)
+                row.update(error=turn_error(fit.angle_deg, a), seconds_align=fit.seconds, applied=not fit.dropped)
             else:
                 label = turned(as_sitk(ml.astype(np.float32)), a, nearest=True)
                 for mode in ("none", "rigid"):
@@ -136,7 +138,7 @@ def main(argv=None) -> int:
                     row[mode] = float(np.mean(dice3(sitk.GetArrayFromImage(reg.warped_label), fl)))
                     row["seconds_" + mode] = time.perf_counter() - t0
                 fit = reg.summary["alignment"]
-                row.update(error=turn_error(fit["angle_deg"], a), seconds_align=fit["seconds"])
+                row.update(error=turn_error(fit["angle_deg"], a), seconds_align=fit["seconds"], applied=fit.get("applied", True))
             rows.append(row)
             f.write(json.dumps(row) + "\n")
             f.flush()

@@ -198,3 +198,23 @@ def test_too_little_overlap_for_the_metric_gives_no_transform_not_an_error():
     assert fit.angle_deg == 0.0 and fit.translation_mm == (0.0, 0.0) and np.abs(fit.ddf).max() < 1e-9
     with pytest.raises(ValueError, match="does not reach the fixed image's grid"):
         rigid_in_plane(np.full_like(arr, np.nan), arr, (1.5, 1.5, 8.0))
+
+
+def test_unrelated_content_gets_no_turn_by_chance():
+    """Noise against a heart: a turn found by chance is dropped (it shares almost none of the fixed image's
+    information), and ``summary.json`` says so."""
+    image, _ = _stack()
+    arr = sitk.GetArrayFromImage(image)
+    noise = np.random.default_rng(0).random(arr.shape).astype(np.float32)
+    fit = rigid_in_plane(noise, arr, (1.5, 1.5, 8.0))
+    assert fit.angle_deg == 0.0 and np.abs(fit.ddf).max() < 1e-9 and "information" in fit.dropped
+    moving = sitk.GetImageFromArray(noise)
+    moving.CopyInformation(image)
+    moving.SetOrigin(tuple(np.asarray(image.GetOrigin()) + 0.3))
+    summary = monai_npc.register(moving, image, model=Zero()).summary["alignment"]
+    assert summary["method"] == "rigid" and summary["applied"] is False and summary["angle_deg"] == 0.0
+    assert "information" in summary["dropped"]
+    # the same heart turned by 30 degrees keeps its turn
+    turned = _turned(image, 30.0, (2.0, 1.0))
+    kept = monai_npc.register(turned, image, model=Zero()).summary["alignment"]
+    assert kept["applied"] is True and "dropped" not in kept and abs(abs(kept["angle_deg"]) - 30.0) < 0.5
