@@ -218,3 +218,15 @@ def test_unrelated_content_gets_no_turn_by_chance():
     turned = _turned(image, 30.0, (2.0, 1.0))
     kept = monai_npc.register(turned, image, model=Zero()).summary["alignment"]
     assert kept["applied"] is True and "dropped" not in kept and abs(abs(kept["angle_deg"]) - 30.0) < 0.5
+
+
+def test_a_dropped_alignment_leaves_the_registration_as_without_one():
+    """Noise as the moving image on another grid: the turn is dropped and the result is exactly ``align="none"``'s."""
+    image, _ = _stack()
+    noise = sitk.GetImageFromArray(np.random.default_rng(1).random(sitk.GetArrayFromImage(image).shape).astype(np.float32))
+    noise.CopyInformation(image)
+    noise.SetOrigin(tuple(np.asarray(image.GetOrigin()) + 0.3))
+    auto = monai_npc.register(noise, image, model="phase-correlation")
+    none = monai_npc.register(noise, image, model="phase-correlation", align="none")
+    assert auto.summary["alignment"]["applied"] is False
+    assert float((auto.ddf - none.ddf).abs().max()) == 0.0
