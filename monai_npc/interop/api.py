@@ -687,7 +687,10 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     figure = {
         "moving": moving_m[mid], "fixed": fixed_m[mid], "warped": warped_m[mid, 0], "ddf": ddf_m[mid].float(),
         "labels": None if labels_m is None else tuple(lab[mid] for lab in labels_m),
-        "title": f"{Path(describe_input(moving) or '').name} -> {Path(describe_input(fixed) or '').name} ({name}, model grid)",
+        "title": f"{Path(describe_input(moving) or '').name} -> {Path(describe_input(fixed) or '').name} ({name}, model grid"
+                 + (f"; moving first turned {result.alignment.angle_deg:.1f} deg and shifted "
+                    f"{np.hypot(*result.alignment.translation_mm):.1f} mm" if result.alignment is not None and not result.alignment.dropped else "")
+                 + ")",
         "window": None if result.centre is None else (grid, mid),  # drawn on the whole fixed slice by the overview
     }
     summary["seconds"] = time.perf_counter() - t0
