@@ -142,6 +142,8 @@ def test_cli_align_option_reaches_the_summary(tmp_path, capsys):
                    "--model", "phase-correlation", "--out", str(out), "--no-overview"] + option)
         assert rc == 0
         assert json.loads((out / "summary.json").read_text())["alignment"]["method"] == method
+        printed = capsys.readouterr().out
+        assert ("moving first turned" in printed) == (method == "rigid"), printed
     with pytest.raises(SystemExit):
         main(["register", "--moving", "m.nii.gz", "--fixed", "f.nii.gz", "--out", str(tmp_path / "x"), "--align", "affine"])
     assert "invalid choice: 'affine'" in capsys.readouterr().err

@@ -14,6 +14,7 @@ slice=K, instance=N). See docs/interop.md.
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -148,11 +149,18 @@ def run(args: argparse.Namespace) -> int:
         register_files, args.moving, args.fixed, args.out, args.moving_label, args.fixed_label, model=args.model, **options
     )
     dice = f", Dice {s['dice_mean_initial']:.3f} -> {s['dice_mean']:.3f}" if s.get("dice_mean") is not None else ""
+    turn = s.get("alignment", {})
+    if turn.get("applied"):
+        aligned = f"; moving first turned {turn['angle_deg']:.1f} degrees and shifted {math.hypot(*turn['translation_mm']):.1f} mm"
+    elif turn.get("dropped"):
+        aligned = f"; not aligned rigidly: {turn['dropped']}"
+    else:
+        aligned = ""
     if not getattr(args, "quiet", False):
         moving = args.moving + (f" [{args.moving_select}]" if args.moving_select else "")
         fixed = args.fixed + (f" [{args.fixed_select}]" if args.fixed_select else "")
         print(
             f"registered {moving} -> {fixed} with {s['model']} in {s['seconds']:.2f} s: "
-            f"folding {s['folding_percent']:.2f} %{dice}; wrote {len(s['outputs'])} files to {args.out}"
+            f"folding {s['folding_percent']:.2f} %{dice}{aligned}; wrote {len(s['outputs'])} files to {args.out}"
         )
     return 0
