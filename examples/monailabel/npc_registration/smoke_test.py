@@ -272,6 +272,7 @@ MALFORMED = [
     ("relative output_dir (would resolve against the server's folder)", TASK, "es", {"moving": "ed", "output_dir": "result"}, None,
      400, "absolute path"),
     ("npc_device the server lacks", TASK, "es", {"moving": "ed", "npc_device": "cuda:7"}, None, 400, "npc_device"),
+    ("npc_align not auto, none or rigid", TASK, "es", {"moving": "ed", "npc_align": "affine"}, None, 400, "npc_align"),
 ]
 
 
