@@ -129,7 +129,7 @@ def main(argv=None) -> int:
             if args.estimate_only:
                 sp = fixed.GetSpacing()
                 fit = rigid_in_plane(sitk.GetArrayFromImage(moving), fx.astype(np.float32), (sp[1], sp[0], sp[2]))
-                row.update(error=turn_error(fit.angle_deg, a), seconds_align=fit.seconds, applied=not fit.dropped)
+                row.update(error=turn_error(fit.angle_deg, a), seconds_align=fit.seconds, applied=fit.applied)
             else:
                 label = turned(as_sitk(ml.astype(np.float32)), a, nearest=True)
                 for mode in ("none", "rigid"):

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 import monai_npc
-from monai_npc.apps.align import rigid_in_plane, same_grid, wants_rigid
+from monai_npc.apps.align import rigid_in_plane, wants_rigid
+from monai_npc.interop.images import grid_mismatch
 from monai_npc.data.phantoms import cardiac_pair
 
 
@@ -76,7 +77,7 @@ def test_rigid_in_plane_finds_a_known_turn_and_shift():
 def test_auto_aligns_two_acquisitions_and_leaves_one_series_alone():
     image, label = _stack()
     moved = _turned(image, 10.0, (4.0, -3.0))
-    assert not same_grid(moved, image) and same_grid(image, image)
+    assert grid_mismatch(moved, image) is not None and grid_mismatch(image, image) is None
     assert wants_rigid("auto", moved, image) and not wants_rigid("auto", image, image)
     assert wants_rigid("rigid", image, image) and not wants_rigid("none", moved, image)
     with pytest.raises(ValueError, match="align .* must be one of auto, none, rigid, got 'affine'"):

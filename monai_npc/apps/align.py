@@ -25,7 +25,9 @@ from typing import Any, Dict, Sequence, Tuple
 import numpy as np
 import SimpleITK as sitk
 
-__all__ = ["ALIGN_MODES", "RigidAlignment", "check_align", "same_grid", "wants_rigid", "rigid_in_plane"]
+from monai_npc.interop.images import grid_mismatch
+
+__all__ = ["ALIGN_MODES", "RigidAlignment", "check_align", "wants_rigid", "rigid_in_plane"]
 
 #: ``register(align=...)``: ``"auto"`` aligns two images that do not share a grid (two acquisitions)
 #: and leaves frames of one series (the same grid) alone; ``"rigid"`` always; ``"none"`` never.
@@ -73,21 +75,18 @@ class RigidAlignment:
     cost_unmoved: float = math.nan
     dropped: str = ""
 
+    @property
+    def applied(self) -> bool:
+        """Whether the transform found was kept (else the identity is returned)."""
+        return not self.dropped
+
     def as_dict(self) -> Dict[str, Any]:
         """What ``summary.json`` records."""
-        out = {"method": "rigid", "applied": not self.dropped, "angle_deg": round(self.angle_deg, 3),
+        out = {"method": "rigid", "applied": self.applied, "angle_deg": round(self.angle_deg, 3),
                "translation_mm": [round(t, 3) for t in self.translation_mm], "seconds": round(self.seconds, 3)}
         if self.dropped:
             out["dropped"] = self.dropped
         return out
-
-
-def same_grid(a: sitk.Image, b: sitk.Image, tol: float = 1e-4) -> bool:
-    """Whether two images share size, spacing, origin and direction (frames of one series do)."""
-    return (a.GetDimension() == b.GetDimension() and a.GetSize() == b.GetSize()
-            and np.allclose(a.GetSpacing(), b.GetSpacing(), rtol=tol, atol=tol)
-            and np.allclose(a.GetOrigin(), b.GetOrigin(), rtol=0, atol=tol * max(1.0, max(map(abs, a.GetSpacing()))))
-            and np.allclose(a.GetDirection(), b.GetDirection(), atol=tol))
 
 
 def check_align(align: str, name: str = "align") -> str:
@@ -98,8 +97,9 @@ def check_align(align: str, name: str = "align") -> str:
 
 
 def wants_rigid(align: str, moving: sitk.Image, fixed: sitk.Image) -> bool:
-    """Resolve ``align`` (one of :data:`ALIGN_MODES`) for a pair."""
-    return check_align(align) == "rigid" or (align == "auto" and not same_grid(moving, fixed))
+    """Resolve ``align`` (one of :data:`ALIGN_MODES`) for a pair: ``"auto"`` aligns images that do not share
+    size, spacing, origin and direction (:func:`~monai_npc.interop.images.grid_mismatch`)."""
+    return check_align(align) == "rigid" or (align == "auto" and grid_mismatch(moving, fixed) is not None)
 
 
 def _plane_image(array: np.ndarray, spacing: Sequence[float], factor: int = 1) -> sitk.Image:

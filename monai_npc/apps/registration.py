@@ -403,13 +403,14 @@ def run_pipeline(
     nan = float("nan")
     # 1. canonical geometry: the moving image on the fixed grid (NaN outside it)
     moving_on_fixed = slices_of(resample(moving, fixed, "linear", nan), dims)
+    fixed_arr = slices_of(sitk.GetArrayFromImage(fixed), dims)
     overlap = float(100.0 * np.isfinite(moving_on_fixed).mean())
     # 0. (two acquisitions) one rigid in-plane turn and shift of the whole moving image; the rest registers what is left
     alignment = aligned_label = None
     if align and overlap > 0:
         spacing_mm = tuple(fixed.GetSpacing()[1::-1]) + tuple(fixed.GetSpacing()[2:])  # (row, col[, slice]) mm
-        alignment = rigid_in_plane(moving_on_fixed, slices_of(sitk.GetArrayFromImage(fixed), dims).astype(np.float32), spacing_mm)
-    if alignment is not None and not alignment.dropped:
+        alignment = rigid_in_plane(moving_on_fixed, fixed_arr.astype(np.float32), spacing_mm)
+    if alignment is not None and alignment.applied:
         to_moving = displacement_field_transform(_with_z(torch.from_numpy(alignment.ddf), dims), fixed)
         moving = sitk.Resample(moving, fixed, to_moving, sitk.sitkLinear, nan, sitk.sitkFloat32)
         if moving_label is not None:
@@ -422,7 +423,6 @@ def run_pipeline(
     if profile.field_of_view != "image" and heart_centre is not None:  # placed by the caller
         centres = _given_centres(heart_centre, fixed)
     elif profile.field_of_view != "image":
-        fixed_arr = slices_of(sitk.GetArrayFromImage(fixed), dims)
         spacing = tuple(fixed.GetSpacing()[1::-1])  # (row, col) mm
         if profile.field_of_view == "heart-stack":  # one window for the whole stack, from all its slices (couples them)
             centres = [motion_centre(moving_on_fixed, fixed_arr, spacing)] * fixed_arr.shape[0]
@@ -444,7 +444,7 @@ def run_pipeline(
         ddf_f = main.ddf_fixed
         if len(runs) == 2:  # "image+heart": inside the window the mean of the two fields (weight 0.5), tapered to the whole-image one
             ddf_f = runs[0].ddf_fixed + 0.5 * runs[1].weight * (runs[1].ddf_fixed - runs[0].ddf_fixed)
-    if alignment is not None and not alignment.dropped:  # x -> x + u(x) -> rigid: a(x + u(x)) + u(x)
+    if alignment is not None and alignment.applied:  # x -> x + u(x) -> rigid: a(x + u(x)) + u(x)
         ddf_f = ddf_f + warp_image(torch.from_numpy(alignment.ddf), ddf_f, "bilinear", "border")
     mid = len(centres) // 2
     rated = runs[0] if profile.field_of_view == "image>heart" else main  # the run whose reliability map is reported

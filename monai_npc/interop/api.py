@@ -689,7 +689,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         "labels": None if labels_m is None else tuple(lab[mid] for lab in labels_m),
         "title": f"{Path(describe_input(moving) or '').name} -> {Path(describe_input(fixed) or '').name} ({name}, model grid"
                  + (f"; moving first turned {result.alignment.angle_deg:.1f} deg and shifted "
-                    f"{np.hypot(*result.alignment.translation_mm):.1f} mm" if result.alignment is not None and not result.alignment.dropped else "")
+                    f"{np.hypot(*result.alignment.translation_mm):.1f} mm" if result.alignment is not None and result.alignment.applied else "")
                  + ")",
         "window": None if result.centre is None else (grid, mid),  # drawn on the whole fixed slice by the overview
     }
