@@ -17,7 +17,10 @@ expert ED label is carried to ES without looking at the ES label:
 Each method is reported twice from the same registration: ``<method>`` (the in-plane result)
 and ``<method>+descent`` (then the basal slices the RV leaves at ES cleared,
 :func:`monai_npc.tracking.through_plane.apply_basal_descent`, what ``monai_npc.track`` does by
-default on short-axis stacks).
+default on short-axis stacks; for NPC also the LV and myocardium of the most basal LV slice when
+``register``'s label prior finds the LV gone from it at ES,
+:func:`~monai_npc.tracking.through_plane.clear_basal_by_prior`, as the bundle's inference and
+``benchmarks/whole_stack.py`` do).
 
 From the expert ED label and the propagated ES label: LV/RV EDV, ESV, EF, LV mass
 (:mod:`monai_npc.tracking.function`), compared with the same from the expert ED and ES labels
@@ -38,7 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -66,14 +69,15 @@ def _frames(folder: Path) -> Dict[str, object]:
     }
 
 
-def propagate_npc(item: Dict[str, object], refine) -> np.ndarray:
-    """ES label ``(Z, H, W)`` from ``monai_npc.register`` (defaults) of the ED stack onto the ES stack."""
+def propagate_npc(item: Dict[str, object], refine) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    """ES label ``(Z, H, W)`` from ``monai_npc.register`` (defaults) of the ED stack onto the ES stack, and the
+    label prior's segmentation of the ES stack (``Registration.prior_label``; ``None`` when no prior acted)."""
     import SimpleITK as sitk
 
     import monai_npc
 
     reg = monai_npc.register(item["ed"], item["es"], model="acdc", moving_label=item["ed_gt"], threads=1, refine_iterations=refine)
-    return sitk.GetArrayFromImage(reg.warped_label)
+    return sitk.GetArrayFromImage(reg.warped_label), None if reg.prior_label is None else sitk.GetArrayFromImage(reg.prior_label)
 
 
 def propagate_demons(item: Dict[str, object]) -> np.ndarray:
@@ -122,7 +126,7 @@ def run_method(method: str, items: List[Dict[str, object]], out: Path, refine) -
 
     import SimpleITK as sitk
 
-    from monai_npc.tracking.through_plane import apply_basal_descent
+    from monai_npc.tracking.through_plane import apply_basal_descent, clear_basal_by_prior
 
     paths = {method: out / f"{method}.jsonl", f"{method}+descent": out / f"{method}+descent.jsonl"}
     done = set.intersection(*({json.loads(line)["name"] for line in p.read_text().splitlines() if line.strip()} if p.is_file() else set()
@@ -130,10 +134,12 @@ def run_method(method: str, items: List[Dict[str, object]], out: Path, refine) -
     commit = _git_commit()
     for item in tqdm([i for i in items if i["name"] not in done], desc=method, unit="patient"):
         t0 = time.perf_counter()
-        es_pred = propagate_npc(item, refine) if method == "npc" else propagate_demons(item)
+        es_pred, prior = propagate_npc(item, refine) if method == "npc" else (propagate_demons(item), None)
         seconds = time.perf_counter() - t0
         ed_img = sitk.ReadImage(str(item["ed_gt"]))
-        descended = apply_basal_descent(es_pred, sitk.GetArrayFromImage(ed_img), ed_img.GetSpacing()[2])
+        ed_label = sitk.GetArrayFromImage(ed_img)
+        descended = apply_basal_descent(es_pred, ed_label, ed_img.GetSpacing()[2])
+        descended = clear_basal_by_prior(descended, ed_label, prior)[0]  # NPC: the LV gone from the basal slice, as its prior sees it
         for name, pred in ((method, es_pred), (f"{method}+descent", descended)):
             record = {"name": item["name"], "group": item["group"], "method": name, "seconds": seconds, "commit": commit, **evaluate(item, pred)}
             with open(paths[name], "a") as f:

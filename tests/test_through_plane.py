@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from monai_npc.tracking.through_plane import (
-    apply_basal_ascent, apply_basal_descent, ascent_fractions, base_end, diastolic_phase, slab_fractions, systolic_phase,
-    volume_error_by_position,
+    PRIOR_LEFT_SHARE, apply_basal_ascent, apply_basal_descent, ascent_fractions, base_end, basal_left_by_prior, clear_basal_by_prior,
+    diastolic_phase, slab_fractions, systolic_phase, volume_error_by_position,
 )
 
 
@@ -162,3 +162,33 @@ def test_volume_error_by_position_finds_the_basal_slice_the_lv_left(flip):
         volume_error_by_position(ed, ed, es, 2)
     with pytest.raises(ValueError, match="shape"):
         volume_error_by_position(ed, ed[1:], es, 3)
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_the_label_prior_tells_when_the_lv_left_the_basal_slice(flip):
+    """The ED label (reference) has the LV on every slice; the ES frame's own segmentation (the label prior's)
+    keeps 20 % of the basal slice's LV area (the base left it: cleared, LV and myocardium, RV kept) or 60 %
+    (it did not: nothing changes)."""
+    ref = _stack(flip=flip)
+    base = 7 if flip else 0
+    ref[base][(ref[base] == 0) & (np.hypot(*np.mgrid[-16:16, -20:12]) < 14)] = 2  # a myocardium ring around the basal LV
+    carried = ref.copy()
+    for keep, left in ((0.2, True), (0.6, False)):
+        prior = ref.copy()
+        lv = np.argwhere(ref[base] == 3)
+        drop = lv[int(keep * len(lv)):]
+        prior[base][drop[:, 0], drop[:, 1]] = 0
+        assert basal_left_by_prior(ref, prior) == (base if left else None)
+        out, z = clear_basal_by_prior(carried, ref, prior)
+        assert z == (base if left else None)
+        if left:
+            assert not np.isin(out[base], [2, 3]).any() and (out[base] == 1).sum() == (ref[base] == 1).sum()
+            np.testing.assert_array_equal(np.delete(out, base, 0), np.delete(carried, base, 0))  # the other slices as they were
+        else:
+            np.testing.assert_array_equal(out, carried)
+    assert 0.0 < PRIOR_LEFT_SHARE < 1.0
+    assert basal_left_by_prior(ref, ref, value=5) is None  # a structure the reference lacks: nothing has left
+    out, z = clear_basal_by_prior(carried, ref, None)  # no prior acted: nothing cleared
+    assert z is None and out is not carried and np.array_equal(out, carried)
+    with pytest.raises(ValueError, match="one \\(Z, H, W\\) shape"):
+        basal_left_by_prior(ref, ref[1:])

@@ -118,8 +118,11 @@ _BUNDLE_DEFAULTS: Dict[str, Dict[str, Any]] = {
         # +0.0021 +- 0.0005 training (69 / 88), ED->ES LV EF error 3.35 / +0.50 -> 3.20 / +0.12 and 4.29 / -0.39 ->
         # 4.43 / -0.79 (mix 0.3: +0.0025 / +0.0020; 0.7: +0.0032 on validation; 1: -0.0007 on training, LV EF bias -2.44;
         # erosion 0: +0.0028 / +0.0017 with mix 0.5; 2: +0.0020 / +0.0006)
+        # the label term's segmentation prior of the fixed frame (networks.nets.LabelPrior "acdc_heart", trained on the 44
+        # training patients only; examples/train_acdc_label_prior.py), weight 3 within the term (README, "Label prior")
         "register_settings": {"num_steps": 6, "refine_iterations": 40, "refine_grid_stride": 8, "field_of_view": "heart-stack",
-                              "flip_ensemble": 2, "label_sigma": 1.0, "label_model_mix": 0.5},
+                              "flip_ensemble": 2, "label_sigma": 1.0, "label_model_mix": 0.5, "label_prior": "acdc_heart",
+                              "label_prior_weight": 8.0},
     },
     "npc_camus": {
         # the carried label smoothed in-plane by 1 voxel before its label-linear resampling: +0.0035 Dice per pair on the
@@ -173,21 +176,24 @@ def _model_meta(net: nn.Module) -> Dict[str, Any]:
     return meta
 
 
-#: register settings that are numbers with a fraction (the others are integers but the field of view)
-_FLOAT_SETTINGS = ("label_sigma", "label_model_mix")
+#: register settings that are numbers with a fraction, and those that are names (the others are integers)
+_FLOAT_SETTINGS = ("label_sigma", "label_model_mix", "label_prior_weight")
+_NAME_SETTINGS = ("field_of_view", "label_prior")
 
 
 def register_settings(net: nn.Module) -> Dict[str, Union[int, float, str]]:
     """What ``register`` gives weights loaded by name or file where the caller sets nothing: their meta's
     ``register_settings`` (``{"num_steps", "refine_iterations", "refine_grid_stride", "flip_ensemble"}`` as
     integers, ``"label_sigma"`` (voxels, :func:`monai_npc.interop.label_resample.resample_label`) and
-    ``"label_model_mix"`` (:class:`~monai_npc.networks.blocks.InstanceRefinement`) as floats and
-    ``"field_of_view"`` (checked where it is used, :func:`model_profile`); any may be absent;
+    ``"label_model_mix"`` (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``"label_prior_weight"``
+    as floats, ``"field_of_view"`` (checked where it is used, :func:`model_profile`) and ``"label_prior"`` (a
+    :func:`~monai_npc.networks.nets.load_label_prior` name) as names; any may be absent;
     ``acdc``: 6 learned ODE steps averaged over the pair and the pair turned by 180 degrees, 40 refinement
     steps on a residual grid 8 voxels apart, one heart window per stack, the carried label smoothed by
-    1 voxel, the label term's models half from the fixed frame); ``{}``: the weights' own configuration."""
+    1 voxel, the label term's models half from the fixed frame, the ``acdc_heart`` segmentation prior in
+    the label term); ``{}``: the weights' own configuration."""
     settings = dict(_model_meta(net).get("register_settings") or {})
-    return {k: (str(v) if k == "field_of_view" else float(v) if k in _FLOAT_SETTINGS else int(v)) for k, v in settings.items()}
+    return {k: (str(v) if k in _NAME_SETTINGS else float(v) if k in _FLOAT_SETTINGS else int(v)) for k, v in settings.items()}
 
 
 def model_profile(net: nn.Module, size: Optional[int] = None, field_of_view: Optional[str] = None) -> ModelProfile:
@@ -299,11 +305,12 @@ def _net_dtype(net: nn.Module) -> torch.dtype:
 
 @torch.inference_mode()
 def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: int = 16, moving_label: Optional[torch.Tensor] = None,
-             label_guidance: float = 0.0):
+             label_guidance: float = 0.0, fixed_prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0):
     """``(Z, 1, h, w)`` pairs -> ``ddf (Z, 2, h, w)`` (model voxels), ``warped``, ``reliability (Z, 1, h, w)`` or ``None``.
 
     Each slice is one independent pair of the batch (chunks of ``chunk`` slices). ``moving_label``
-    ``(Z, 1, h, w)`` with ``label_guidance`` > 0 reaches the refinement's label-guided term (NPC only).
+    ``(Z, 1, h, w)`` with ``label_guidance`` > 0 reaches the refinement's label-guided term (NPC only),
+    and with it ``fixed_prior`` ``(Z, K, h, w)`` (class probabilities of ``fixed``) weighted by ``prior_weight``.
     """
     ddfs, warps, rels = [], [], []
     for start in range(0, moving.shape[0], chunk):
@@ -311,6 +318,8 @@ def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: i
         if hasattr(net, "register"):
             guide = {} if moving_label is None or not label_guidance else {
                 "moving_label": moving_label[start : start + chunk], "lambda_label": float(label_guidance)}
+            if guide and fixed_prior is not None and prior_weight > 0:
+                guide.update(fixed_prior=fixed_prior[start : start + chunk], prior_weight=float(prior_weight))
             warped, ddf, diagnostics = net.register(m, f, return_diagnostics=True, **guide)
             if diagnostics:
                 last = diagnostics[-1]
@@ -349,6 +358,8 @@ class PipelineResult:
         seconds_network: time in the network.
         alignment: the rigid pre-alignment (step 0), composed into ``ddf``; ``None`` without one.
         aligned_label: the moving label on the fixed grid after that alignment (nearest), else ``None``.
+        prior_label: ``(Z, H, W)`` uint8 on the fixed grid: the label prior's segmentation of the fixed
+            image (the most likely value; 0 outside the model grid), when one acted, else ``None``.
     """
 
     ddf: np.ndarray
@@ -366,6 +377,7 @@ class PipelineResult:
     seconds_network: float
     alignment: Optional[RigidAlignment] = None
     aligned_label: Optional[sitk.Image] = None
+    prior_label: Optional[np.ndarray] = None
 
 
 def run_pipeline(
@@ -379,6 +391,8 @@ def run_pipeline(
     label_guidance: float = 0.0,
     heart_centre: Optional[Sequence[Tuple[float, float]]] = None,
     align: bool = False,
+    label_prior: Optional[nn.Module] = None,
+    prior_weight: float = 0.0,
 ) -> PipelineResult:
     """(Align,) localise, build the model grid, register every slice and paste the field back onto ``fixed``.
 
@@ -398,6 +412,9 @@ def run_pipeline(
             ``"heart"``, one from the whole stack for ``"heart-stack"`` (the ``acdc`` default).
         align: first a rigid in-plane alignment of the whole moving image
             (:func:`~monai_npc.apps.align.rigid_in_plane`), composed with the network's field.
+        label_prior, prior_weight: with ``moving_label`` and ``label_guidance``, a segmentation
+            network of the fixed model-grid slices (:class:`~monai_npc.networks.nets.LabelPrior`)
+            whose class probabilities join the label-guided term with this weight (0 = not used).
     """
     dims = fixed.GetDimension()
     nan = float("nan")
@@ -417,6 +434,8 @@ def run_pipeline(
             moving_label = aligned_label = sitk.Resample(moving_label, fixed, to_moving, sitk.sitkNearestNeighbor, 0)
         moving_on_fixed = slices_of(sitk.GetArrayFromImage(moving), dims)
     guide = {"moving_label": moving_label, "label_guidance": float(label_guidance)} if moving_label is not None else {}
+    if guide and label_prior is not None and prior_weight > 0:
+        guide.update(label_prior=label_prior, prior_weight=float(prior_weight))
     # 2. localise: a heart window per slice, from its own slice pair ("heart": slices stay independent) or from the
     #    whole stack ("heart-stack": one window for every slice); the field of each slice is still its own
     centres: List[Tuple[float, float]] = []
@@ -456,7 +475,7 @@ def run_pipeline(
         uncovered=~np.isfinite(moving_on_fixed).reshape(moving_on_fixed.shape[0], -1).any(1),
         still=np.logical_or.reduce([r.still for r in runs]), overlap_percent=overlap,
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
-        alignment=alignment, aligned_label=aligned_label,
+        alignment=alignment, aligned_label=aligned_label, prior_label=main.prior_label,
     )
 
 
@@ -511,10 +530,12 @@ class _GridRun:
     reliability: Optional[np.ndarray]
     seen: np.ndarray  # (Z, H, W) bool: fixed voxels inside a model grid (where the network looked)
     seconds_network: float
+    prior_label: Optional[np.ndarray] = None  # (Z, H, W) uint8 on the fixed grid: the label prior's segmentation
 
 
 def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image]], window: bool, profile: ModelProfile, device,
-                       moving_label: Optional[sitk.Image] = None, label_guidance: float = 0.0) -> _GridRun:
+                       moving_label: Optional[sitk.Image] = None, label_guidance: float = 0.0, label_prior: Optional[nn.Module] = None,
+                       prior_weight: float = 0.0) -> _GridRun:
     """Steps 3-5 of :func:`run_pipeline`: ``grids`` are ``(model grid, the fixed image or slice it covers)``
     pairs in slice order; all their slices go through the network as one batch of independent pairs."""
     import time
@@ -535,13 +556,15 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     ddf_m, warped_m = torch.zeros(z, 2, h, w), m_t.detach().float().cpu().clone()
     rel_m: Optional[torch.Tensor] = None
     active = np.flatnonzero(~still)
-    lab_t = None
+    lab_t = prior_t = None
     if moving_label is not None and label_guidance > 0:
         lab = np.concatenate([slices_of(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
         lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
+        if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
+            prior_t = label_prior.to(device).predict(f_t[active])
     if active.size:
         d, wp, r = _predict(net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active],
-                            label_guidance=label_guidance)
+                            label_guidance=label_guidance, fixed_prior=prior_t, prior_weight=prior_weight)
         ddf_m[active], warped_m[active] = d.cpu(), wp.cpu()
         if r is not None:
             rel_m = torch.zeros(z, 1, h, w)
@@ -554,11 +577,19 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     if window:
         ddf_m = ddf_m * taper
     # 5. paste back, grid by grid: ddf in fixed voxels on the whole fixed grid (0 outside a window)
-    ddf_f, weights, rels, seen, start = [], [], [], [], 0
+    prior_m = None
+    if prior_t is not None:  # the prior's most likely value per model-grid voxel (0 on slices left at the identity)
+        prior_m = np.zeros((z, h, w), np.uint8)
+        prior_m[active] = prior_t.argmax(1).cpu().numpy().astype(np.uint8)
+    ddf_f, weights, rels, seen, priors, start = [], [], [], [], [], 0
     for grid, target in grids:
         n = grid.GetSize()[2] if grid.GetDimension() == 3 else 1
         part = slice(start, start + n)
         ddf_f.append(resample_model_field(ddf_m[part], grid, target, displacement=True))  # (n, 2, H, W)
+        if prior_m is not None:
+            on_grid = sitk.GetImageFromArray(prior_m[part] if grid.GetDimension() == 3 else prior_m[part][0])
+            on_grid.CopyInformation(grid)
+            priors.append(slices_of(resample(on_grid, target, "nearest", 0.0), target.GetDimension()).astype(np.uint8))
         inside = torch.from_numpy(_inside(grid, target))[:, None] if window else None
         if window:
             weights.append(resample_model_field(taper.expand(n, 1, h, w).contiguous(), grid, target) * inside)
@@ -573,7 +604,7 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     ddf_fixed = torch.cat(ddf_f)
     seen_fixed = np.concatenate(seen) if window else np.ones((ddf_fixed.shape[0],) + tuple(ddf_fixed.shape[2:]), bool)
     return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, ddf_fixed, torch.cat(weights) if window else None,
-                    rel, seen_fixed, seconds_network)
+                    rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None)
 
 
 def _inside(grid: sitk.Image, fixed: sitk.Image) -> np.ndarray:

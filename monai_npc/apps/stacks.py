@@ -277,20 +277,26 @@ def register_pair(pair: StudyPair, model: Union[str, nn.Module] = "acdc", model_
     )
 
 
-def basal_descent_label(pair: StudyPair, warped: np.ndarray, reference: np.ndarray, fixed: sitk.Image) -> np.ndarray:
+def basal_descent_label(pair: StudyPair, warped: np.ndarray, reference: np.ndarray, fixed: sitk.Image,
+                        prior_label: Optional[np.ndarray] = None) -> np.ndarray:
     """The through-plane motion of the base on a carried label of a short-axis stack (3 slices or
     more; ``warped`` ``(Z, H, W)`` on ``fixed``'s grid, ``reference`` the moving label on the same grid):
     ``ED->ES``: the basal RV slices the base leaves in systole cleared
-    (:func:`monai_npc.tracking.through_plane.apply_basal_descent`); ``ES->ED``: the basal slices
+    (:func:`monai_npc.tracking.through_plane.apply_basal_descent`), and, with the label prior's
+    segmentation of the fixed frame (``prior_label``, :attr:`~monai_npc.interop.api.Registration.prior_label`),
+    the LV and myocardium cleared from the most basal LV slice when the prior finds the LV gone from it
+    (:func:`~monai_npc.tracking.through_plane.clear_basal_by_prior`); ``ES->ED``: the basal slices
     the structures re-enter in diastole filled (:func:`~monai_npc.tracking.through_plane.apply_basal_ascent`).
     Other pairs (plain ``moving->fixed`` pairs, single slices) are returned as they are.
     """
     if pair.direction not in ("ED->ES", "ES->ED") or fixed.GetDimension() != 3 or warped.shape[0] < 3 or not (np.asarray(reference) > 0).any():
         return warped
-    from monai_npc.tracking.through_plane import apply_basal_ascent, apply_basal_descent
+    from monai_npc.tracking.through_plane import apply_basal_ascent, apply_basal_descent, clear_basal_by_prior
 
-    move = apply_basal_descent if pair.direction == "ED->ES" else apply_basal_ascent
-    return move(warped, reference, fixed.GetSpacing()[2])
+    if pair.direction == "ES->ED":
+        return apply_basal_ascent(warped, reference, fixed.GetSpacing()[2])
+    descended = apply_basal_descent(warped, reference, fixed.GetSpacing()[2])
+    return clear_basal_by_prior(descended, reference, prior_label)[0] if prior_label is not None else descended
 
 
 def _descend_registration(pair: StudyPair, reg: Any) -> None:
@@ -301,7 +307,8 @@ def _descend_registration(pair: StudyPair, reg: Any) -> None:
     # the moving label as register read it, on the fixed grid
     reference = sitk.GetArrayFromImage(sitk.Resample(reg.moving_label, on_fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
     warped = sitk.GetArrayFromImage(on_fixed)
-    new = basal_descent_label(pair, warped, reference, on_fixed)
+    prior = None if reg.prior_label is None else sitk.GetArrayFromImage(reg.prior_label)
+    new = basal_descent_label(pair, warped, reference, on_fixed, prior)
     if new is warped:
         return
     image = sitk.GetImageFromArray(new.astype(warped.dtype))
@@ -545,13 +552,14 @@ def _evaluate_pair(
             seconds = time.perf_counter() - t0
             warped = sitk.GetArrayFromImage(reg.warped_label)
             folding = float(reg.summary["folding_percent"])
+            prior = None if reg.prior_label is None else sitk.GetArrayFromImage(reg.prior_label)
         else:
             with use_threads(threads):
                 warped, ddf = demons_pair(moving, fixed, sitk.Cast(moving_label, sitk.sitkInt16), **demons)
                 seconds = time.perf_counter() - t0
             folding = float(folding_percent(ddf).mean())
         if basal_descent:
-            warped = basal_descent_label(pair, warped, initial, fixed)
+            warped = basal_descent_label(pair, warped, initial, fixed, prior if method == "npc" else None)
         rows.append({**base, "method": method, "seconds": seconds, "folding_percent": folding, **label_metrics(warped, target, spacing)})
     return rows
 

@@ -78,6 +78,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "that look like the moving image under it; no fixed label used); 0 = off; default 0.05 (docs/interop.md)",
     )
     p.add_argument(
+        "--label-prior", type=float, default=None, metavar="W",
+        help="with --moving-label: weight, within the label-guided term, of a segmentation network's view of the fixed image "
+        "(each carried label pays -log p(label) where it lands); 0 = off; default: the weights' own (3 for acdc, with its "
+        "acdc_heart prior; none for the other models)",
+    )
+    p.add_argument(
         "--label-sigma", type=float, default=None, metavar="VOXELS",
         help="with --moving-label: smooth each label in-plane by this Gaussian width (moving voxels) before warped_label is "
         "resampled; 0 = ITK's label-linear interpolation exactly (what ANTs/Slicer give with transform.h5); default: 1 for acdc and camus, else 0",
@@ -128,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         threads=getattr(args, "threads", None), pixel_space=args.pixel_space,
         moving_select=args.moving_select, fixed_select=args.fixed_select, refine_iterations=args.refine,
         num_steps=args.steps, field_of_view=args.field_of_view, label_guidance=args.label_guidance, label_sigma=args.label_sigma,
-        heart_centre=None if args.heart_centre is None else tuple(args.heart_centre), align=args.align,
+        label_prior=args.label_prior, heart_centre=None if args.heart_centre is None else tuple(args.heart_centre), align=args.align,
     )
     if args.batch:
         if args.moving or args.fixed:

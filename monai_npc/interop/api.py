@@ -316,6 +316,11 @@ class Registration:
             registered as identity because an image is constant), ``None`` for other models.
         summary: model, times, overlap, folding, Jacobian, displacement in mm, Dice (with both
             labels), grids, warnings: what ``summary.json`` holds.
+        prior_label: the label prior's own segmentation of the fixed image (uint8 ``sitk.Image``, the
+            most likely value per voxel, 0 outside the heart window) when the prior acted
+            (``summary["label_prior"]``), else ``None``. Not the registration's result: what the
+            refinement was steered by (:mod:`monai_npc.functional.label_prior`), and what
+            :func:`monai_npc.tracking.through_plane.basal_left_by_prior` reads.
 
     ``transform``, ``warped`` and ``warped_label`` are built on first use (then kept): a caller
     that needs only ``ddf``, such as :func:`monai_npc.track` over a cine, does not pay for them.
@@ -333,6 +338,7 @@ class Registration:
     label_sigma: float = 0.0
     #: ``ddf`` in float64, what ``transform`` is built from
     ddf_array: Optional[np.ndarray] = field(default=None, repr=False)
+    prior_label: Optional[sitk.Image] = field(default=None, repr=False)
     _figure: Dict[str, Any] = field(default_factory=dict, repr=False)
     _lazy: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -449,6 +455,7 @@ def register(
     heart_centre: Optional[Sequence[Sequence[float]]] = None,
     label_sigma: Optional[float] = None,
     align: str = "auto",
+    label_prior: Optional[float] = None,
 ) -> Registration:
     """Register ``moving`` onto ``fixed`` in memory; nothing is written (see :meth:`Registration.save`).
 
@@ -508,6 +515,13 @@ def register(
             ``alignment``), frames of one series (the same grid) are not; ``"rigid"``: always;
             ``"none"``: never (``--align``). The network learned the motion within one
             acquisition, not a patient turned between two (docs/interop.md, "Rigid pre-alignment").
+        label_prior: with a ``moving_label`` (and the label-guided term on), the weight within that
+            term of a segmentation network's view of the fixed image (``--label-prior``;
+            :class:`~monai_npc.networks.nets.LabelPrior`, :mod:`monai_npc.functional.label_prior`):
+            each carried label pays ``-log p_label`` on the fixed voxels it covers. The network is the
+            one the weights' register settings name (``acdc``: ``acdc_heart``, weight 3: +0.019 whole-stack
+            Dice on the 52 validation pairs, README). ``None``: that setting (0 for models that name none);
+            0 = off.
 
     Raises:
         FileNotFoundError: a missing image, label or weights file.
@@ -519,13 +533,27 @@ def register(
         return _register(
             moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
             size, keep_aspect, device, model_name, refine_iterations, field_of_view, label_guidance, num_steps, heart_centre,
-            label_sigma, align,
+            label_sigma, align, label_prior,
         )
+
+
+def _label_prior_setting(settings: Mapping[str, Any], label_prior: Optional[float], model_name: str) -> Tuple[Optional[str], float]:
+    """``(prior name, weight)`` for ``register``: the weights' register settings, ``label_prior`` overriding the weight."""
+    name = settings.get("label_prior")
+    if label_prior is None:
+        return name, float(settings.get("label_prior_weight", 1.0)) if name else 0.0
+    weight = float(label_prior)
+    if not (np.isfinite(weight) and weight >= 0):
+        raise ValueError(f"label_prior (--label-prior) must be a finite number >= 0, got {label_prior}.")
+    if weight > 0 and not name:
+        raise ValueError(f"label_prior (--label-prior) {label_prior}: model {model_name} names no label prior in its register settings "
+                         "(the acdc weights do: acdc_heart); leave it unset or 0 for this model.")
+    return name, weight
 
 
 def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
               size, keep_aspect, device, model_name, refine_iterations=None, field_of_view=None, label_guidance=None,
-              num_steps=None, heart_centre=None, label_sigma=None, align="auto") -> Registration:
+              num_steps=None, heart_centre=None, label_sigma=None, align="auto", label_prior=None) -> Registration:
     t0 = time.perf_counter()
     from monai_npc.apps.align import check_align, wants_rigid
 
@@ -567,7 +595,8 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     from monai_npc.apps.registration import LABEL_GUIDANCE, model_profile, register_settings, run_pipeline, slices_of
 
     profile = model_profile(net, size, field_of_view)
-    sigma = float(register_settings(net).get("label_sigma", 0.0)) if label_sigma is None else float(label_sigma)
+    settings = register_settings(net)
+    sigma = float(settings.get("label_sigma", 0.0)) if label_sigma is None else float(label_sigma)
     if not np.isfinite(sigma) or sigma < 0:
         raise ValueError(f"label_sigma (--label-sigma) must be a finite number >= 0 (voxels), got {label_sigma}.")
     guidance = LABEL_GUIDANCE if label_guidance is None else float(label_guidance)
@@ -576,8 +605,16 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     # the term acts only in an NPC network's test-time refinement, with a moving label: else it is 0 (and recorded so)
     refines = getattr(getattr(net, "refiner", None), "iterations", 0) > 0
     guidance = guidance if moving_lab is not None and refines else 0.0
+    prior_name, prior_weight = _label_prior_setting(settings, label_prior, name)
+    prior_weight = prior_weight if guidance > 0 else 0.0  # it is part of the label-guided term
+    prior_net = None
+    if prior_weight > 0:
+        from monai_npc.networks.nets.label_prior import load_label_prior
+
+        prior_net = load_label_prior(prior_name, device)
     result = run_pipeline(net, moving_img, fixed_img, profile, keep_aspect, device, moving_label=moving_lab,
-                          label_guidance=guidance, heart_centre=heart_centre, align=wants_rigid(align, moving_img, fixed_img))
+                          label_guidance=guidance, heart_centre=heart_centre, align=wants_rigid(align, moving_img, fixed_img),
+                          label_prior=prior_net, prior_weight=prior_weight)
     overlap, still, grid = result.overlap_percent, result.still, result.grid
     if overlap == 0.0:
         raise ValueError(
@@ -613,6 +650,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     reg = Registration(
         ddf=torch.from_numpy(ddf_out).float(), jacobian=_image_like(jac, fixed_img), reliability=rel_img, summary=summary, fixed=fixed_img,
         moving=moving_img, moving_label=moving_lab, ddf_array=ddf_out, label_sigma=sigma,
+        prior_label=None if result.prior_label is None else _label_like(result.prior_label, fixed_img),
     )
 
     # 4. summary
@@ -666,6 +704,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         warnings=notes,
         seconds_network=seconds_network,
         label_guidance=guidance,
+        label_prior={"name": prior_name, "weight": prior_weight} if prior_weight > 0 else None,
         label_sigma=sigma if moving_lab is not None else 0.0,
         model_grid={
             "size": list(grid.GetSize()), "spacing_mm": list(grid.GetSpacing()), "origin_mm": list(grid.GetOrigin()),
@@ -709,6 +748,13 @@ def _window_outline(fixed: sitk.Image, grid: sitk.Image, z: int) -> Tuple[np.nda
         corners.append((c[1], c[0]))
     arr = sitk.GetArrayFromImage(fixed)
     return (arr[z] if fixed.GetDimension() == 3 else arr), np.asarray(corners)
+
+
+def _label_like(array: np.ndarray, reference: sitk.Image) -> sitk.Image:
+    """A ``(Z, H, W)`` label array as a uint8 ``sitk.Image`` on ``reference``'s grid (2-D drops ``Z``)."""
+    image = sitk.GetImageFromArray(np.ascontiguousarray(array[0] if reference.GetDimension() == 2 else array, dtype=np.uint8))
+    image.CopyInformation(reference)
+    return image
 
 
 def _image_like(array: np.ndarray, reference: sitk.Image) -> sitk.Image:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from monai_npc.functional.label_intensity import intensity_models, label_core, label_intensity_weights, label_onehot, label_region
+from monai_npc.functional.label_prior import label_prior_weights
 from monai_npc.functional.similarity import local_ncc, local_target_stats
 from monai_npc.functional.regularisers import smoothness_fold_penalty
 from monai_npc.functional.warp import identity_grid, sample_at, warp_image
@@ -93,13 +94,19 @@ class InstanceRefinement(nn.Module):
             border): 0 = the moving image's alone. A structure need not look the same in the two
             frames (each is scaled on its own; flow and partial volume change with the phase).
         label_model_erosion: erosion (voxels) of the carried labels for the fixed image's models.
+        label_prior_weight: weight, within the label-guided term, of a segmentation prior of the fixed
+            image when ``forward`` gets one (``fixed_prior``; :mod:`~monai_npc.functional.label_prior`:
+            each carried label pays ``-log p_label(x)`` on the voxels it covers). A call's
+            ``prior_weight`` overrides it.
 
     Pairs of a batch are independent: the loss is the sum of per-pair losses, so a pair is refined
     exactly as it would be in a batch of one (a slice inside its stack as alone).
 
-    ``forward(moving, fixed, ddf, moving_label=None, lambda_label=None)`` with images ``(B, 1, *S)``,
-    ``ddf`` ``(B, D, *S)`` (voxels, MONAI ``Warp`` convention) and an optional integer label map
-    ``(B, 1, *S)`` of ``moving`` returns the refined ``(B, D, *S)`` field (no gradient).
+    ``forward(moving, fixed, ddf, moving_label=None, lambda_label=None, fixed_prior=None, prior_weight=None)``
+    with images ``(B, 1, *S)``, ``ddf`` ``(B, D, *S)`` (voxels, MONAI ``Warp`` convention), an optional
+    integer label map ``(B, 1, *S)`` of ``moving`` and optional class probabilities ``(B, K, *S)`` of
+    ``fixed`` (channel ``k`` = label value ``k``; used by the label-guided term only) returns the
+    refined ``(B, D, *S)`` field (no gradient).
     """
 
     def __init__(
@@ -115,6 +122,7 @@ class InstanceRefinement(nn.Module):
         label_margin: int = 10,
         label_model_mix: float = 0.0,
         label_model_erosion: int = 1,
+        label_prior_weight: float = 1.0,
     ) -> None:
         super().__init__()
         if int(iterations) < 0:
@@ -139,20 +147,29 @@ class InstanceRefinement(nn.Module):
             raise ValueError(f"label_model_mix must be in [0, 1], got {label_model_mix}.")
         self.label_model_mix = float(label_model_mix)
         self.label_model_erosion = int(label_model_erosion)
+        if not float(label_prior_weight) >= 0:
+            raise ValueError(f"label_prior_weight must be >= 0, got {label_prior_weight}.")
+        self.label_prior_weight = float(label_prior_weight)
 
     def extra_repr(self) -> str:
         return (f"iterations={self.iterations}, learning_rate={self.learning_rate}, grid_stride={self.grid_stride}, "
                 f"level={self.level}, window={self.window} (at the loss level), lambda_reg={self.lambda_reg}, lambda_jac={self.lambda_jac}, "
-                f"lambda_label={self.lambda_label}, label_model_mix={self.label_model_mix}")
+                f"lambda_label={self.lambda_label}, label_model_mix={self.label_model_mix}, label_prior_weight={self.label_prior_weight}")
 
     @torch.jit.ignore
     def forward(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: Optional[torch.Tensor] = None,
-                lambda_label: Optional[float] = None) -> torch.Tensor:
+                lambda_label: Optional[float] = None, fixed_prior: Optional[torch.Tensor] = None,
+                prior_weight: Optional[float] = None) -> torch.Tensor:
         if self.iterations == 0:
             return ddf
         lam = self.lambda_label if lambda_label is None else float(lambda_label)
         if moving_label is not None and moving_label.shape[0] != ddf.shape[0]:
             raise ValueError(f"moving_label has {moving_label.shape[0]} samples, the field {ddf.shape[0]}.")
+        if fixed_prior is not None and (fixed_prior.shape[0] != ddf.shape[0] or fixed_prior.shape[2:] != ddf.shape[2:]):
+            raise ValueError(f"fixed_prior {tuple(fixed_prior.shape)} must be (B, K, *S) of the field {tuple(ddf.shape)}.")
+        mu = self.label_prior_weight if prior_weight is None else float(prior_weight)
+        if not mu >= 0:
+            raise ValueError(f"prior_weight must be >= 0, got {prior_weight}.")
         guided = lam > 0 and moving_label is not None and bool((moving_label > 0).any())
         full = list(ddf.shape[2:])
         level_size = [max(1, s // self.level) for s in full]
@@ -167,7 +184,8 @@ class InstanceRefinement(nn.Module):
             v = torch.zeros([ddf.shape[0], ddf.shape[1]] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
             moments = (torch.zeros_like(v), torch.zeros_like(v))
             upsample = _linear_upsampler(coarse, full, ddf.dtype, ddf.device)
-            label_term = self._label_term(moving.clone(), fixed.clone(), base, moving_label.clone()) if guided else None
+            prior = fixed_prior.detach().clone() if fixed_prior is not None and mu > 0 else None
+            label_term = self._label_term(moving.clone(), fixed.clone(), base, moving_label.clone(), prior, mu) if guided else None
             f_stats = local_target_stats(f, self.window)  # the fixed image's part of the LNCC, once
             for step in range(1, self.iterations + 1):
                 field = base + upsample(v)  # the regularisers see the full-grid field the caller gets
@@ -183,10 +201,13 @@ class InstanceRefinement(nn.Module):
                 _adam_step(v, grad, moments, step, self.learning_rate)
         return (base + upsample(v.detach())).detach()
 
-    def _label_term(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: torch.Tensor) -> Optional[Callable]:
+    def _label_term(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: torch.Tensor,
+                    prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0) -> Optional[Callable]:
         """``field -> (B,)`` label-guided cost: intensity models of the moving image under each moving
         label (within the labels dilated by ``label_margin``), scored on the fixed image under the
-        labels warped by ``field``, within that region carried by the starting field ``ddf``.
+        labels warped by ``field``, within that region carried by the starting field ``ddf``; plus
+        ``prior_weight`` times the prior's cost of those labels (:func:`label_prior_weights`) when a
+        ``prior`` of the fixed image is given.
         ``None`` (with a warning) for a label map of more than :data:`MAX_GUIDE_LABELS` values (an
         atlas parcellation: one warped channel per value and step would dominate the time)."""
         label = moving_label.detach().round().to(torch.int64)
@@ -212,4 +233,6 @@ class InstanceRefinement(nn.Module):
         box = (slice(None), slice(None)) + tuple(slice(a, b + 1) for a, b in zip(lo, hi))
         points = identity_grid(list(ddf.shape[2:]), ddf.device, ddf.dtype).unsqueeze(0)[box]
         weights = label_intensity_weights(fixed.detach().to(ddf.dtype)[box], region_f[box], means, sds)  # once
+        if prior is not None:
+            weights = weights + prior_weight * label_prior_weights(prior.to(ddf.dtype)[box], values, region_f[box])
         return lambda field: (sample_at(onehot, points + field[box], "bilinear", "zeros") * weights).flatten(1).sum(1)

@@ -1,6 +1,7 @@
 """Complete registration networks: NPCNet and the baselines in the same API."""
 
 from .baselines import DemonsNet, PhaseCorrelationNet, VoxelMorphNet
+from .label_prior import PRIORS_DIR, LabelPrior, load_label_prior, save_label_prior
 from .npc import ACDC_CONFIG, CAMUS_CONFIG, NPCNet
 from .pretrained import (
     WEIGHTS_DIR,
@@ -19,6 +20,8 @@ from .pretrained import (
 __all__ = [
     "ACDC_CONFIG",
     "DemonsNet",
+    "LabelPrior",
+    "PRIORS_DIR",
     "CAMUS_CONFIG",
     "NPCNet",
     "PhaseCorrelationNet",
@@ -30,8 +33,10 @@ __all__ = [
     "check_weights",
     "export_bundle_weights",
     "link_bundle_weights",
+    "load_label_prior",
     "load_pretrained",
     "model_argument_help",
     "record_checksum",
+    "save_label_prior",
     "save_pretrained",
 ]

@@ -245,11 +245,14 @@ class NPCNet(nn.Module):
     def register(
         self, moving: torch.Tensor, fixed: torch.Tensor, return_diagnostics: bool = False,
         moving_label: Optional[torch.Tensor] = None, lambda_label: Optional[float] = None,
+        fixed_prior: Optional[torch.Tensor] = None, prior_weight: Optional[float] = None,
     ) -> Tuple[torch.Tensor, torch.Tensor, List[Dict[str, torch.Tensor]]]:
         """Register ``moving`` onto ``fixed`` (each ``(B, 1, *S)``).
 
         ``moving_label`` ``(B, 1, *S)`` (integer label map of ``moving``) and ``lambda_label`` reach the
-        test-time refinement's label-guided term (:class:`~monai_npc.networks.blocks.InstanceRefinement`).
+        test-time refinement's label-guided term (:class:`~monai_npc.networks.blocks.InstanceRefinement`),
+        and with them ``fixed_prior`` ``(B, K, *S)`` (class probabilities of ``fixed``, e.g.
+        :class:`~monai_npc.networks.nets.label_prior.LabelPrior`) and its ``prior_weight``.
 
         Returns ``(warped, ddf, diagnostics)``: the warped moving image, the displacement in voxels
         and, when ``return_diagnostics``, one dict per ODE step (``residual``, ``mask``, ``ddf``, ``stage``).
@@ -263,5 +266,5 @@ class NPCNet(nn.Module):
             ddf = self._mean_over_flips(ddf, b)
         else:
             ddf, diagnostics = self.ode.integrate(moving, fixed, return_diagnostics)
-        ddf = self.refiner(moving, fixed, ddf, moving_label, lambda_label)
+        ddf = self.refiner(moving, fixed, ddf, moving_label, lambda_label, fixed_prior, prior_weight)
         return warp_image(moving, ddf, "bilinear", "border"), ddf, diagnostics

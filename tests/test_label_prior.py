@@ -1,0 +1,145 @@
+"""The segmentation prior of the label-guided refinement: functional.label_prior, LabelPrior, register(label_prior=...)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from monai_npc.functional.label_intensity import label_onehot
+from monai_npc.functional.label_prior import PRIOR_FLOOR, label_prior_cost, label_prior_weights
+from monai_npc.functional.warp import warp_image
+from monai_npc.networks.blocks.refinement import InstanceRefinement
+from monai_npc.networks.nets.label_prior import PRIORS_DIR, LabelPrior, load_label_prior, save_label_prior
+from monai_npc.serialization import ChecksumError
+
+
+def _disc(size=64, centre=(32.0, 32.0), radius=10.0):
+    yy, xx = torch.meshgrid(torch.arange(size, dtype=torch.float32), torch.arange(size, dtype=torch.float32), indexing="ij")
+    return ((yy - centre[0]) ** 2 + (xx - centre[1]) ** 2) < radius**2
+
+
+def test_weights_are_the_mean_negative_log_probability_of_each_label():
+    prior = torch.tensor([0.7, 0.2, 0.1, 0.0]).view(1, 4, 1, 1).expand(1, 4, 2, 3).contiguous()  # every voxel alike
+    region = torch.zeros(1, 1, 2, 3)
+    region[..., :2] = 1.0  # 4 voxels
+    w = label_prior_weights(prior, [0, 1, 3, 7], region)
+    assert w.shape == (1, 4, 2, 3)
+    # per voxel of the region: -log p / 4; label 3 has p = 0 -> the floor; label 7 is unknown to a 4-class prior -> 0
+    expected = [-math.log(0.7) / 4, -math.log(0.2) / 4, -math.log(PRIOR_FLOOR) / 4, 0.0]
+    np.testing.assert_allclose(w[0, :, 0, 0].numpy(), expected, rtol=1e-6)
+    assert float(w[..., 2].abs().sum()) == 0.0  # outside the region
+    # a label map that is all background costs -log 0.7; moving it onto label 1 costs -log 0.2
+    onehot = torch.zeros(1, 4, 2, 3)
+    onehot[:, 0] = 1.0
+    assert float(label_prior_cost(prior, onehot, [0, 1, 3, 7], region)[0]) == pytest.approx(-math.log(0.7), rel=1e-6)
+    onehot = onehot.roll(1, dims=1)
+    assert float(label_prior_cost(prior, onehot, [0, 1, 3, 7], region)[0]) == pytest.approx(-math.log(0.2), rel=1e-6)
+    with pytest.raises(ValueError, match="share batch and spatial shape"):
+        label_prior_weights(prior, [0, 1], torch.ones(1, 1, 3, 3))
+
+
+def test_the_prior_pulls_a_carried_label_where_the_segmentation_sees_it():
+    """The images say nothing (both constant: the image and intensity terms are flat); the prior sees
+    the LV disc 4 voxels right of the moving label's. With the prior the carried label moves onto it;
+    with weight 0 (or no prior) the field is exactly the prior-free one, which stays put."""
+    disc = _disc()
+    image = torch.full((1, 1, 64, 64), 0.5)
+    label = disc[None, None].to(torch.int64) * 3
+    seen = _disc(centre=(32.0, 36.0))
+    prior = torch.zeros(1, 4, 64, 64)
+    prior[0, 3] = seen.float() * 0.98 + 0.005
+    prior[0, 0] = 1.0 - prior[0, 3] - 0.01
+    prior[0, 1:3] = 0.005
+    start = torch.zeros(1, 2, 64, 64)
+    ref = InstanceRefinement(40, window=9, lambda_reg=0.05, label_prior_weight=3.0)
+
+    def centre_col(ddf):
+        carried = warp_image(label_onehot(label, [0, 3]), ddf, "bilinear", "zeros")[0, 1]
+        cols = torch.arange(64, dtype=torch.float32)
+        return float((carried.sum(0) * cols).sum() / carried.sum())
+
+    plain = ref(image, image, start, label, 0.5)
+    pulled = ref(image, image, start, label, 0.5, prior)
+    assert abs(centre_col(plain) - 32.0) < 0.3
+    assert abs(centre_col(pulled) - 36.0) < 0.3, centre_col(pulled)
+    torch.testing.assert_close(ref(image, image, start, label, 0.5, prior, prior_weight=0.0), plain)
+    torch.testing.assert_close(ref(image, image, start, None, None, prior), ref(image, image, start))  # no label: no term
+    # slices stay independent: the pair inside a batch gets the field it gets alone
+    batch = ref(torch.cat([image, image]), torch.cat([image, image]), torch.zeros(2, 2, 64, 64), torch.cat([label, label]), 0.5,
+                torch.cat([prior, prior.flip(-1)]))
+    torch.testing.assert_close(batch[:1], pulled, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="fixed_prior"):
+        ref(image, image, start, label, 0.5, prior[..., :32])
+    with pytest.raises(ValueError, match="label_prior_weight"):
+        InstanceRefinement(label_prior_weight=-1.0)
+
+
+def test_label_prior_files_round_trip_and_are_checked(tmp_path):
+    torch.manual_seed(0)
+    net = LabelPrior(num_classes=3, features=(4, 4, 8, 8, 16, 4)).eval()
+    x = torch.rand(2, 1, 32, 48)
+    p = net.predict(x)
+    assert p.shape == (2, 3, 32, 48)
+    torch.testing.assert_close(p.sum(1), torch.ones(2, 32, 48))
+    path = save_label_prior(net, tmp_path / "tiny.pt", meta={"labels": {"1": "a", "2": "b"}})
+    back = load_label_prior(path)
+    assert back.meta["labels"] == {"1": "a", "2": "b"} and not back.training
+    torch.testing.assert_close(back.predict(x), p)
+    assert load_label_prior(path) is back  # read once per file
+    with pytest.raises(ValueError, match=r"multiples of 16, got \(30, 48\)"):
+        net(torch.rand(1, 1, 30, 48))
+    with pytest.raises(ValueError, match=r"\(B, 1, h, w\)"):
+        net(torch.rand(1, 2, 32, 32))
+    blob = torch.load(path, weights_only=True)
+    key = sorted(blob["model"])[-1]
+    blob["model"][key] = blob["model"][key] + 1.0
+    torch.save(blob, tmp_path / "changed.pt")
+    with pytest.raises(ChecksumError, match="changed.pt"):
+        load_label_prior(tmp_path / "changed.pt")
+    torch.save({"state_dict": {}}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="is not a label prior file"):
+        load_label_prior(tmp_path / "other.pt")
+    with pytest.raises(FileNotFoundError, match="shipped label priors"):
+        load_label_prior("no_such_prior")
+
+
+def test_the_shipped_acdc_prior_loads_and_is_not_a_model_name():
+    from monai_npc.networks.nets import available_models
+
+    prior = load_label_prior("acdc_heart")
+    assert prior.num_classes == 4 and prior.meta["labels"]["3"] == "lv"
+    assert "acdc_heart" not in available_models() and (PRIORS_DIR / "acdc_heart.pt").is_file()
+    # a bright disc in a dark ring on a grey background: the LV it sees is inside the disc
+    yy, xx = np.indices((128, 128))
+    r = np.hypot(yy - 64, xx - 70)
+    img = np.where(r < 14, 0.8, np.where(r < 20, 0.15, 0.35)).astype(np.float32)
+    lv = prior.predict(torch.from_numpy(img)[None, None])[0].argmax(0).numpy() == 3
+    assert lv.sum() > 0 and lv[r >= 20].sum() < 0.1 * lv.sum()
+
+
+def test_register_uses_the_weights_prior_with_a_moving_label():
+    import monai_npc
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
+    ed, es, lab = c["image"][0], c["image"][2], c["label"][0]
+    kw = dict(spacing=c["spacing"], refine_iterations=10, threads=1)
+    on = monai_npc.register(ed, es, moving_label=lab, **kw)
+    off = monai_npc.register(ed, es, moving_label=lab, label_prior=0.0, **kw)
+    assert on.summary["label_prior"] == {"name": "acdc_heart", "weight": 8.0} and off.summary["label_prior"] is None
+    assert float((on.ddf - off.ddf).abs().max()) > 1e-3
+    # the prior's own segmentation of the fixed image, on its grid (what through_plane.basal_left_by_prior reads)
+    import SimpleITK as sitk
+
+    assert off.prior_label is None and on.prior_label.GetSize() == on.fixed.GetSize()
+    assert on.prior_label.GetSpacing() == on.fixed.GetSpacing() and on.prior_label.GetOrigin() == on.fixed.GetOrigin()
+    seen = sitk.GetArrayFromImage(on.prior_label)
+    assert set(np.unique(seen)) <= {0, 1, 2, 3} and (seen == 3).any()
+    # the prior is part of the label-guided term: no moving label, or the term off, and it is not used
+    assert monai_npc.register(ed, es, **kw).summary["label_prior"] is None
+    assert monai_npc.register(ed, es, moving_label=lab, label_guidance=0.0, **kw).summary["label_prior"] is None
+    with pytest.raises(ValueError, match=r"label_prior \(--label-prior\) must be a finite number >= 0"):
+        monai_npc.register(ed, es, moving_label=lab, label_prior=-1.0, **kw)
+    with pytest.raises(ValueError, match="names no label prior"):
+        monai_npc.register(ed[0], es[0], model="camus", moving_label=lab[0], label_prior=1.0, threads=1)
