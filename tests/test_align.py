@@ -121,10 +121,12 @@ def test_a_turned_study_registers_as_well_as_the_untouched_one():
 
     moving, label, fixed = as_image(pair["moving"]), as_image(pair["moving_label"], np.uint8), as_image(pair["fixed"])
     truth = np.stack([pair["fixed_label"]] * 2)
-    base = _dice(sitk.GetArrayFromImage(monai_npc.register(moving, fixed, model="acdc", moving_label=label).warped_label), truth)
+    # the label prior off: it pulls even the unaligned label much of the way (0.87 here), this is the alignment alone
+    kw = dict(model="acdc", label_prior=0.0)
+    base = _dice(sitk.GetArrayFromImage(monai_npc.register(moving, fixed, moving_label=label, **kw).warped_label), truth)
     t_moving, t_label = _turned(moving, 15.0, (10.0, 8.0)), _turned(label, 15.0, (10.0, 8.0), sitk.sitkNearestNeighbor)
-    auto = monai_npc.register(t_moving, fixed, model="acdc", moving_label=t_label)
-    none = monai_npc.register(t_moving, fixed, model="acdc", moving_label=t_label, align="none")
+    auto = monai_npc.register(t_moving, fixed, moving_label=t_label, **kw)
+    none = monai_npc.register(t_moving, fixed, moving_label=t_label, align="none", **kw)
     d_auto, d_none = (_dice(sitk.GetArrayFromImage(r.warped_label), truth) for r in (auto, none))
     assert d_auto > base - 0.03 and d_none < d_auto - 0.1, (base, d_auto, d_none)
 

@@ -148,8 +148,10 @@ def test_configs_reproduce_paper_recipe(bundle):
     base_fov = _BUNDLE_DEFAULTS.get(bundle, {}).get("field_of_view", "image")
     crops = {"num_steps": infer["num_steps"], "refine_iterations": infer.get("refine_iterations", 0), "refine_grid_stride": 4,
              "field_of_view": base_fov, "flip_ensemble": 1, "label_model_mix": 0.0}
-    # label_sigma is not a network setting: register reads it from the weights' register settings (test_clinical_input)
-    stacks = {k: v for k, v in {**crops, **_BUNDLE_DEFAULTS.get(bundle, {}).get("register_settings", {})}.items() if k != "label_sigma"}
+    # label_sigma and the label prior are not network settings: register reads them from the weights' register settings
+    # (test_clinical_input, test_label_prior), which the bundle's weights get through their meta's "bundle"
+    stacks = {k: v for k, v in {**crops, **_BUNDLE_DEFAULTS.get(bundle, {}).get("register_settings", {})}.items()
+              if k not in ("label_sigma", "label_prior", "label_prior_weight")}
     for name in ("evaluate.json", "inference.json"):
         other = _load(bundle, name)
         inference_only = ("_target_", "refine_iterations", "refine_options", "flip_ensemble")

@@ -143,3 +143,28 @@ def test_register_uses_the_weights_prior_with_a_moving_label():
         monai_npc.register(ed, es, moving_label=lab, label_prior=-1.0, **kw)
     with pytest.raises(ValueError, match="names no label prior"):
         monai_npc.register(ed[0], es[0], model="camus", moving_label=lab[0], label_prior=1.0, threads=1)
+
+
+def test_cli_label_prior(tmp_path, capsys):
+    import json
+
+    import SimpleITK as sitk
+
+    from monai_npc.cli.main import main
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
+    paths = {}
+    for name, arr in (("ed", c["image"][0]), ("es", c["image"][2]), ("lab", c["label"][0])):
+        img = sitk.GetImageFromArray(arr.astype(np.uint8 if name == "lab" else np.float32))
+        img.SetSpacing((2.0, 2.0, 8.0))
+        paths[name] = str(tmp_path / f"{name}.nii.gz")
+        sitk.WriteImage(img, paths[name])
+    base = ["register", "--moving", paths["ed"], "--fixed", paths["es"], "--moving-label", paths["lab"], "--refine", "5", "--no-overview"]
+    for weight, expected in (("0", None), ("2", {"name": "acdc_heart", "weight": 2.0})):
+        out = tmp_path / f"out{weight}"
+        assert main(base + ["--label-prior", weight, "--out", str(out)]) == 0
+        assert json.loads((out / "summary.json").read_text())["label_prior"] == expected
+    assert main(base + ["--label-prior", "-1", "--out", str(tmp_path / "bad")]) == 1
+    err = capsys.readouterr().err
+    assert "label_prior (--label-prior) must be a finite number >= 0" in err and "Traceback" not in err

@@ -23,8 +23,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
+import warnings
+
 import torch
-from monai.networks.nets import BasicUNet
 from torch import nn
 
 from monai_npc.serialization import CHECKSUM_KEY, plain, safe_load, state_dict_sha256
@@ -58,6 +59,9 @@ class LabelPrior(nn.Module):
         if len(tuple(features)) != 6:
             raise ValueError(f"features must be six numbers (BasicUNet), got {features}.")
         self.config: Dict[str, Any] = {"num_classes": int(num_classes), "features": [int(f) for f in features], "dropout": float(dropout)}
+        with warnings.catch_warnings():  # MONAI's networks import on first use only (register's cold start without a label
+            warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated")  # skips them); its jit notices are not ours
+            from monai.networks.nets import BasicUNet
         self.unet = BasicUNet(spatial_dims=2, in_channels=1, out_channels=int(num_classes), features=tuple(self.config["features"]),
                               dropout=float(dropout))
         self.meta: Dict[str, Any] = {}
