@@ -369,6 +369,13 @@ def test_basal_descent_label_both_directions():
     fixed.SetSpacing((1.5, 1.5, 10.0))
     es = stacks.basal_descent_label(SimpleNamespace(direction="ED->ES"), ed, ed, fixed)
     assert not (es[0] == 1).any() and (es[1:] == ed[1:]).all() and (es[0] == 3).sum() == (ed[0] == 3).sum()
+    # with the label prior's segmentation of the ES frame: the LV still seen there changes nothing, the LV gone from the
+    # basal slice takes the LV and myocardium out of it too (the RV as before)
+    np.testing.assert_array_equal(stacks.basal_descent_label(SimpleNamespace(direction="ED->ES"), ed, ed, fixed, ed), es)
+    gone = ed.copy()
+    gone[0][gone[0] == 3] = 0
+    left = stacks.basal_descent_label(SimpleNamespace(direction="ED->ES"), ed, ed, fixed, gone)
+    assert not left[0].any() and (left[1:] == es[1:]).all()
     back = stacks.basal_descent_label(SimpleNamespace(direction="ES->ED"), es, es, fixed)
     np.testing.assert_array_equal(back, ed)  # the RV outline of slice 1 is that of slice 0 here
     assert stacks.basal_descent_label(SimpleNamespace(direction="moving->fixed"), es, es, fixed) is es

@@ -316,6 +316,10 @@ def _descend_registration(pair: StudyPair, reg: Any) -> None:
     reg.warped_label = image
     key = "cleared_voxels" if pair.direction == "ED->ES" else "filled_voxels"
     reg.summary["basal_descent"] = {key: int((warped != new).sum()), "direction": pair.direction, "module": "monai_npc.tracking.through_plane"}
+    if prior is not None and pair.direction == "ED->ES":  # the slice the label prior found the LV gone from (or None)
+        from monai_npc.tracking.through_plane import basal_left_by_prior
+
+        reg.summary["basal_descent"]["lv_left_slice"] = basal_left_by_prior(reference, prior)
 
 
 def _read(phase: Phase, what: str) -> sitk.Image:
