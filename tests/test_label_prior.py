@@ -127,7 +127,8 @@ def test_register_uses_the_weights_prior_with_a_moving_label():
     kw = dict(spacing=c["spacing"], refine_iterations=10, threads=1)
     on = monai_npc.register(ed, es, moving_label=lab, **kw)
     off = monai_npc.register(ed, es, moving_label=lab, label_prior=0.0, **kw)
-    assert on.summary["label_prior"] == {"name": "acdc_heart", "weight": 8.0} and off.summary["label_prior"] is None
+    assert on.summary["label_prior"]["name"] == "acdc_heart" and on.summary["label_prior"]["weight"] == 8.0
+    assert on.summary["label_prior"]["agreement"] > 0.6 and off.summary["label_prior"] is None
     assert float((on.ddf - off.ddf).abs().max()) > 1e-3
     # the prior's own segmentation of the fixed image, on its grid (what through_plane.basal_left_by_prior reads)
     import SimpleITK as sitk
@@ -164,7 +165,35 @@ def test_cli_label_prior(tmp_path, capsys):
     for weight, expected in (("0", None), ("2", {"name": "acdc_heart", "weight": 2.0})):
         out = tmp_path / f"out{weight}"
         assert main(base + ["--label-prior", weight, "--out", str(out)]) == 0
-        assert json.loads((out / "summary.json").read_text())["label_prior"] == expected
+        got = json.loads((out / "summary.json").read_text())["label_prior"]
+        assert got == expected if expected is None else {k: got[k] for k in expected} == expected
     assert main(base + ["--label-prior", "-1", "--out", str(tmp_path / "bad")]) == 1
     err = capsys.readouterr().err
     assert "label_prior (--label-prior) must be a finite number >= 0" in err and "Traceback" not in err
+
+
+def test_a_label_of_another_convention_is_not_pulled_by_the_prior():
+    """The same moving label with RV and LV swapped (M&Ms numbers them LV 1, RV 3): the prior's segmentation of the
+    moving image disagrees with it (mean Dice below PRIOR_MIN_AGREEMENT), so it does not act: a warning naming the
+    label and the number, the summary says why, and the field is the prior-free one."""
+    import monai_npc
+    from monai_npc.apps.registration import PRIOR_MIN_AGREEMENT, prior_agreement
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
+    ed, es, lab = c["image"][0], c["image"][2], c["label"][0]
+    swapped = lab.copy()
+    swapped[lab == 1], swapped[lab == 3] = 3, 1
+    kw = dict(spacing=c["spacing"], refine_iterations=10, threads=1)
+    with pytest.warns(RuntimeWarning, match=r"label prior acdc_heart not used: .* \(mean Dice 0\.\d\d, at least 0\.5 needed\)"):
+        reg = monai_npc.register(ed, es, moving_label=swapped, **kw)
+    summary = reg.summary["label_prior"]
+    assert summary["weight"] == 0.0 and summary["agreement"] < PRIOR_MIN_AGREEMENT and "convention" in summary["dropped"]
+    assert reg.prior_label is None
+    torch.testing.assert_close(reg.ddf, monai_npc.register(ed, es, moving_label=swapped, label_prior=0.0, **kw).ddf)
+    # the agreement itself: Dice per present value, values the prior cannot see count 0, no label -> None
+    probs = torch.zeros(1, 4, 2, 2)
+    probs[0, 3] = 1.0
+    assert prior_agreement(probs, torch.full((1, 1, 2, 2), 3.0)) == 1.0
+    assert prior_agreement(probs, torch.full((1, 1, 2, 2), 7.0)) == 0.0
+    assert prior_agreement(probs, torch.zeros(1, 1, 2, 2)) is None

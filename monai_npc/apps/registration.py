@@ -60,6 +60,9 @@ __all__ = [
     "constant_slices",
     "PipelineResult",
     "run_pipeline",
+    "PRIOR_CHECK_SLICES",
+    "PRIOR_MIN_AGREEMENT",
+    "prior_agreement",
 ]
 
 #: a slice whose intensity range is below this fraction of its largest magnitude counts as constant (a few float32
@@ -303,6 +306,27 @@ def _net_dtype(net: nn.Module) -> torch.dtype:
     return torch.float32
 
 
+#: the label prior acts only when its segmentation of the moving image agrees with the moving label at least this much
+#: (mean Dice over the label's values): ACDC labels on their own frames 0.87-0.94 per structure (validation); a map
+#: of another convention (M&Ms: LV 1, RV 3) or of other anatomy falls far below, and the prior would pull it astray
+PRIOR_MIN_AGREEMENT = 0.5
+#: the agreement is measured on this many moving slices (those with the most label)
+PRIOR_CHECK_SLICES = 3
+
+
+def prior_agreement(probabilities: torch.Tensor, label: torch.Tensor) -> Optional[float]:
+    """Mean Dice, over the values ``1 .. K-1`` present in ``label`` ``(N, 1, h, w)``, of the most likely value of
+    ``probabilities`` ``(N, K, h, w)`` against ``label``; values ``>= K`` count as 0 (the prior cannot see them);
+    ``None`` when ``label`` holds no value above 0."""
+    seen = probabilities.argmax(1)
+    lab = label[:, 0].round().to(torch.int64)
+    values = [int(v) for v in torch.unique(lab).tolist() if int(v) > 0]
+    if not values:
+        return None
+    dice = [2.0 * float(((seen == v) & (lab == v)).sum()) / max(float((seen == v).sum() + (lab == v).sum()), 1.0) for v in values]
+    return float(np.mean(dice))
+
+
 @torch.inference_mode()
 def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: int = 16, moving_label: Optional[torch.Tensor] = None,
              label_guidance: float = 0.0, fixed_prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0):
@@ -359,7 +383,11 @@ class PipelineResult:
         alignment: the rigid pre-alignment (step 0), composed into ``ddf``; ``None`` without one.
         aligned_label: the moving label on the fixed grid after that alignment (nearest), else ``None``.
         prior_label: ``(Z, H, W)`` uint8 on the fixed grid: the label prior's segmentation of the fixed
-            image (the most likely value; 0 outside the model grid), when one acted, else ``None``.
+            image (the most likely value; 0 outside the model grid and on slices where the moving label
+            has nothing, which the label term does not touch), when one acted, else ``None``.
+        prior_agreement: mean Dice of the label prior's segmentation of the moving image against the
+            moving label (:func:`prior_agreement`, on the :data:`PRIOR_CHECK_SLICES` slices with the most
+            label) when a prior was given, else ``None``; below :data:`PRIOR_MIN_AGREEMENT` the prior did not act.
     """
 
     ddf: np.ndarray
@@ -378,6 +406,7 @@ class PipelineResult:
     alignment: Optional[RigidAlignment] = None
     aligned_label: Optional[sitk.Image] = None
     prior_label: Optional[np.ndarray] = None
+    prior_agreement: Optional[float] = None
 
 
 def run_pipeline(
@@ -475,7 +504,7 @@ def run_pipeline(
         uncovered=~np.isfinite(moving_on_fixed).reshape(moving_on_fixed.shape[0], -1).any(1),
         still=np.logical_or.reduce([r.still for r in runs]), overlap_percent=overlap,
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
-        alignment=alignment, aligned_label=aligned_label, prior_label=main.prior_label,
+        alignment=alignment, aligned_label=aligned_label, prior_label=main.prior_label, prior_agreement=main.prior_agreement,
     )
 
 
@@ -531,6 +560,7 @@ class _GridRun:
     seen: np.ndarray  # (Z, H, W) bool: fixed voxels inside a model grid (where the network looked)
     seconds_network: float
     prior_label: Optional[np.ndarray] = None  # (Z, H, W) uint8 on the fixed grid: the label prior's segmentation
+    prior_agreement: Optional[float] = None  # the prior against the moving label on the moving image (mean Dice)
 
 
 def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image]], window: bool, profile: ModelProfile, device,
@@ -556,12 +586,23 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     ddf_m, warped_m = torch.zeros(z, 2, h, w), m_t.detach().float().cpu().clone()
     rel_m: Optional[torch.Tensor] = None
     active = np.flatnonzero(~still)
-    lab_t = prior_t = None
+    lab_t = prior_t = agreement = None
     if moving_label is not None and label_guidance > 0:
         lab = np.concatenate([slices_of(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
         lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
         if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
-            prior_t = label_prior.to(device).predict(f_t[active])
+            label_prior = label_prior.to(device)
+            # first on the moving slices: a label map of another convention (LV = 1, say) would be pulled onto the wrong
+            # structures, so the prior acts only where it agrees with the moving label on its own image
+            # (on the PRIOR_CHECK_SLICES moving slices with the most label: a U-Net pass costs about 20 ms per slice)
+            area = (lab_t[active] > 0).flatten(1).sum(1).cpu().numpy()
+            labelled = active[area > 0]  # the term acts on these only (its region is the moving label's)
+            check = active[np.argsort(-area, kind="stable")[: min(PRIOR_CHECK_SLICES, labelled.size)]]
+            agreement = prior_agreement(label_prior.predict(m_t[check]), lab_t[check]) if check.size else None
+            if agreement is not None and agreement >= PRIOR_MIN_AGREEMENT:
+                prior_t = torch.full((active.size, label_prior.num_classes, h, w), 1.0 / label_prior.num_classes)
+                prior_t[area > 0] = label_prior.predict(f_t[labelled])
+                prior_t = prior_t.to(device)
     if active.size:
         d, wp, r = _predict(net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active],
                             label_guidance=label_guidance, fixed_prior=prior_t, prior_weight=prior_weight)
@@ -604,7 +645,7 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     ddf_fixed = torch.cat(ddf_f)
     seen_fixed = np.concatenate(seen) if window else np.ones((ddf_fixed.shape[0],) + tuple(ddf_fixed.shape[2:]), bool)
     return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, ddf_fixed, torch.cat(weights) if window else None,
-                    rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None)
+                    rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None, agreement)
 
 
 def _inside(grid: sitk.Image, fixed: sitk.Image) -> np.ndarray:

@@ -616,6 +616,19 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
                           label_guidance=guidance, heart_centre=heart_centre, align=wants_rigid(align, moving_img, fixed_img),
                           label_prior=prior_net, prior_weight=prior_weight)
     overlap, still, grid = result.overlap_percent, result.still, result.grid
+    prior_summary = None
+    if prior_weight > 0:
+        prior_summary = {"name": prior_name, "weight": prior_weight, "agreement": result.prior_agreement}
+        if result.prior_label is None:  # it did not act: it disagrees with the moving label on the moving image
+            from monai_npc.apps.registration import PRIOR_MIN_AGREEMENT
+
+            seen = "no structure to compare" if result.prior_agreement is None else f"mean Dice {result.prior_agreement:.2f}"
+            why = (f"label prior {prior_name} not used: its segmentation of moving image {describe_input(moving)} does not match moving "
+                   f"label {describe_input(moving_label)} ({seen}, at least {PRIOR_MIN_AGREEMENT} needed); the label's values may follow "
+                   "another convention than the prior's (ACDC: 1 RV, 2 myocardium, 3 LV) or show other anatomy. Registered without it.")
+            prior_summary.update(weight=0.0, dropped=why)
+            notes.append(why)
+            warnings.warn(why, RuntimeWarning, stacklevel=3)
     if overlap == 0.0:
         raise ValueError(
             f"moving image {describe_input(moving)} does not overlap fixed image {describe_input(fixed)} in physical space (moving origin "
@@ -704,7 +717,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         warnings=notes,
         seconds_network=seconds_network,
         label_guidance=guidance,
-        label_prior={"name": prior_name, "weight": prior_weight} if prior_weight > 0 else None,
+        label_prior=prior_summary,
         label_sigma=sigma if moving_lab is not None else 0.0,
         model_grid={
             "size": list(grid.GetSize()), "spacing_mm": list(grid.GetSpacing()), "origin_mm": list(grid.GetOrigin()),
