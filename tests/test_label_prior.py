@@ -137,6 +137,9 @@ def test_register_uses_the_weights_prior_with_a_moving_label():
     assert on.prior_label.GetSpacing() == on.fixed.GetSpacing() and on.prior_label.GetOrigin() == on.fixed.GetOrigin()
     seen = sitk.GetArrayFromImage(on.prior_label)
     assert set(np.unique(seen)) <= {0, 1, 2, 3} and (seen == 3).any()
+    # coarse to fine: the coarse whole-image run gets the label, and the prior with it (and says so)
+    coarse = monai_npc.register(ed, es, moving_label=lab, field_of_view="image>heart", **kw)
+    assert coarse.summary["label_prior"]["weight"] == 8.0 and coarse.prior_label is not None
     # the prior is part of the label-guided term: no moving label, or the term off, and it is not used
     assert monai_npc.register(ed, es, **kw).summary["label_prior"] is None
     assert monai_npc.register(ed, es, moving_label=lab, label_guidance=0.0, **kw).summary["label_prior"] is None
@@ -185,7 +188,7 @@ def test_a_label_of_another_convention_is_not_pulled_by_the_prior():
     swapped = lab.copy()
     swapped[lab == 1], swapped[lab == 3] = 3, 1
     kw = dict(spacing=c["spacing"], refine_iterations=10, threads=1)
-    with pytest.warns(RuntimeWarning, match=r"label prior acdc_heart not used: .* \(mean Dice 0\.\d\d, at least 0\.5 needed\)"):
+    with pytest.warns(RuntimeWarning, match=r"label prior acdc_heart not used for moving label .*: .*\(mean Dice 0\.\d\d over the values 1-3, at least 0\.5 needed\)"):
         reg = monai_npc.register(ed, es, moving_label=swapped, **kw)
     summary = reg.summary["label_prior"]
     assert summary["weight"] == 0.0 and summary["agreement"] < PRIOR_MIN_AGREEMENT and "convention" in summary["dropped"]
@@ -195,5 +198,21 @@ def test_a_label_of_another_convention_is_not_pulled_by_the_prior():
     probs = torch.zeros(1, 4, 2, 2)
     probs[0, 3] = 1.0
     assert prior_agreement(probs, torch.full((1, 1, 2, 2), 3.0)) == 1.0
-    assert prior_agreement(probs, torch.full((1, 1, 2, 2), 7.0)) == 0.0
+    assert prior_agreement(probs, torch.full((1, 1, 2, 2), 7.0)) is None  # a value the prior does not know: left out
     assert prior_agreement(probs, torch.zeros(1, 1, 2, 2)) is None
+    mixed = torch.full((1, 1, 2, 2), 3.0)
+    mixed[..., 0] = 5.0
+    assert prior_agreement(probs, mixed) == pytest.approx(2 / 3)  # LV on 2 of the 4 voxels the prior calls LV
+    # extra structures on an ACDC label keep the prior; too little label in the window to judge, an empty label,
+    # a model grid the U-Net cannot take: the summary says why (or, with nothing to steer, records nothing)
+    extra = lab.copy()
+    extra[(lab == 0) & (np.indices(lab.shape)[2] < 6)] = 5
+    assert monai_npc.register(ed, es, moving_label=extra, **kw).summary["label_prior"]["weight"] == 8.0
+    tiny = np.zeros_like(lab)
+    tiny[lab.shape[0] // 2, 30:33, 30:33] = 3
+    with pytest.warns(RuntimeWarning, match="too little of the moving label"):
+        assert monai_npc.register(ed, es, moving_label=tiny, **kw).summary["label_prior"]["weight"] == 0.0
+    assert monai_npc.register(ed, es, moving_label=np.zeros_like(lab), **kw).summary["label_prior"] is None
+    with pytest.warns(RuntimeWarning, match=r"model grid \(100 x 100\) is not a multiple of 16"):
+        odd = monai_npc.register(ed, es, moving_label=lab, size=100, **kw)
+    assert odd.summary["label_prior"]["weight"] == 0.0

@@ -61,6 +61,7 @@ __all__ = [
     "PipelineResult",
     "run_pipeline",
     "PRIOR_CHECK_SLICES",
+    "PRIOR_MIN_CHECK_VOXELS",
     "PRIOR_MIN_AGREEMENT",
     "prior_agreement",
 ]
@@ -122,7 +123,8 @@ _BUNDLE_DEFAULTS: Dict[str, Dict[str, Any]] = {
         # 4.43 / -0.79 (mix 0.3: +0.0025 / +0.0020; 0.7: +0.0032 on validation; 1: -0.0007 on training, LV EF bias -2.44;
         # erosion 0: +0.0028 / +0.0017 with mix 0.5; 2: +0.0020 / +0.0006)
         # the label term's segmentation prior of the fixed frame (networks.nets.LabelPrior "acdc_heart", trained on the 44
-        # training patients only; examples/train_acdc_label_prior.py), weight 3 within the term (README, "Label prior")
+        # training patients only; examples/train_acdc_label_prior.py), weight 8 within the term (README, "Label prior"; chosen
+        # on the 26 validation patients: +0.0324 +- 0.0034 Dice per pair, docs/interop.md)
         "register_settings": {"num_steps": 6, "refine_iterations": 40, "refine_grid_stride": 8, "field_of_view": "heart-stack",
                               "flip_ensemble": 2, "label_sigma": 1.0, "label_model_mix": 0.5, "label_prior": "acdc_heart",
                               "label_prior_weight": 8.0},
@@ -312,15 +314,17 @@ def _net_dtype(net: nn.Module) -> torch.dtype:
 PRIOR_MIN_AGREEMENT = 0.5
 #: the agreement is measured on this many moving slices (those with the most label)
 PRIOR_CHECK_SLICES = 3
+#: ... holding at least this many labelled voxels of the model grid together (else it cannot be judged and does not act)
+PRIOR_MIN_CHECK_VOXELS = 200
 
 
 def prior_agreement(probabilities: torch.Tensor, label: torch.Tensor) -> Optional[float]:
     """Mean Dice, over the values ``1 .. K-1`` present in ``label`` ``(N, 1, h, w)``, of the most likely value of
-    ``probabilities`` ``(N, K, h, w)`` against ``label``; values ``>= K`` count as 0 (the prior cannot see them);
-    ``None`` when ``label`` holds no value above 0."""
+    ``probabilities`` ``(N, K, h, w)`` against ``label``; values ``>= K`` (structures the prior does not know) are
+    left out; ``None`` when ``label`` holds none of ``1 .. K-1``."""
     seen = probabilities.argmax(1)
     lab = label[:, 0].round().to(torch.int64)
-    values = [int(v) for v in torch.unique(lab).tolist() if int(v) > 0]
+    values = [int(v) for v in torch.unique(lab).tolist() if 0 < int(v) < probabilities.shape[1]]
     if not values:
         return None
     dice = [2.0 * float(((seen == v) & (lab == v)).sum()) / max(float((seen == v).sum() + (lab == v).sum()), 1.0) for v in values]
@@ -388,6 +392,7 @@ class PipelineResult:
         prior_agreement: mean Dice of the label prior's segmentation of the moving image against the
             moving label (:func:`prior_agreement`, on the :data:`PRIOR_CHECK_SLICES` slices with the most
             label) when a prior was given, else ``None``; below :data:`PRIOR_MIN_AGREEMENT` the prior did not act.
+        prior_note: why a given prior did not act (:func:`_fixed_prior`), else ``None``.
     """
 
     ddf: np.ndarray
@@ -407,6 +412,7 @@ class PipelineResult:
     aligned_label: Optional[sitk.Image] = None
     prior_label: Optional[np.ndarray] = None
     prior_agreement: Optional[float] = None
+    prior_note: Optional[str] = None
 
 
 def run_pipeline(
@@ -496,6 +502,7 @@ def run_pipeline(
         ddf_f = ddf_f + warp_image(torch.from_numpy(alignment.ddf), ddf_f, "bilinear", "border")
     mid = len(centres) // 2
     rated = runs[0] if profile.field_of_view == "image>heart" else main  # the run whose reliability map is reported
+    steered = rated  # the run the label prior steered ("image>heart": the coarse one, which gets the label)
     return PipelineResult(
         ddf=_with_z(ddf_f, dims), ddf_model=main.ddf_model,
         grid=heart_grid(fixed, centres[mid], profile.input_size, profile.spacing_mm) if main.windowed else whole[0][0],
@@ -504,7 +511,8 @@ def run_pipeline(
         uncovered=~np.isfinite(moving_on_fixed).reshape(moving_on_fixed.shape[0], -1).any(1),
         still=np.logical_or.reduce([r.still for r in runs]), overlap_percent=overlap,
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
-        alignment=alignment, aligned_label=aligned_label, prior_label=main.prior_label, prior_agreement=main.prior_agreement,
+        alignment=alignment, aligned_label=aligned_label, prior_label=steered.prior_label, prior_agreement=steered.prior_agreement,
+        prior_note=steered.prior_note,
     )
 
 
@@ -561,6 +569,7 @@ class _GridRun:
     seconds_network: float
     prior_label: Optional[np.ndarray] = None  # (Z, H, W) uint8 on the fixed grid: the label prior's segmentation
     prior_agreement: Optional[float] = None  # the prior against the moving label on the moving image (mean Dice)
+    prior_note: Optional[str] = None  # why a prior that was given did not act (None: it acted, or had nothing to steer)
 
 
 def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image]], window: bool, profile: ModelProfile, device,
@@ -586,23 +595,12 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     ddf_m, warped_m = torch.zeros(z, 2, h, w), m_t.detach().float().cpu().clone()
     rel_m: Optional[torch.Tensor] = None
     active = np.flatnonzero(~still)
-    lab_t = prior_t = agreement = None
+    lab_t = prior_t = agreement = prior_note = None
     if moving_label is not None and label_guidance > 0:
         lab = np.concatenate([slices_of(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
         lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
         if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
-            label_prior = label_prior.to(device)
-            # first on the moving slices: a label map of another convention (LV = 1, say) would be pulled onto the wrong
-            # structures, so the prior acts only where it agrees with the moving label on its own image
-            # (on the PRIOR_CHECK_SLICES moving slices with the most label: a U-Net pass costs about 20 ms per slice)
-            area = (lab_t[active] > 0).flatten(1).sum(1).cpu().numpy()
-            labelled = active[area > 0]  # the term acts on these only (its region is the moving label's)
-            check = active[np.argsort(-area, kind="stable")[: min(PRIOR_CHECK_SLICES, labelled.size)]]
-            agreement = prior_agreement(label_prior.predict(m_t[check]), lab_t[check]) if check.size else None
-            if agreement is not None and agreement >= PRIOR_MIN_AGREEMENT:
-                prior_t = torch.full((active.size, label_prior.num_classes, h, w), 1.0 / label_prior.num_classes)
-                prior_t[area > 0] = label_prior.predict(f_t[labelled])
-                prior_t = prior_t.to(device)
+            prior_t, agreement, prior_note = _fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
     if active.size:
         d, wp, r = _predict(net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active],
                             label_guidance=label_guidance, fixed_prior=prior_t, prior_weight=prior_weight)
@@ -645,7 +643,42 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     ddf_fixed = torch.cat(ddf_f)
     seen_fixed = np.concatenate(seen) if window else np.ones((ddf_fixed.shape[0],) + tuple(ddf_fixed.shape[2:]), bool)
     return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, ddf_fixed, torch.cat(weights) if window else None,
-                    rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None, agreement)
+                    rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None, agreement, prior_note)
+
+
+def _fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, label: torch.Tensor
+                 ) -> Tuple[Optional[torch.Tensor], Optional[float], Optional[str]]:
+    """``(class probabilities (N, K, h, w) of the fixed slices or None, agreement, why not)`` for the label term.
+
+    First on the moving slices: a label map of another convention (LV = 1, say) would be pulled onto the
+    wrong structures, so the prior acts only where it agrees with the moving label on its own image
+    (:func:`prior_agreement` on the :data:`PRIOR_CHECK_SLICES` slices with the most label; a U-Net pass costs
+    about 20 ms per slice). The fixed slices are segmented where the moving label has something (the term's
+    region is the label's); elsewhere the probabilities are uniform. ``(None, None, None)``: no labelled slice,
+    nothing for the prior to steer; otherwise ``why not`` says why it does not act.
+    """
+    n, _, h, w = moving.shape
+    area = (label > 0).flatten(1).sum(1).cpu().numpy()
+    labelled = np.flatnonzero(area > 0)
+    if labelled.size == 0:
+        return None, None, None
+    if h % 16 or w % 16:
+        return None, None, f"the model grid ({h} x {w}) is not a multiple of 16 on each side, which its U-Net needs"
+    check = np.argsort(-area, kind="stable")[: min(PRIOR_CHECK_SLICES, labelled.size)]
+    if area[check].sum() < PRIOR_MIN_CHECK_VOXELS:
+        return None, None, (f"too little of the moving label lies in the model grid to check the prior against it "
+                            f"({int(area[check].sum())} voxels on its fullest slices, at least {PRIOR_MIN_CHECK_VOXELS} needed)")
+    agreement = prior_agreement(label_prior.predict(moving[check]), label[check])
+    known = label_prior.num_classes - 1
+    if agreement is None:
+        return None, None, f"the moving label has none of the values it knows (1-{known})"
+    if agreement < PRIOR_MIN_AGREEMENT:
+        return None, agreement, (f"its segmentation of the moving image does not match the moving label (mean Dice {agreement:.2f} "
+                                 f"over the values 1-{known}, at least {PRIOR_MIN_AGREEMENT} needed): the label's values may "
+                                 "follow another convention than the prior's (acdc_heart: 1 RV, 2 myocardium, 3 LV) or show other anatomy")
+    prior = torch.full((n, label_prior.num_classes, h, w), 1.0 / label_prior.num_classes, device=moving.device)
+    prior[labelled] = label_prior.predict(fixed[labelled]).to(moving.device)
+    return prior, agreement, None
 
 
 def _inside(grid: sitk.Image, fixed: sitk.Image) -> np.ndarray:

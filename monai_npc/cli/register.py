@@ -80,7 +80,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--label-prior", type=float, default=None, metavar="W",
         help="with --moving-label: weight, within the label-guided term, of a segmentation network's view of the fixed image "
-        "(each carried label pays -log p(label) where it lands); 0 = off; default: the weights' own (3 for acdc, with its "
+        "(each carried label pays -log p(label) where it lands); 0 = off; default: the weights' own (8 for acdc, with its "
         "acdc_heart prior; none for the other models); a cold shell call with it also imports MONAI (about 3 s)",
     )
     p.add_argument(

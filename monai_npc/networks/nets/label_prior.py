@@ -38,7 +38,7 @@ __all__ = ["PRIORS_DIR", "LabelPrior", "load_label_prior", "save_label_prior"]
 #: shipped label priors (``NAME.pt``); a folder of their own, so that they are not model names of ``register``
 PRIORS_DIR = WEIGHTS_DIR / "priors"
 
-_CACHE: Dict[Tuple[str, float, str], "LabelPrior"] = {}
+_CACHE: Dict[Tuple[str, int, int, str], "LabelPrior"] = {}
 
 
 class LabelPrior(nn.Module):
@@ -83,10 +83,16 @@ class LabelPrior(nn.Module):
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor, chunk: int = 16) -> torch.Tensor:
-        """:meth:`forward` in eval mode over chunks of ``chunk`` slices, in the module's dtype, returned as float32."""
-        dtype = next(self.parameters()).dtype
-        return torch.cat([self(x[s : s + chunk].to(dtype)).float() for s in range(0, x.shape[0], chunk)]) if x.shape[0] else \
-            x.new_zeros((0, self.num_classes) + tuple(x.shape[2:]))
+        """:meth:`forward` in eval mode (its training mode restored after) over chunks of ``chunk`` slices, in the
+        module's dtype, returned as float32."""
+        if not x.shape[0]:
+            return x.new_zeros((0, self.num_classes) + tuple(x.shape[2:]))
+        dtype, training = next(self.parameters()).dtype, self.training
+        self.eval()
+        try:
+            return torch.cat([self(x[s : s + chunk].to(dtype)).float() for s in range(0, x.shape[0], chunk)])
+        finally:
+            self.train(training)
 
 
 def save_label_prior(net: LabelPrior, path: Union[str, Path], meta: Optional[Mapping[str, Any]] = None) -> Path:
@@ -108,8 +114,8 @@ def _locate(name_or_path: Union[str, Path]) -> Path:
 
 def load_label_prior(name_or_path: Union[str, Path], map_location: Union[str, torch.device] = "cpu") -> LabelPrior:
     """A shipped label prior by name (``"acdc_heart"``: ``monai_npc/weights/priors/acdc_heart.pt``) or a file of
-    :func:`save_label_prior`, in eval mode. Kept in memory per file (and modification time), so a loop of
-    ``register`` calls reads it once.
+    :func:`save_label_prior`, in eval mode. Kept in memory per file (and its modification time and size), so a loop of
+    ``register`` calls reads it once (the cached module itself is returned: change a copy of it, not it).
 
     Raises:
         FileNotFoundError: no such name or file.
@@ -117,7 +123,8 @@ def load_label_prior(name_or_path: Union[str, Path], map_location: Union[str, to
         ChecksumError: weights that do not match their recorded SHA-256.
     """
     path = _locate(name_or_path)
-    key = (str(path.resolve()), path.stat().st_mtime, str(map_location))
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, str(map_location))
     if key in _CACHE:
         return _CACHE[key]
     blob = safe_load(path, map_location=map_location, what="label prior")
