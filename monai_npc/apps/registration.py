@@ -44,7 +44,7 @@ from torch import nn
 
 from monai_npc.apps.align import RigidAlignment, rigid_in_plane
 from monai_npc.apps.localize import motion_centre
-from monai_npc.functional import reliability_map, warp_image
+from monai_npc.functional import dice_by_value, reliability_map, warp_image
 from monai_npc.interop.images import model_grid, resample, resample_model_field
 from monai_npc.interop.transforms import displacement_field_transform
 
@@ -322,13 +322,10 @@ def prior_agreement(probabilities: torch.Tensor, label: torch.Tensor) -> Optiona
     """Mean Dice, over the values ``1 .. K-1`` present in ``label`` ``(N, 1, h, w)``, of the most likely value of
     ``probabilities`` ``(N, K, h, w)`` against ``label``; values ``>= K`` (structures the prior does not know) are
     left out; ``None`` when ``label`` holds none of ``1 .. K-1``."""
-    seen = probabilities.argmax(1)
-    lab = label[:, 0].round().to(torch.int64)
-    values = [int(v) for v in torch.unique(lab).tolist() if 0 < int(v) < probabilities.shape[1]]
-    if not values:
-        return None
-    dice = [2.0 * float(((seen == v) & (lab == v)).sum()) / max(float((seen == v).sum() + (lab == v).sum()), 1.0) for v in values]
-    return float(np.mean(dice))
+    seen = probabilities.argmax(1).cpu().numpy()
+    lab = label[:, 0].round().to(torch.int64).cpu().numpy()
+    values = [int(v) for v in np.unique(lab) if 0 < v < probabilities.shape[1]]
+    return float(np.mean(list(dice_by_value(seen, lab, values).values()))) if values else None
 
 
 @torch.inference_mode()
@@ -501,8 +498,9 @@ def run_pipeline(
     if alignment is not None and alignment.applied:  # x -> x + u(x) -> rigid: a(x + u(x)) + u(x)
         ddf_f = ddf_f + warp_image(torch.from_numpy(alignment.ddf), ddf_f, "bilinear", "border")
     mid = len(centres) // 2
-    rated = runs[0] if profile.field_of_view == "image>heart" else main  # the run whose reliability map is reported
-    steered = rated  # the run the label prior steered ("image>heart": the coarse one, which gets the label)
+    # the run whose reliability map is reported, and the one the label prior steered ("image>heart": the coarse one,
+    # which gets the label)
+    rated = runs[0] if profile.field_of_view == "image>heart" else main
     return PipelineResult(
         ddf=_with_z(ddf_f, dims), ddf_model=main.ddf_model,
         grid=heart_grid(fixed, centres[mid], profile.input_size, profile.spacing_mm) if main.windowed else whole[0][0],
@@ -511,8 +509,8 @@ def run_pipeline(
         uncovered=~np.isfinite(moving_on_fixed).reshape(moving_on_fixed.shape[0], -1).any(1),
         still=np.logical_or.reduce([r.still for r in runs]), overlap_percent=overlap,
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
-        alignment=alignment, aligned_label=aligned_label, prior_label=steered.prior_label, prior_agreement=steered.prior_agreement,
-        prior_note=steered.prior_note,
+        alignment=alignment, aligned_label=aligned_label, prior_label=rated.prior_label, prior_agreement=rated.prior_agreement,
+        prior_note=rated.prior_note,
     )
 
 
@@ -675,10 +673,16 @@ def _fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tens
     if agreement < PRIOR_MIN_AGREEMENT:
         return None, agreement, (f"its segmentation of the moving image does not match the moving label (mean Dice {agreement:.2f} "
                                  f"over the values 1-{known}, at least {PRIOR_MIN_AGREEMENT} needed): the label's values may "
-                                 "follow another convention than the prior's (acdc_heart: 1 RV, 2 myocardium, 3 LV) or show other anatomy")
+                                 f"follow another convention than the prior's ({_named_values(label_prior)}) or show other anatomy")
     prior = torch.full((n, label_prior.num_classes, h, w), 1.0 / label_prior.num_classes, device=moving.device)
     prior[labelled] = label_prior.predict(fixed[labelled]).to(moving.device)
     return prior, agreement, None
+
+
+def _named_values(label_prior: nn.Module) -> str:
+    """``"1 rv, 2 myo, 3 lv"`` from the prior's ``meta["labels"]`` (its values without names when it has none)."""
+    names = (getattr(label_prior, "meta", None) or {}).get("labels") or {}
+    return ", ".join(f"{v} {names.get(str(v), '?')}" for v in range(1, label_prior.num_classes))
 
 
 def _inside(grid: sitk.Image, fixed: sitk.Image) -> np.ndarray:

@@ -296,7 +296,7 @@ def basal_descent_label(pair: StudyPair, warped: np.ndarray, reference: np.ndarr
     if pair.direction == "ES->ED":
         return apply_basal_ascent(warped, reference, fixed.GetSpacing()[2])
     descended = apply_basal_descent(warped, reference, fixed.GetSpacing()[2])
-    return clear_basal_by_prior(descended, reference, prior_label)[0] if prior_label is not None else descended
+    return clear_basal_by_prior(descended, reference, prior_label)[0]  # no prior: nothing cleared
 
 
 def _descend_registration(pair: StudyPair, reg: Any) -> None:

@@ -659,7 +659,7 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     reg = Registration(
         ddf=torch.from_numpy(ddf_out).float(), jacobian=_image_like(jac, fixed_img), reliability=rel_img, summary=summary, fixed=fixed_img,
         moving=moving_img, moving_label=moving_lab, ddf_array=ddf_out, label_sigma=sigma,
-        prior_label=None if result.prior_label is None else _label_like(result.prior_label, fixed_img),
+        prior_label=None if result.prior_label is None else _image_like(result.prior_label, fixed_img, np.uint8),
     )
 
     # 4. summary
@@ -759,16 +759,9 @@ def _window_outline(fixed: sitk.Image, grid: sitk.Image, z: int) -> Tuple[np.nda
     return (arr[z] if fixed.GetDimension() == 3 else arr), np.asarray(corners)
 
 
-def _label_like(array: np.ndarray, reference: sitk.Image) -> sitk.Image:
-    """A ``(Z, H, W)`` label array as a uint8 ``sitk.Image`` on ``reference``'s grid (2-D drops ``Z``)."""
-    image = sitk.GetImageFromArray(np.ascontiguousarray(array[0] if reference.GetDimension() == 2 else array, dtype=np.uint8))
-    image.CopyInformation(reference)
-    return image
-
-
-def _image_like(array: np.ndarray, reference: sitk.Image) -> sitk.Image:
-    """A ``(Z, H, W)`` float array as a float32 ``sitk.Image`` on ``reference``'s grid (2-D drops ``Z``)."""
+def _image_like(array: np.ndarray, reference: sitk.Image, dtype: type = np.float32) -> sitk.Image:
+    """A ``(Z, H, W)`` array as a ``dtype`` ``sitk.Image`` on ``reference``'s grid (2-D drops ``Z``)."""
     arr = array[0] if reference.GetDimension() == 2 else array
-    image = sitk.GetImageFromArray(np.ascontiguousarray(arr, dtype=np.float32))
+    image = sitk.GetImageFromArray(np.ascontiguousarray(arr, dtype=dtype))
     image.CopyInformation(reference)
     return image

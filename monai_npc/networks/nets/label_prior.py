@@ -20,18 +20,16 @@ writes them, read with ``torch.load(weights_only=True)`` and checked against ``m
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
-
-import warnings
 
 import torch
 from torch import nn
 
-from monai_npc.serialization import CHECKSUM_KEY, plain, safe_load, state_dict_sha256
-from monai_npc.utils import atomic_torch_save
+from monai_npc.serialization import CHECKSUM_KEY, safe_load
 
-from .pretrained import WEIGHTS_DIR, _verify
+from .pretrained import WEIGHTS_DIR, _verify, save_pretrained
 
 __all__ = ["PRIORS_DIR", "LabelPrior", "load_label_prior", "save_label_prior"]
 
@@ -96,10 +94,9 @@ class LabelPrior(nn.Module):
 
 
 def save_label_prior(net: LabelPrior, path: Union[str, Path], meta: Optional[Mapping[str, Any]] = None) -> Path:
-    """Write ``{"model", "config", "meta"}`` (atomically), with the weights' SHA-256 in ``meta``."""
-    state = net.state_dict()
-    info = {**dict(meta or {}), CHECKSUM_KEY: state_dict_sha256(state)}
-    return atomic_torch_save({"model": state, "config": plain(dict(net.config)), "meta": plain(info)}, path)
+    """Write ``{"model", "config", "meta"}`` (atomically), with the weights' SHA-256 in ``meta``
+    (:func:`~monai_npc.networks.nets.pretrained.save_pretrained`'s layout)."""
+    return save_pretrained(net, path, meta)
 
 
 def _locate(name_or_path: Union[str, Path]) -> Path:

@@ -78,8 +78,9 @@ def model_argument_help() -> str:
     )
 
 
-def save_pretrained(net: NPCNet, path: str | Path, meta: Optional[Mapping[str, Any]] = None) -> Path:
-    """Save ``{"model", "config", "meta"}`` so :func:`load_pretrained` can rebuild ``net`` (written atomically).
+def save_pretrained(net: torch.nn.Module, path: str | Path, meta: Optional[Mapping[str, Any]] = None) -> Path:
+    """Save ``{"model", "config", "meta"}`` so :func:`load_pretrained` can rebuild ``net`` (written atomically;
+    any module with a ``config`` dict of its constructor arguments, e.g. ``NPCNet`` or ``LabelPrior``).
 
     ``model`` is the state dict, ``config`` the constructor arguments, ``meta`` the given metadata
     plus the weights checksum ``meta["weights_sha256"]`` (:func:`~monai_npc.serialization.state_dict_sha256`);
