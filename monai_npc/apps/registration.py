@@ -124,7 +124,8 @@ _BUNDLE_DEFAULTS: Dict[str, Dict[str, Any]] = {
         # erosion 0: +0.0028 / +0.0017 with mix 0.5; 2: +0.0020 / +0.0006)
         # the label term's segmentation prior of the fixed frame (networks.nets.LabelPrior "acdc_heart", trained on the 44
         # training patients only; examples/train_acdc_label_prior.py), weight 8 within the term (README, "Label prior"; chosen
-        # on the 26 validation patients: +0.0324 +- 0.0034 Dice per pair, docs/interop.md)
+        # on the 26 validation patients: +0.0324 +- 0.0034 Dice per pair with the first, 60-epoch prior, and still best with
+        # the shipped 120-epoch one, docs/interop.md)
         "register_settings": {"num_steps": 6, "refine_iterations": 40, "refine_grid_stride": 8, "field_of_view": "heart-stack",
                               "flip_ensemble": 2, "label_sigma": 1.0, "label_model_mix": 0.5, "label_prior": "acdc_heart",
                               "label_prior_weight": 8.0},
