@@ -143,6 +143,11 @@ def test_register_uses_the_weights_prior_with_a_moving_label():
     # the prior is part of the label-guided term: no moving label, or the term off, and it is not used
     assert monai_npc.register(ed, es, **kw).summary["label_prior"] is None
     assert monai_npc.register(ed, es, moving_label=lab, label_guidance=0.0, **kw).summary["label_prior"] is None
+    # asked for without a label to steer: a warning that names the option, recorded in the summary's warnings
+    with pytest.warns(RuntimeWarning, match=r"label_prior \(--label-prior\) ignored: .*moving_label") as seen_warnings:
+        unsteered = monai_npc.register(ed, es, label_prior=8.0, **kw)
+    assert unsteered.summary["label_prior"] is None and any("label_prior" in n for n in unsteered.summary["warnings"])
+    assert not [w for w in seen_warnings if "ignored" in str(w.message) and "label_guidance" in str(w.message)]
     with pytest.raises(ValueError, match=r"label_prior \(--label-prior\) must be a finite number >= 0"):
         monai_npc.register(ed, es, moving_label=lab, label_prior=-1.0, **kw)
     with pytest.raises(ValueError, match="names no label prior"):

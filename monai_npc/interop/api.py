@@ -496,7 +496,7 @@ def register(
             label-guided term: each carried label should cover fixed voxels that look like the
             moving image under that label (:mod:`monai_npc.functional.label_intensity`; no fixed
             label is used). ``None``: :data:`monai_npc.apps.registration.LABEL_GUIDANCE`; 0 = off
-            (the field then depends on the images only).
+            (the field then depends on the images only). Set above 0 without a ``moving_label``: a warning.
         label_sigma: ``warped_label``'s in-plane smoothing of each label before it is resampled, in
             moving voxels (``--label-sigma``; :func:`monai_npc.interop.label_resample.resample_label`);
             0: ITK's ``sitkLabelLinear`` exactly, as ANTs and Slicer resample a label with
@@ -522,7 +522,8 @@ def register(
             one the weights' register settings name (``acdc``: ``acdc_heart``, weight 8: +0.032 whole-stack
             Dice on the 52 validation pairs, README). ``None``: that setting (0 for models that name none);
             0 = off. It acts only where its segmentation of the moving image agrees with the moving label
-            (else a warning, and the summary's ``label_prior.dropped`` says why).
+            (else a warning, and the summary's ``label_prior.dropped`` says why). Set above 0 without a
+            ``moving_label``: a warning.
 
     Raises:
         FileNotFoundError: a missing image, label or weights file.
@@ -605,6 +606,10 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
         raise ValueError(f"label_guidance (--label-guidance) must be >= 0, got {label_guidance}.")
     # the term acts only in an NPC network's test-time refinement, with a moving label: else it is 0 (and recorded so)
     refines = getattr(getattr(net, "refiner", None), "iterations", 0) > 0
+    asked = [n for n, v in (("label_guidance (--label-guidance)", label_guidance), ("label_prior (--label-prior)", label_prior)) if v]
+    if asked and moving_lab is None:  # set by the caller, with nothing to steer: say so rather than drop it silently
+        notes.append(f"{' and '.join(asked)} ignored: the label-guided term steers a moving label (moving_label, --moving-label), and none was given.")
+        warnings.warn(notes[-1], RuntimeWarning, stacklevel=3)
     guidance = guidance if moving_lab is not None and refines else 0.0
     prior_name, prior_weight = _label_prior_setting(settings, label_prior, name)
     prior_weight = prior_weight if guidance > 0 else 0.0  # it is part of the label-guided term
