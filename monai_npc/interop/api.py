@@ -519,7 +519,7 @@ def register(
             term of a segmentation network's view of the fixed image (``--label-prior``;
             :class:`~monai_npc.networks.nets.LabelPrior`, :mod:`monai_npc.functional.label_prior`):
             each carried label pays ``-log p_label`` on the fixed voxels it covers. The network is the
-            one the weights' register settings name (``acdc``: ``acdc_heart``, weight 8: +0.032 whole-stack
+            one the weights' register settings name (``acdc``: ``acdc_heart``, weight 8: +0.035 whole-stack
             Dice on the 52 validation pairs, README). ``None``: that setting (0 for models that name none);
             0 = off. It acts only where its segmentation of the moving image agrees with the moving label
             (else a warning, and the summary's ``label_prior.dropped`` says why). Set above 0 without a
