@@ -289,14 +289,20 @@ def basal_descent_label(pair: StudyPair, warped: np.ndarray, reference: np.ndarr
     the structures re-enter in diastole filled (:func:`~monai_npc.tracking.through_plane.apply_basal_ascent`).
     Other pairs (plain ``moving->fixed`` pairs, single slices) are returned as they are.
     """
+    return _basal_moves(pair, warped, reference, fixed, prior_label)[0]
+
+
+def _basal_moves(pair: StudyPair, warped: np.ndarray, reference: np.ndarray, fixed: sitk.Image,
+                 prior_label: Optional[np.ndarray] = None) -> Tuple[np.ndarray, Optional[int]]:
+    """:func:`basal_descent_label` and the slice the label prior found the LV gone from (``None``: none, or no prior)."""
     if pair.direction not in ("ED->ES", "ES->ED") or fixed.GetDimension() != 3 or warped.shape[0] < 3 or not (np.asarray(reference) > 0).any():
-        return warped
+        return warped, None
     from monai_npc.tracking.through_plane import apply_basal_ascent, apply_basal_descent, clear_basal_by_prior
 
     if pair.direction == "ES->ED":
-        return apply_basal_ascent(warped, reference, fixed.GetSpacing()[2])
+        return apply_basal_ascent(warped, reference, fixed.GetSpacing()[2]), None
     descended = apply_basal_descent(warped, reference, fixed.GetSpacing()[2])
-    return clear_basal_by_prior(descended, reference, prior_label)[0]  # no prior: nothing cleared
+    return clear_basal_by_prior(descended, reference, prior_label)  # no prior: nothing cleared
 
 
 def _descend_registration(pair: StudyPair, reg: Any) -> None:
@@ -308,7 +314,7 @@ def _descend_registration(pair: StudyPair, reg: Any) -> None:
     reference = sitk.GetArrayFromImage(sitk.Resample(reg.moving_label, on_fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
     warped = sitk.GetArrayFromImage(on_fixed)
     prior = None if reg.prior_label is None else sitk.GetArrayFromImage(reg.prior_label)
-    new = basal_descent_label(pair, warped, reference, on_fixed, prior)
+    new, lv_left = _basal_moves(pair, warped, reference, on_fixed, prior)
     if new is warped:
         return
     image = sitk.GetImageFromArray(new.astype(warped.dtype))
@@ -317,9 +323,7 @@ def _descend_registration(pair: StudyPair, reg: Any) -> None:
     key = "cleared_voxels" if pair.direction == "ED->ES" else "filled_voxels"
     reg.summary["basal_descent"] = {key: int((warped != new).sum()), "direction": pair.direction, "module": "monai_npc.tracking.through_plane"}
     if prior is not None and pair.direction == "ED->ES":  # the slice the label prior found the LV gone from (or None)
-        from monai_npc.tracking.through_plane import basal_left_by_prior
-
-        reg.summary["basal_descent"]["lv_left_slice"] = basal_left_by_prior(reference, prior)
+        reg.summary["basal_descent"]["lv_left_slice"] = lv_left
 
 
 def _read(phase: Phase, what: str) -> sitk.Image:

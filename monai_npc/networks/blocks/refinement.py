@@ -184,7 +184,7 @@ class InstanceRefinement(nn.Module):
             v = torch.zeros([ddf.shape[0], ddf.shape[1]] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
             moments = (torch.zeros_like(v), torch.zeros_like(v))
             upsample = _linear_upsampler(coarse, full, ddf.dtype, ddf.device)
-            prior = fixed_prior.detach().clone() if fixed_prior is not None and mu > 0 else None
+            prior = fixed_prior.detach().clone() if guided and fixed_prior is not None and mu > 0 else None
             label_term = self._label_term(moving.clone(), fixed.clone(), base, moving_label.clone(), prior, mu) if guided else None
             f_stats = local_target_stats(f, self.window)  # the fixed image's part of the LNCC, once
             for step in range(1, self.iterations + 1):
