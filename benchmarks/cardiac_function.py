@@ -16,15 +16,15 @@ expert ED label is carried to ES without looking at the ES label:
 
 Each method is reported twice from the same registration: ``<method>`` (the in-plane result)
 and ``<method>+descent`` (then the basal slices the RV leaves at ES cleared,
-:func:`monai_npc.tracking.through_plane.apply_basal_descent`, what ``monai_npc.track`` does by
+:func:`monai_npc.cardiac.through_plane.apply_basal_descent`, what ``monai_npc.track`` does by
 default on short-axis stacks; for NPC also the LV and myocardium of the most basal LV slice when
 ``register``'s label prior finds the LV gone from it at ES,
-:func:`~monai_npc.tracking.through_plane.clear_basal_by_prior`, as the bundle's inference and
+:func:`~monai_npc.cardiac.through_plane.clear_basal_by_prior`, as the bundle's inference and
 ``benchmarks/whole_stack.py`` do).
 
 From the expert ED label and the propagated ES label: LV/RV EDV, ESV, EF, LV mass
-(:mod:`monai_npc.tracking.function`), compared with the same from the expert ED and ES labels
-(:func:`~monai_npc.tracking.function.agreement`: MAE, bias, 95 % limits of agreement, Pearson r),
+(:mod:`monai_npc.cardiac.function`), compared with the same from the expert ED and ES labels
+(:func:`~monai_npc.cardiac.function.agreement`: MAE, bias, 95 % limits of agreement, Pearson r),
 per pathology group (``Group:`` of ``Info.cfg``) and overall; ES 3-D Dice per structure.
 
 Each finished patient is appended to ``OUT/<method>.jsonl``: a rerun skips what is there
@@ -102,7 +102,7 @@ def evaluate(item: Dict[str, object], es_pred: np.ndarray) -> Dict[str, object]:
     """Expert and propagated function figures and ES Dice of one patient."""
     import SimpleITK as sitk
 
-    from monai_npc.tracking.function import cardiac_function, volume_curves
+    from monai_npc.cardiac.function import cardiac_function, volume_curves
 
     ed_img = sitk.ReadImage(str(item["ed_gt"]))
     ed_gt = sitk.GetArrayFromImage(ed_img)
@@ -126,7 +126,7 @@ def run_method(method: str, items: List[Dict[str, object]], out: Path, refine) -
 
     import SimpleITK as sitk
 
-    from monai_npc.tracking.through_plane import apply_basal_descent, clear_basal_by_prior
+    from monai_npc.cardiac.through_plane import apply_basal_descent, clear_basal_by_prior
 
     paths = {method: out / f"{method}.jsonl", f"{method}+descent": out / f"{method}+descent.jsonl"}
     done = set.intersection(*({json.loads(line)["name"] for line in p.read_text().splitlines() if line.strip()} if p.is_file() else set()
@@ -151,8 +151,8 @@ def _fmt(s: Dict[str, float]) -> str:
 
 
 def summarise(out: Path) -> Dict[str, object]:
-    from monai_npc.tracking.figures import bland_altman_figure
-    from monai_npc.tracking.function import agreement
+    from monai_npc.apps.tracking.figures import bland_altman_figure
+    from monai_npc.cardiac.function import agreement
 
     records = {}
     for path in sorted(out.glob("*.jsonl")):

@@ -3,7 +3,7 @@
     python benchmarks/cine_tracking.py --out runs/cine_tracking \\
         [--cine-dir ../shared/data/acdc_cine_example/patient090] [--phantoms 3] [--refine N] [--steps N]
 
-For every case, all schemes of :func:`monai_npc.tracking.track_schemes` (``direct``,
+For every case, all schemes of :func:`monai_npc.apps.tracking.track_schemes` (``direct``,
 ``sequential``, ``average``, ``bidirectional`` share their registrations; ``anchored`` runs its own,
 the network alone between consecutive frames and a correction against the reference frame; each
 scheme's seconds count every registration it uses) with ``model="acdc"`` and the library's defaults
@@ -43,8 +43,8 @@ def _mean_dice(d: Dict[str, float]) -> float:
 
 def phantom_case(seed: int, refine, steps=None) -> Dict[str, object]:
     from monai_npc.data.phantom_cine import cardiac_cine
-    from monai_npc.tracking.function import cardiac_function, volume_curves
-    from monai_npc.tracking.track import label_dice, track_schemes
+    from monai_npc.cardiac.function import cardiac_function, volume_curves
+    from monai_npc.apps.tracking.track import label_dice, track_schemes
 
     c = cardiac_cine(frames=10, seed=seed)
     truth_v = volume_curves(c["label"], c["spacing"])
@@ -72,9 +72,9 @@ def real_case(folder: Path, refine, out_dir: Path, steps=None) -> Dict[str, obje
     import SimpleITK as sitk
 
     from monai_npc.data.layout import read_cfg
-    from monai_npc.tracking.figures import function_figure
-    from monai_npc.tracking.function import cardiac_function, volume_curves
-    from monai_npc.tracking.track import label_dice, track_schemes
+    from monai_npc.apps.tracking.figures import function_figure
+    from monai_npc.cardiac.function import cardiac_function, volume_curves
+    from monai_npc.apps.tracking.track import label_dice, track_schemes
 
     name = folder.name
     info = read_cfg(folder / "Info.cfg")

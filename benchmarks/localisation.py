@@ -14,7 +14,7 @@ Whole short-axis stacks are rebuilt from the SSL4MIS slice files (full field of 
 slice; that copy stores no spacing, so the in-plane spacing is taken as 360 mm / the larger
 side, ACDC's typical field of view). Two measurements:
 
-1. Localisation (all 70 patients; :func:`monai_npc.apps.localize.motion_centre` uses no label,
+1. Localisation (all 70 patients; :func:`monai_npc.apps.registration.localize.motion_centre` uses no label,
    the labels only score it): distance from the centre it finds to the centre of the ED/ES label
    box, and the share of label voxels a 128 x 128 window on it holds.
 2. ``--dice``: whole-stack 3-D Dice (RV/Myo/LV) of the moving label carried to the fixed frame by
@@ -79,7 +79,7 @@ def dice3(a: np.ndarray, b: np.ndarray) -> List[float]:
 
 
 def localisation(data: Path, patients: List[str]) -> Dict[str, float]:
-    from monai_npc.apps.localize import motion_centre
+    from monai_npc.apps.registration.localize import motion_centre
 
     errors, coverage = [], []
     for p in patients:
@@ -101,9 +101,9 @@ def dice_by_variant(data: Path, patients: List[str], variants: List[str], weight
     from tqdm.auto import tqdm
 
     import monai_npc
-    from monai_npc.interop.api import resolve_model
+    from monai_npc.apps.registration.models import resolve_model
     from monai_npc.serialization import safe_load
-    from monai_npc.tracking.through_plane import volume_error_by_position
+    from monai_npc.cardiac.through_plane import volume_error_by_position
 
     nets = {}
     for v in variants:
@@ -148,7 +148,7 @@ def acdc_training_group(patient: str) -> str:
 
 def position_table(rows: List[dict], variant: str) -> str:
     """ED->ES LV volume error by slice position and group (markdown), from
-    :func:`monai_npc.tracking.through_plane.volume_error_by_position`."""
+    :func:`monai_npc.cardiac.through_plane.volume_error_by_position`."""
     pairs = [r for r in rows if r["direction"] == "ED->ES" and f"{variant}_lv_by_position" in r]
     lines = [f"ED->ES LV volume error of `{variant}` by slice position, % of the ED volume, mean per patient "
              "(positive: the carried LV is too large at ES):", "",

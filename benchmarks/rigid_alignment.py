@@ -13,7 +13,7 @@ shifted in-plane by ``(min(a / 2, 8), -min(a / 3, 6))`` mm (zero where no data t
 heart would be, then carried onto the untouched fixed frame by ``monai_npc.register(model="acdc")``
 with ``align="none"`` and ``align="rigid"``; 3-D Dice (RV/Myo/LV, mean) against the fixed frame's
 expert label, the turn error of the alignment (degrees) and seconds per pair.
-``--estimate-only``: :func:`monai_npc.apps.align.rigid_in_plane` alone (turn error, time, how
+``--estimate-only``: :func:`monai_npc.apps.registration.align.rigid_in_plane` alone (turn error, time, how
 many turns were kept: a turn beyond the +-90 degree search is dropped rather than applied wrongly).
 
 Rows are appended to ``OUT/rows.jsonl`` (a rerun skips what is there) and summarised in
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     import monai_npc
-    from monai_npc.apps.align import rigid_in_plane
+    from monai_npc.apps.registration.align import rigid_in_plane
 
     torch.set_num_threads(args.threads)
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)

@@ -6,7 +6,7 @@
 The shipped ``acdc`` model was trained on the paper's crop protocol: 128 x 128 crops centred on
 the ED/ES label boxes, only slices whose two frames both hold RV, myocardium and LV. ``register``
 gives it something else: one heart window per stack found without labels
-(:func:`monai_npc.apps.localize.motion_centre`), every slice of the stack, basal slices the
+(:func:`monai_npc.apps.registration.localize.motion_centre`), every slice of the stack, basal slices the
 ventricles leave at end-systole and apical ones without a cavity included. This script trains on
 exactly that: for each training patient of ``acdc70_split.json`` (44; the validation and test
 patients are never seen), the stack's window from the frames' difference, jittered by up to
@@ -39,7 +39,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from monai_npc.apps.localize import motion_centre  # noqa: E402
+from monai_npc.apps.registration.localize import motion_centre
 from monai_npc.data.acdc import ACDCPatient, find_acdc_patients, load_acdc_patient  # noqa: E402
 from monai_npc.functional.warp import warp_image  # noqa: E402
 from monai_npc.losses import RegistrationLoss, WarpedLabelDiceLoss, WarpedLabelVolumeLoss, bidirectional_loss  # noqa: E402

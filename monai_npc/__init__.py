@@ -2,11 +2,16 @@
 
 Layout (imports point downwards only)::
 
-    cli/                       command line entry points
-    networks/nets, viz/        NPCNet and baselines, figures
-    networks/blocks            filter bank, interaction, top-K mask, decoder, warp, warp-ODE
-    losses/, metrics/          registration losses and metrics
+    cli/, extras/              command line entry points; QHO, SAR, brain extras
+    apps/                      pipelines: registration, tracking, whole stacks
+    handlers/, engines/        ignite handlers, training and evaluation workflows
+    interop/, data/            files: images, transforms, checks; datasets, readers, phantoms
+    cardiac/, transforms/, viz/  cardiac function rules; dict transforms; figures
+    networks/nets              NPCNet, baselines, label prior
+    networks/blocks, losses/, metrics/
     functional/                pure tensor functions
+
+The order is written in docs/architecture.md and enforced by tests/test_architecture.py.
 
 Displacement fields ("ddf") follow MONAI's ``Warp`` convention everywhere inside the package:
 voxel units, channel ``k`` is the displacement along spatial axis ``k`` and
@@ -19,7 +24,7 @@ Quick start (in memory, like ``ants.registration``)::
     reg.warped, reg.transform, reg.ddf, reg.summary; reg.save("result")
 
 Cines: ``monai_npc.track("patient_4d.nii.gz", "ED_gt.nii.gz", reference_frame=0)`` carries a label
-to every frame (:mod:`monai_npc.tracking`: volumes, EF, LV mass).
+to every frame (:mod:`monai_npc.apps.tracking`: volumes, EF, LV mass).
 
 ``import monai_npc`` stays light: :func:`register` and :class:`Registration` are imported on first use.
 """
@@ -34,11 +39,11 @@ __all__ = ["register", "Registration", "track", "__version__"]
 def __getattr__(name: str) -> Any:
     """Lazy top-level API: ``monai_npc.register`` / ``monai_npc.Registration`` / ``monai_npc.track`` (torch and SimpleITK load on first use)."""
     if name in ("register", "Registration"):
-        from monai_npc.interop import api
+        from monai_npc.apps import registration
 
-        return getattr(api, name)
+        return getattr(registration, name)
     if name == "track":
-        from monai_npc.tracking.track import track
+        from monai_npc.apps.tracking.track import track
 
         return track
     raise AttributeError(f"module 'monai_npc' has no attribute {name!r}")

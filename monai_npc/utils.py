@@ -10,7 +10,7 @@ from typing import Any, Iterable, List, Mapping, Union
 
 import torch
 
-__all__ = ["atomic_torch_save", "as_json", "changed_settings"]
+__all__ = ["atomic_torch_save", "as_json", "changed_settings", "error_line"]
 
 
 def as_json(value: Any) -> Any:
@@ -52,3 +52,9 @@ def atomic_torch_save(obj: Any, path: Union[str, Path]) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def error_line(err: BaseException) -> str:
+    """One line for a failed item of a batch: the message of a user error, else the type and first line."""
+    lines = str(err).strip().splitlines() or [""]
+    return lines[0] if isinstance(err, (ValueError, FileNotFoundError)) else f"{type(err).__name__}: {lines[0]}"

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import monai_npc
-from monai_npc.apps.align import rigid_in_plane, wants_rigid
+from monai_npc.apps.registration.align import rigid_in_plane, wants_rigid
 from monai_npc.interop.images import grid_mismatch
 from monai_npc.data.phantoms import cardiac_pair
 

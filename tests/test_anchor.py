@@ -7,8 +7,15 @@ import pytest
 import torch
 
 from monai_npc.data.phantom_cine import cardiac_cine
-from monai_npc.tracking.anchor import ANCHOR_GRID_STRIDE, ANCHOR_ITERATIONS, ANCHOR_TAPER, ReferenceAnchor, frame_distances, label_box
-from monai_npc.tracking.track import label_dice, track_schemes
+from monai_npc.apps.tracking.anchor import (
+    ANCHOR_GRID_STRIDE,
+    ANCHOR_ITERATIONS,
+    ANCHOR_TAPER,
+    ReferenceAnchor,
+    frame_distances,
+    label_box,
+)
+from monai_npc.apps.tracking.track import label_dice, track_schemes
 
 
 def test_label_box_grows_and_clips():

@@ -15,7 +15,8 @@ import monai_npc
 from monai_npc.cli.main import main
 from monai_npc.data.phantoms import cardiac_pair
 from monai_npc.functional import warp_image
-from monai_npc.interop import ddf_to_physical, grid_mismatch, register_batch, register_files
+from monai_npc.interop import ddf_to_physical, grid_mismatch
+from monai_npc.apps.registration.files import register_batch, register_files
 from monai_npc.networks.nets import NPCNet
 from tests.dicom_writer import write_dicom
 

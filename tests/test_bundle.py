@@ -142,7 +142,7 @@ def test_configs_reproduce_paper_recipe(bundle):
     assert evaluate["num_steps"] == infer["num_steps"] in (4, 10)
     assert net == {k: v for k, v in evaluate["network_def"].items() if k not in ("_target_", "refine_iterations")}
     assert net == {k: v for k, v in infer["network_def"].items() if k not in ("_target_", "refine_iterations")}
-    from monai_npc.apps.registration import _BUNDLE_DEFAULTS
+    from monai_npc.apps.registration.models import _BUNDLE_DEFAULTS
 
     # the whole-stack configs run the same network, with the steps monai_npc.register gives these weights
     base_fov = _BUNDLE_DEFAULTS.get(bundle, {}).get("field_of_view", "image")

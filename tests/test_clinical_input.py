@@ -14,8 +14,11 @@ import torch
 from torch import nn
 
 import monai_npc
-from monai_npc.apps.localize import motion_centre
-from monai_npc.apps.registration import PREPROCESSING, ModelProfile, heart_grid, model_profile, run_pipeline, taper_window
+from monai_npc.apps.registration.localize import motion_centre
+from monai_npc.apps.registration.models import PREPROCESSING, ModelProfile, model_profile
+from monai_npc.apps.registration.grids import heart_grid
+from monai_npc.apps.registration.pipeline import run_pipeline
+from monai_npc.functional.taper import taper_window
 from monai_npc.data.phantoms import cardiac_pair
 from monai_npc.functional import jacobian_determinant
 from monai_npc.networks.nets import NPCNet
@@ -113,7 +116,7 @@ def test_a_given_heart_centre_places_the_window_and_bad_ones_are_named():
     ddf = given.ddf.numpy()
     assert ddf[1, :, 60, 130] == pytest.approx(2.0) and np.abs(ddf[1:, :, 150:, :40]).max() == 0  # identity far from it
     # the overview's last panel outlines the window on the whole fixed slice
-    from monai_npc.interop.api import _window_outline
+    from monai_npc.apps.registration.result import _window_outline
 
     whole, outline = _window_outline(given.fixed, *given._figure["window"])
     assert whole.shape == (200, 200) and outline.shape == (4, 2)
@@ -146,7 +149,7 @@ def test_transform_and_warped_images_are_built_on_first_use():
 def test_label_sigma_smooths_the_carried_label_and_is_acdc_default():
     """``label_sigma`` > 0: ``warped_label`` is :func:`resample_label` of the label smoothed in-plane
     (recorded in the summary); the ``acdc`` weights' register setting is 1 voxel, others' 0."""
-    from monai_npc.apps.registration import register_settings
+    from monai_npc.apps.registration.models import register_settings
     from monai_npc.interop.label_resample import resample_label
     from monai_npc.networks.nets.pretrained import load_pretrained
 

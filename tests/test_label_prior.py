@@ -185,7 +185,7 @@ def test_a_label_of_another_convention_is_not_pulled_by_the_prior():
     moving image disagrees with it (mean Dice below PRIOR_MIN_AGREEMENT), so it does not act: a warning naming the
     label and the number, the summary says why, and the field is the prior-free one."""
     import monai_npc
-    from monai_npc.apps.registration import PRIOR_MIN_AGREEMENT, prior_agreement
+    from monai_npc.apps.registration.label_prior import PRIOR_MIN_AGREEMENT, prior_agreement
     from monai_npc.data.phantom_cine import cardiac_cine
 
     c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)

@@ -7,7 +7,7 @@ import torch
 
 from monai_npc.interop.label_resample import resample_label
 from monai_npc.interop.transforms import displacement_field_transform
-from monai_npc.tracking.track import warp_label
+from monai_npc.functional.label_warp import warp_label
 
 
 def _rings(n: int = 32, centre: float = 15.5) -> np.ndarray:

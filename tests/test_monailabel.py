@@ -17,7 +17,7 @@ import pytest
 import SimpleITK as sitk
 
 from monai_npc.data.phantoms import cardiac_pair
-from monai_npc.tracking.cine import read_cine
+from monai_npc.apps.tracking.cine import read_cine
 
 APP = Path(__file__).resolve().parents[1] / "examples/monailabel/npc_registration"
 

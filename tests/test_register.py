@@ -13,7 +13,8 @@ import torch
 
 from monai_npc.cli.main import main
 from monai_npc.data.phantoms import cardiac_pair
-from monai_npc.interop import grid_mismatch, read_displacement_field, register_files
+from monai_npc.interop import grid_mismatch, read_displacement_field
+from monai_npc.apps.registration.files import register_files
 from monai_npc.networks.nets import NPCNet, save_pretrained
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -62,7 +62,7 @@ def test_npc_beats_phase_correlation_on_speckled_nonrigid_pairs(net):
 
 def test_register_cli_with_the_sar_model(tmp_path):
     from monai_npc.cli.main import main
-    from monai_npc.apps.registration import model_profile
+    from monai_npc.apps.registration.models import model_profile
 
     p = make_sar_pair(SARPairConfig(max_shift=3.0, nonrigid=0.0, change_probability=0.0), seed=TEST_SEED + 5)
     write_amplitude(tmp_path / "moving.tif", p["moving"])

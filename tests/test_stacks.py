@@ -71,7 +71,7 @@ def studies(tmp_path_factory) -> Path:
 
 
 def _fixed_image(pair: stacks.StudyPair) -> sitk.Image:
-    from monai_npc.interop.api import as_image
+    from monai_npc.interop.inputs import as_image
 
     return as_image(pair.fixed.image, select=pair.fixed.select)
 
@@ -125,7 +125,7 @@ def test_infer_studies_writes_results_in_the_fixed_space(studies, tmp_path):
                 np.testing.assert_allclose(img.GetDirection(), fixed.GetDirection(), atol=1e-6)
             # the ITK transform reproduces the warped image
             tx = sitk.ReadTransform(str(folder / "transform.h5"))
-            moving = stacks._read(pair.moving, "moving")
+            moving = stacks.read_phase(pair.moving, "moving")
             again = sitk.GetArrayFromImage(sitk.Resample(moving, fixed, tx, sitk.sitkLinear, 0.0, sitk.sitkFloat32))
             np.testing.assert_allclose(again, sitk.GetArrayFromImage(sitk.ReadImage(str(folder / "warped.nii.gz"))), atol=1e-2)
     # the 4-D cine: frames 1 and 3 were picked (the others are noise), so the carried label fits the ES label
@@ -165,7 +165,8 @@ def test_demons_pair_warps_its_label_like_register():
     the fixed label."""
     import torch
 
-    from monai_npc.tracking.track import LABEL_SIGMA, warp_label
+    from monai_npc.apps.tracking.track import LABEL_SIGMA
+    from monai_npc.functional.label_warp import warp_label
 
     yy, xx = np.mgrid[:48, :48]
 
@@ -221,7 +222,7 @@ def test_evaluate_studies_against_demons_and_resume(studies, tmp_path):
     with pytest.raises(ValueError, match=r"holds demons rows of other settings \(iterations 20 -> 30\)"):
         stacks.evaluate_studies(studies, tmp_path, demons_iterations=30, **FAST)
     # a network passed in keeps its own meta when a field of view is asked for
-    from monai_npc.interop.api import resolve_model
+    from monai_npc.apps.registration.models import resolve_model
 
     net, _ = resolve_model("acdc", "cpu", 0)
     own = dict(net.meta)
@@ -299,7 +300,7 @@ def test_dicom_cine_study(tmp_path):
     """A cine DICOM series (2 slice positions x 3 phases) with Info.cfg ED: 1, ES: 3: phases 0 and 2 are registered."""
     from tests.dicom_writer import write_dicom
 
-    from monai_npc.interop.api import as_image
+    from monai_npc.interop.inputs import as_image
 
     src = tmp_path / "phantom"
     (folder,) = write_acdc_phantom(src, patients=1, first_id=105, max_slices=2, progress=False)

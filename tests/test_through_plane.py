@@ -1,12 +1,21 @@
-"""Basal descent and ascent (monai_npc.tracking.through_plane): which slices a structure leaves at ES and
+"""Basal descent and ascent (monai_npc.cardiac.through_plane): which slices a structure leaves at ES and
 re-enters at ED, and track's use of it."""
 
 import numpy as np
 import pytest
 
-from monai_npc.tracking.through_plane import (
-    PRIOR_LEFT_SHARE, apply_basal_ascent, apply_basal_descent, ascent_fractions, base_end, basal_left_by_prior, clear_basal_by_prior,
-    diastolic_phase, slab_fractions, systolic_phase, volume_error_by_position,
+from monai_npc.cardiac.through_plane import (
+    PRIOR_LEFT_SHARE,
+    apply_basal_ascent,
+    apply_basal_descent,
+    ascent_fractions,
+    base_end,
+    basal_left_by_prior,
+    clear_basal_by_prior,
+    diastolic_phase,
+    slab_fractions,
+    systolic_phase,
+    volume_error_by_position,
 )
 
 

@@ -11,11 +11,19 @@ import torch
 import monai_npc
 
 from monai_npc.data.phantom_cine import cardiac_cine, contraction_curve
-from monai_npc.tracking.cine import read_cine, read_frame_label
-from monai_npc.tracking.function import (
-    agreement, cardiac_function, ejection_fraction, find_ed_es, myocardial_mass, structure_volumes, volume_curves, voxel_volume_ml,
+from monai_npc.apps.tracking.cine import read_cine, read_frame_label
+from monai_npc.cardiac.function import (
+    agreement,
+    cardiac_function,
+    ejection_fraction,
+    find_ed_es,
+    myocardial_mass,
+    structure_volumes,
+    volume_curves,
+    voxel_volume_ml,
 )
-from monai_npc.tracking.track import compose, label_dice, track_schemes
+from monai_npc.functional.warp import compose
+from monai_npc.apps.tracking.track import label_dice, track_schemes
 
 FRAMES = 5  # ES = frame 2
 
@@ -101,9 +109,9 @@ def test_phantom_cine_truth(cine):
 
 def test_tracking_model_settings():
     """Shipped weights get tracking's ODE and refinement steps (or the caller's); a network is used as it is."""
-    from monai_npc.apps.registration import model_profile
-    from monai_npc.interop.api import resolve_model
-    from monai_npc.tracking.track import TRACK_NUM_STEPS, TRACK_REFINE_ITERATIONS, tracking_model
+    from monai_npc.apps.registration.models import model_profile
+    from monai_npc.apps.registration.models import resolve_model
+    from monai_npc.apps.tracking.track import TRACK_NUM_STEPS, TRACK_REFINE_ITERATIONS, tracking_model
 
     net, name = tracking_model("acdc")
     assert name == "acdc" and net.ode.num_steps == TRACK_NUM_STEPS == 4 and net.ode.steps_per_stage == [2, 2]
@@ -131,15 +139,15 @@ def test_tracking_model_settings():
 
 def test_track_settings_per_pair(cine, monkeypatch):
     """Consecutive frames (round the cycle too) get tracking's 4 ODE steps, frames further apart register's 6."""
-    import monai_npc
+    from monai_npc.apps.tracking import track as track_module
 
-    steps, real = [], monai_npc.register
+    steps, real = [], track_module.register
 
     def spy(moving, fixed, **kwargs):
         steps.append(kwargs["model"].ode.num_steps)
         return real(moving, fixed, **kwargs)
 
-    monkeypatch.setattr(monai_npc, "register", spy)
+    monkeypatch.setattr(track_module, "register", spy)
     track_schemes(cine["image"], cine["label"][0], 0, ("direct", "sequential"), spacing=cine["spacing"], refine_iterations=0,
                   threads=1, progress=False)
     # 5 frames: (0,1) (1,2) (2,3) (3,4) (4,0) and direct's (0,4) are consecutive, direct's (0,2) (0,3) are not
@@ -296,7 +304,7 @@ def test_label_read_by_loadimage_and_its_frame(cine, tmp_path):
 
     from monai.transforms import LoadImage
 
-    from monai_npc.tracking.cine import label_frame, named_frame
+    from monai_npc.apps.tracking.cine import label_frame, named_frame
 
     path = tmp_path / "p_4d.nii.gz"
     ref = _write_4d(cine, path)
@@ -319,7 +327,7 @@ def test_label_read_by_loadimage_and_its_frame(cine, tmp_path):
     assert label_frame(path, str(tmp_path / "all_gt.nii.gz")) == (0, "ED of Info.cfg")
     res = monai_npc.track(path, label, model="phase-correlation", scheme="direct", progress=False, threads=1)
     assert res.reference_frame == 2 and np.array_equal(res.labels[2], cine["label"][2])
-    logger = logging.getLogger("monai_npc.tracking.cine")
+    logger = logging.getLogger("monai_npc.apps.tracking.cine")
     records = []
     handler = logging.Handler()
     handler.emit = records.append
@@ -337,7 +345,7 @@ def test_label_read_by_loadimage_and_its_frame(cine, tmp_path):
 def test_track_out_is_replaced_as_a_whole(cine, tmp_path):
     """``track``'s --out holds one run: a rerun without the figure leaves no function.png, a folder
     holding other files is refused before any work."""
-    from monai_npc.tracking.outputs import track_to_folder
+    from monai_npc.apps.tracking.outputs import track_to_folder
 
     path = tmp_path / "c_4d.nii.gz"
     ref = _write_4d(cine, path)

@@ -1,4 +1,4 @@
-"""Cohorts of cines (``monai-npc track --batch``, :func:`monai_npc.tracking.cohort.track_cohort`):
+"""Cohorts of cines (``monai-npc track --batch``, :func:`monai_npc.apps.tracking.cohort.track_cohort`):
 resumable, a bad study reported while the others finish, one merged ``cohort.csv``, and the
 studies shared between two ``torchrun`` processes (gloo) with the same merged table."""
 
@@ -17,7 +17,7 @@ import pytest
 
 import monai_npc
 from monai_npc.data.phantom_cine import write_cardiac_cine
-from monai_npc.tracking.cohort import COHORT_COLUMNS, FUNCTION_COLUMNS, read_cohort, shard, study_done, track_cohort
+from monai_npc.apps.tracking.cohort import COHORT_COLUMNS, FUNCTION_COLUMNS, read_cohort, shard, study_done, track_cohort
 
 ROOT = Path(__file__).resolve().parents[1]
 #: fast settings: the shipped ACDC network without test-time refinement, one thread, no figure
@@ -91,7 +91,7 @@ def test_cohort_single_process(data, single):
 def test_rerun_skips_done_studies(data, single, caplog):
     rows, out = single
     (out / "s2_4d" / "function.json").unlink()  # an interrupted study: redone
-    with caplog.at_level(logging.WARNING, logger="monai_npc.tracking.cohort"):
+    with caplog.at_level(logging.WARNING, logger="monai_npc.apps.tracking.cohort"):
         again = track_cohort(data / "cohort.csv", out, **FAST)
     assert [r["status"] for r in again] == ["skipped", "failed", "skipped", "ok"]
     assert "study s0_4d: skipped, already done" in caplog.text and "study s2_4d: skipped" not in caplog.text
@@ -107,13 +107,13 @@ def test_changed_row_is_tracked_again(data, single, tmp_path, caplog):
     changed = tmp_path / "changed.csv"
     changed.write_text(f"cine,label,label_frame\n{data / 's0_4d.nii.gz'},{data / 's0_ed_gt.nii.gz'},1\n"
                        f"{data / 's1_4d.nii.gz'},{data / 's1_ed_gt.nii.gz'},0\n")
-    with caplog.at_level(logging.WARNING, logger="monai_npc.tracking.cohort"):
+    with caplog.at_level(logging.WARNING, logger="monai_npc.apps.tracking.cohort"):
         again = track_cohort(changed, out, **FAST)
     assert [(r["name"], r["status"], r["reference_frame"]) for r in again] == [("s0_4d", "ok", 1), ("s1_4d", "skipped", 0)]
     assert "holds a run of other inputs or settings (label_frame 0 -> 1)" in caplog.text
     assert study_done(out / "s0_4d")["request"]["label_frame"] == 1
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="monai_npc.tracking.cohort"):  # another setting: tracked again too
+    with caplog.at_level(logging.WARNING, logger="monai_npc.apps.tracking.cohort"):  # another setting: tracked again too
         other = track_cohort(changed, out, **dict(FAST, scheme="direct"))
     assert [r["status"] for r in other] == ["ok", "ok"] and "scheme 'anchored' -> 'direct'" in caplog.text
     track_cohort(data / "cohort.csv", out, **FAST)  # back to the module's state for the tests below

@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from monai_npc.interop.register import register_files, resolve_model
+    from monai_npc.apps.registration.files import register_files
+    from monai_npc.apps.registration.models import resolve_model
     from monai_npc.io_safety import atomic_copy, atomic_write_text, make_folder, remove_stale
 
     if args.pairs < 1:

@@ -125,7 +125,7 @@ def _logged(fn, *args, **kwargs):
 
 
 def run(args: argparse.Namespace) -> int:
-    from monai_npc.interop.register import register_batch, register_files
+    from monai_npc.apps.registration.files import register_batch, register_files
 
     if args.size is not None and args.size < 16:
         raise ValueError(f"--size must be at least 16, got {args.size}")

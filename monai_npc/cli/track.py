@@ -26,7 +26,7 @@ import os
 
 def add_parser(sub) -> argparse.ArgumentParser:
     from monai_npc.cli.main import add_runtime_options
-    from monai_npc.tracking.schemes import DEFAULT_SCHEME, SCHEMES
+    from monai_npc.apps.tracking.schemes import DEFAULT_SCHEME, SCHEMES
 
     p = sub.add_parser("track", help="track a label through a 4-D cine; volume curve, EF, LV mass",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,7 +66,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from monai_npc.tracking.outputs import track_to_folder
+    from monai_npc.apps.tracking.outputs import track_to_folder
 
     if args.batch:
         return run_batch(args)
@@ -87,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_batch(args: argparse.Namespace) -> int:
-    """``--batch``: :func:`monai_npc.tracking.cohort.track_cohort`; a one-line tally (rank 0); 1 when a study failed."""
-    from monai_npc.tracking.cohort import COHORT_FILE, track_cohort
+    """``--batch``: :func:`monai_npc.apps.tracking.cohort.track_cohort`; a one-line tally (rank 0); 1 when a study failed."""
+    from monai_npc.apps.tracking.cohort import COHORT_FILE, track_cohort
 
     if args.cine or args.label or args.label_frame is not None:
         raise ValueError("use either --batch or --cine/--label/--label-frame, not both")

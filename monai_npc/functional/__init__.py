@@ -2,13 +2,16 @@
 
 from .dihedral import DIHEDRAL_INVERSE, dihedral, dihedral_field
 from .encoding import positional_encoding
+from .intensity import minmax_slices, robust_unit
+from .label_warp import indicator_tensor, label_indicators, warp_indicators, warp_label
 from .filter_pairs import fourier_filter_pairs, pair_responses, patch_norm_statistics, same_padding, unit_normalize_filters
 from .overlap import dice_by_value
 from .interaction import interaction_features, pair_interaction, pair_residual, polar_features
 from .phase_correlation import phase_correlation, tukey_window
 from .reliability import reliability_map
+from .taper import taper_window
 from .topk import soft_topk_mask, soft_topk_mask_with_threshold
-from .warp import identity_grid, jacobian_determinant, sample_at, warp_image
+from .warp import compose, identity_grid, jacobian_determinant, sample_at, warp_image
 
 __all__ = [
     "dice_by_value",
@@ -34,4 +37,12 @@ __all__ = [
     "jacobian_determinant",
     "sample_at",
     "warp_image",
+    "compose",
+    "minmax_slices",
+    "robust_unit",
+    "taper_window",
+    "label_indicators",
+    "indicator_tensor",
+    "warp_indicators",
+    "warp_label",
 ]

@@ -12,7 +12,7 @@ from typing import List
 import torch
 import torch.nn.functional as F
 
-__all__ = ["identity_grid", "sample_at", "warp_image", "jacobian_determinant"]
+__all__ = ["identity_grid", "sample_at", "warp_image", "jacobian_determinant", "compose"]
 
 
 def identity_grid(shape: List[int], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -80,3 +80,14 @@ def jacobian_determinant(ddf: torch.Tensor) -> torch.Tensor:
         - j[0][1] * (j[1][0] * j[2][2] - j[1][2] * j[2][0])
         + j[0][2] * (j[1][0] * j[2][1] - j[1][1] * j[2][0])
     )
+
+
+def compose(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
+    """The displacement of ``x`` through ``then`` and then ``first``: ``then(x) + first(x + then(x))``.
+
+    Both ``(Z, 2, H, W)`` in-plane voxels (Warp convention: a field maps a point of the fixed
+    frame to its point in the moving frame). With ``then`` from registering frame ``t-1`` onto
+    ``t`` and ``first`` the field of frame ``t-1`` to the reference, the result is the field of
+    frame ``t`` to the reference. Outside the grid ``first`` takes its border values.
+    """
+    return then + warp_image(first, then, "bilinear", "border")

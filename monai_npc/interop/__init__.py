@@ -6,13 +6,15 @@ displacement is a voxel ddf (MONAI ``Warp`` convention). See ``docs/interop.md``
 - :mod:`.transforms`: ddf <-> ITK ``DisplacementFieldTransform`` (``.h5``), ANTs warp
   (``*Warp.nii.gz``), one-slice 3-D transforms for 3D Slicer;
 - :mod:`.images`: reading images as SimpleITK images, model grids, resampling;
-- :mod:`.api`: the in-memory :func:`~.api.register` (``monai_npc.register``) -> :class:`Registration`;
-- :mod:`.register`: :func:`register_files` / :func:`register_batch` (``monai-npc register``).
+- :mod:`.inputs`: whatever a user hands in (file, DICOM folder, array, ``MetaTensor``) as a SimpleITK image;
+- :mod:`.checks`: input checks and warnings (overlap, spacing, orientation, labels);
+- :mod:`.label_resample`: a label map resampled through a transform (ITK's label-linear interpolation).
+
+The registration that uses them is :mod:`monai_npc.apps.registration`; nothing here imports it.
 """
 
-from .api import OutputFolder, Registration, as_image
 from .images import check_image, check_label, check_same_dims, grid_mismatch, model_grid, read_image, read_label, resample, resample_model_field, to_sitk
-from .register import OUTPUTS, PHASE_CORRELATION, read_pairs_csv, register_batch, register_files, resolve_model
+from .inputs import as_image, describe_input
 from .transforms import (
     ddf_to_physical,
     displacement_field_image,
@@ -26,13 +28,10 @@ from .transforms import (
 )
 
 __all__ = [
-    "OUTPUTS",
-    "OutputFolder",
-    "Registration",
     "as_image",
+    "describe_input",
     "check_image",
     "check_label",
-    "PHASE_CORRELATION",
     "check_same_dims",
     "ddf_to_physical",
     "displacement_field_image",
@@ -44,12 +43,8 @@ __all__ = [
     "read_displacement_field",
     "read_image",
     "read_label",
-    "read_pairs_csv",
-    "register_batch",
-    "register_files",
     "resample",
     "resample_model_field",
-    "resolve_model",
     "to_sitk",
     "write_ants_warp",
     "write_itk_transform",

@@ -3,7 +3,7 @@
 Small pure functions on SimpleITK images, arrays or tensors and the names to report. The
 ``check_*`` functions raise ``ValueError`` / ``TypeError`` naming the input and what is wrong;
 the ``*_warning(s)`` functions return warning strings (``None`` / ``[]`` when all is well) that
-the caller issues (:func:`monai_npc.interop.api.register` as ``RuntimeWarning`` and in the
+the caller issues (:func:`monai_npc.apps.registration.api.register` as ``RuntimeWarning`` and in the
 summary's ``warnings``).
 
 Limits, and why:
@@ -15,7 +15,7 @@ Limits, and why:
   when ``keep_aspect``) must be at least :data:`MIN_IMAGE_SIZE` model pixels too: a 3 x 500
   strip becomes a line less than one pixel high.
 - overlap below :data:`MIN_OVERLAP_PERCENT` of the smaller image's field of view is a warning
-  (0 % stays an error of :func:`~monai_npc.interop.api.register`); in-plane spacing more than
+  (0 % stays an error of :func:`~monai_npc.apps.registration.api.register`); in-plane spacing more than
   :data:`MAX_SPACING_RATIO` apart, or axes more than :data:`MAX_ORIENTATION_DEGREES` apart, are
   warnings; so is a label map without any foreground.
 """

@@ -13,29 +13,14 @@ across the 10 mm slices too) -0.009 on 12 of the validation patients.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import SimpleITK as sitk
 
-__all__ = ["label_indicators", "resample_label"]
+from monai_npc.functional.label_warp import label_indicators
 
-
-def label_indicators(label: np.ndarray, values: Sequence[int], sigma: float = 0.0) -> Tuple[np.ndarray, np.ndarray]:
-    """``(values, indicators)``: background and each non-zero value of ``values`` (``(C,)`` int32) and
-    their indicators ``(C, *label.shape)`` float32 of the label map ``label`` (``(H, W)`` or ``(Z, H, W)``),
-    each smoothed by a Gaussian of ``sigma`` voxels along the last two (in-plane) axes when
-    ``sigma > 0``, never across slices; they still sum to 1 at every voxel."""
-    from scipy import ndimage  # here: a registration without labels does not import scipy (the CLI's cold start)
-
-    label = np.asarray(label)
-    kept = [0] + [int(v) for v in values if int(v) != 0]
-    widths = [0.0] * (label.ndim - 2) + [float(sigma)] * min(2, label.ndim)
-    channels = [(label == v).astype(np.float32) for v in kept[1:]]
-    if sigma > 0:
-        channels = [ndimage.gaussian_filter(c, widths, mode="nearest") for c in channels]
-    background = 1.0 - np.sum(channels, 0) if channels else np.ones(label.shape, np.float32)
-    return np.asarray(kept, np.int32), np.stack([background.astype(np.float32)] + channels)
+__all__ = ["resample_label"]
 
 
 def resample_label(label: sitk.Image, reference: sitk.Image, transform: sitk.Transform, sigma: float = 0.0) -> sitk.Image:

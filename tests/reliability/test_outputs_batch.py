@@ -15,8 +15,8 @@ from ignite.engine import Engine
 from monai_npc.cli.main import main
 from monai_npc.data.phantoms import cardiac_pair
 from monai_npc.handlers import RegistrationMetricsWriter, RegistrationWriter
-from monai_npc.interop import register as interop_register
-from monai_npc.interop.register import register_batch
+from monai_npc.apps.registration import files as registration_files
+from monai_npc.apps.registration.files import register_batch
 from monai_npc.io_safety import OutputError
 
 
@@ -156,7 +156,7 @@ def test_quickstart_removes_stale_metrics_and_fails_in_one_line(tmp_path, monkey
             raise OutputError(f"cannot write {out / 'registered' / 'pair01'}: disk full (ENOSPC)")
         return real(*a, **k)
 
-    monkeypatch.setattr(interop_register, "register_files", second_fails)
+    monkeypatch.setattr(registration_files, "register_files", second_fails)
     capsys.readouterr()
     assert main(args) == 1
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]

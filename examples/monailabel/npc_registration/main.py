@@ -41,7 +41,7 @@ TRACK_TASK = "npc_track"
 
 def _wrong_model(model: Any, tasks: Any, url_task: Optional[str] = None) -> RequestError:
     """The refusal of a request whose ``model`` (the task name MONAI Label routes by) is not the URL's task."""
-    from monai_npc.interop.api import is_phase_correlation
+    from monai_npc.apps.registration.models import is_phase_correlation
     from monai_npc.networks.nets import available_models
 
     network = str(model) in available_models() or is_phase_correlation(model)
@@ -127,7 +127,7 @@ class MyApp(MONAILabelApp):
         )
 
     def init_infers(self) -> Dict[str, InferTask]:
-        from monai_npc.tracking.schemes import SCHEMES
+        from monai_npc.apps.tracking.schemes import SCHEMES
 
         task = NPCRegistration(model=self.npc_model, datastore=self.datastore(), device=self.npc_device)
         if not task.is_valid():

@@ -72,7 +72,7 @@ def sar_normalize(
 def preprocess_slices(array: np.ndarray, sigma: Optional[float] = None) -> np.ndarray:
     """:func:`sar_normalize` each slice of ``(Z, H, W)`` (NaN = outside the image -> 0); float32.
 
-    :func:`model_inputs` is the form :data:`monai_npc.apps.registration.PREPROCESSING` calls for
+    :func:`model_inputs` is the form :data:`monai_npc.apps.registration.models.PREPROCESSING` calls for
     models whose meta says ``preprocessing: "sar"`` (instead of per-slice min-max).
     """
     arr = np.asarray(array)

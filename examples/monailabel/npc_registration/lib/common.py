@@ -81,7 +81,7 @@ MODEL_LABELS = {
 
 def model_help() -> str:
     """The accepted ``npc_model`` values, for error messages."""
-    from monai_npc.interop.api import PHASE_CORRELATION
+    from monai_npc.apps.registration.models import PHASE_CORRELATION
     from monai_npc.networks.nets import available_models
 
     return (
@@ -179,7 +179,7 @@ class NPCInferTask(InferTask):
 
     def is_valid(self) -> bool:
         """Whether ``model`` names a network this server can load."""
-        from monai_npc.interop.api import PHASE_CORRELATION
+        from monai_npc.apps.registration.models import PHASE_CORRELATION
         from monai_npc.networks.nets import available_models
 
         path = Path(str(self.model))
@@ -219,8 +219,8 @@ class NPCInferTask(InferTask):
         never MONAI Label's ``model`` / ``device``), each network loaded once and reused. ``tracking``:
         with ``monai_npc.track``'s settings for consecutive frames (4 ODE steps; 10 refinement steps
         unless ``npc_refine`` is given)."""
-        from monai_npc.interop.api import resolve_model
-        from monai_npc.tracking.track import tracking_model
+        from monai_npc.apps.registration.models import resolve_model
+        from monai_npc.apps.tracking.track import tracking_model
 
         spec = str(request.get("npc_model") or self.model)
         device = _device(request.get("npc_device") or self.device)

@@ -89,8 +89,8 @@ class NPCRegistration(NPCInferTask):
         deletes it); ``params`` is JSON-serialisable. Raises :class:`RequestError` for bad requests.
         """
         import monai_npc
-        from monai_npc.apps.align import check_align
-        from monai_npc.interop.api import compact_label
+        from monai_npc.apps.registration.align import check_align
+        from monai_npc.apps.registration.result import compact_label
 
         t0 = time.perf_counter()
         fixed = self._image(request.get("image"), "image")

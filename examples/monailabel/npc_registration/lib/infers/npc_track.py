@@ -27,7 +27,7 @@ Request keys (MONAI Label merges the client's ``params`` into the request):
   shipped or saved NPC weights get ``monai_npc.track``'s settings for consecutive frames (4 ODE
   steps; 10 refinement steps unless ``npc_refine`` is given). For ``anchored``, ``npc_refine`` is the
   steps of the correction against the reference frame (default 6,
-  :data:`monai_npc.tracking.anchor.ANCHOR_ITERATIONS`) and the consecutive frames get the network alone.
+  :data:`monai_npc.apps.tracking.anchor.ANCHOR_ITERATIONS`) and the consecutive frames get the network alone.
 
 Bad requests raise :class:`~lib.common.RequestError` (HTTP 4xx with a ``detail`` saying what is
 wrong): 400 for a bad parameter, a missing label or a ``label_frame`` out of range, 404 for an
@@ -48,7 +48,7 @@ __all__ = ["NPCTrack"]
 class NPCTrack(NPCInferTask):
     """Carry the label of one frame of the open 4-D cine to every frame with :func:`monai_npc.track`.
 
-    Args: ``model`` and ``scheme`` (the default tracking scheme, :data:`monai_npc.tracking.DEFAULT_SCHEME` when
+    Args: ``model`` and ``scheme`` (the default tracking scheme, :data:`monai_npc.apps.tracking.DEFAULT_SCHEME` when
     ``None``); ``options``: the other arguments of :class:`~lib.common.NPCInferTask` (``labels``, ``datastore``,
     ``output_root``, ``device``, ``description``).
     """
@@ -58,7 +58,7 @@ class NPCTrack(NPCInferTask):
     default_description = "Label propagation through a 4-D cine by NPC registration (one labelled frame -> every frame; volumes, EF)"
 
     def __init__(self, model: str = "acdc", scheme: Optional[str] = None, **options: Any) -> None:
-        from monai_npc.tracking.schemes import DEFAULT_SCHEME
+        from monai_npc.apps.tracking.schemes import DEFAULT_SCHEME
 
         self.scheme = scheme or DEFAULT_SCHEME
         super().__init__(model, **options)
@@ -67,7 +67,7 @@ class NPCTrack(NPCInferTask):
         return {"label": "", "label_frame": "", "scheme": self.scheme, "npc_refine": "", "npc_device": ""}
 
     def _scheme(self, value: Any) -> str:
-        from monai_npc.tracking.schemes import SCHEMES
+        from monai_npc.apps.tracking.schemes import SCHEMES
 
         scheme = str(value or self.scheme)
         if scheme not in SCHEMES:
@@ -75,8 +75,8 @@ class NPCTrack(NPCInferTask):
         return scheme
 
     def _cine(self, path: str, image_id: Any):
-        """The cine at ``path`` (:class:`monai_npc.tracking.cine.Cine`); 422 when it is unreadable or not 4-D."""
-        from monai_npc.tracking.cine import read_cine
+        """The cine at ``path`` (:class:`monai_npc.apps.tracking.cine.Cine`); 422 when it is unreadable or not 4-D."""
+        from monai_npc.apps.tracking.cine import read_cine
 
         try:
             return read_cine(path, what=f"image {image_id!r}:" if image_id else "image")
@@ -94,8 +94,8 @@ class NPCTrack(NPCInferTask):
         The file is a new temporary NIfTI file (the caller, e.g. the MONAI Label server, deletes
         it); ``params`` is JSON-serialisable. Raises :class:`RequestError` for bad requests.
         """
-        from monai_npc.tracking.cine import info_frames, label_frame
-        from monai_npc.tracking.track import track
+        from monai_npc.apps.tracking.cine import info_frames, label_frame
+        from monai_npc.apps.tracking.track import track
 
         t0 = time.perf_counter()
         image_id = request.get("npc_image_id")  # the datastore id of the cine (set by the app), for its final label

@@ -25,28 +25,15 @@ from typing import Sequence, Tuple
 import numpy as np
 import torch
 
-__all__ = ["robust_unit", "gaussian_smooth", "motion_map", "motion_centre"]
+from monai_npc.functional.intensity import robust_unit
+
+__all__ = ["gaussian_smooth", "motion_map", "motion_centre"]
 
 #: Gaussian smoothing of the frame difference (mm): about the size of a ventricle
 SMOOTHING_MM = 20.0
 #: the centre is the weighted centroid of the map above this fraction of its peak (the two ventricles
 #: and the myocardium, rather than the single voxel where the left ventricle empties most)
 PEAK_FRACTION = 0.7
-
-
-def robust_unit(stack: np.ndarray, low: float = 1.0, high: float = 99.0) -> np.ndarray:
-    """``(Z, H, W)`` -> each slice mapped to ``[0, 1]`` by its ``low``/``high`` percentiles (clipped);
-    NaN (outside the image) becomes 0. Percentiles, not min/max: a few bright voxels (fat, flow
-    artefacts) must not flatten the contrast of the heart."""
-    out = np.zeros(stack.shape, np.float32)
-    for z, sl in enumerate(stack):
-        finite = np.isfinite(sl)
-        if not finite.any():
-            continue
-        lo, hi = np.percentile(sl[finite], [low, high])
-        if hi > lo:
-            out[z] = np.where(finite, np.clip((sl - lo) / (hi - lo), 0.0, 1.0), 0.0)
-    return out
 
 
 def _gaussian_matrix(n: int, sigma: float) -> torch.Tensor:

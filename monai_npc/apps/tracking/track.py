@@ -15,13 +15,13 @@ channel 0 (through-plane) zero since the models are 2-D). With ``r`` the referen
   (``2 T`` registrations);
 - ``anchored`` (default): the ``sequential`` chain of the network's consecutive-frame fields (no
   refinement), each composed field refined against the reference frame before the next frame
-  builds on it (:mod:`~monai_npc.tracking.anchor`; ``T`` registrations and ``T`` refinements).
+  builds on it (:mod:`~monai_npc.apps.tracking.anchor`; ``T`` registrations and ``T`` refinements).
 
 Labels are warped as one-hot maps with linear interpolation, then ``argmax`` (smoother
 contours and volumes than nearest neighbour). The default scheme was chosen by measurement
 (docs/tracking.md). With the ED frame as reference, the basal slices a structure leaves as the
 base descends are then cleared; with the ES frame, those it re-enters as the base rises are
-filled (:mod:`~monai_npc.tracking.through_plane`; ``basal_descent``).
+filled (:mod:`~monai_npc.cardiac.through_plane`; ``basal_descent``).
 """
 
 from __future__ import annotations
@@ -35,19 +35,21 @@ import numpy as np
 import SimpleITK as sitk
 import torch
 
-from monai_npc.functional import dice_by_value, warp_image
-from monai_npc.interop.label_resample import label_indicators
+from monai_npc.apps.registration.api import register
+from monai_npc.cardiac.function import ACDC_STRUCTURES, cardiac_function, volume_curves
+from monai_npc.cardiac.through_plane import BASAL_ASCENT_MM, BASAL_DESCENT_MM, apply_basal_ascent, apply_basal_descent, diastolic_phase, systolic_phase
+from monai_npc.functional import dice_by_value
+from monai_npc.functional.label_warp import indicator_tensor, warp_indicators, warp_label
+from monai_npc.functional.warp import compose
 
 from .cine import Cine, label_frame, read_cine, read_frame_label
-from .function import ACDC_STRUCTURES, cardiac_function, volume_curves
 from .schemes import DEFAULT_SCHEME, SCHEMES
-from .through_plane import BASAL_ASCENT_MM, BASAL_DESCENT_MM, apply_basal_ascent, apply_basal_descent, diastolic_phase, systolic_phase
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "SCHEMES", "DEFAULT_SCHEME", "TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "Tracking", "track", "track_schemes", "tracking_model",
-    "compose", "warp_label", "indicator_tensor", "warp_indicators", "label_dice", "LABEL_SIGMA",
+    "label_dice", "LABEL_SIGMA",
 ]
 
 #: learned ODE steps of each registration when tracking loads NPC weights (their own setting is for
@@ -61,42 +63,6 @@ TRACK_REFINE_ITERATIONS = 10
 #: ``register``'s ``label_sigma`` for ``acdc``: on the 8 phantom cines (``anchored``) Dice through the cycle
 #: 0.9753 -> 0.9765, drift 0.9756 -> 0.9785, LV EF error 1.15 -> 0.87 points; patient090 drift 0.954 -> 0.956
 LABEL_SIGMA = 1.0
-
-
-def compose(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
-    """The displacement of ``x`` through ``then`` and then ``first``: ``then(x) + first(x + then(x))``.
-
-    Both ``(Z, 2, H, W)`` in-plane voxels (Warp convention: a field maps a point of the fixed
-    frame to its point in the moving frame). With ``then`` from registering frame ``t-1`` onto
-    ``t`` and ``first`` the field of frame ``t-1`` to the reference, the result is the field of
-    frame ``t`` to the reference. Outside the grid ``first`` takes its border values.
-    """
-    return then + warp_image(first, then, "bilinear", "border")
-
-
-def indicator_tensor(label: np.ndarray, values: Sequence[int], sigma: float = 0.0) -> Tuple[np.ndarray, torch.Tensor]:
-    """:func:`monai_npc.interop.label_resample.label_indicators` of ``label`` ``(Z, H, W)`` (``register``'s
-    smoothing of ``warped_label``) as ``(values (C,), indicators (Z, C, H, W) tensor)``: computed once,
-    they carry the same label to every frame (:func:`warp_indicators`)."""
-    kept, indicators = label_indicators(label, values, sigma)  # (C, Z, H, W)
-    return kept, torch.from_numpy(indicators).transpose(0, 1).contiguous()
-
-
-def warp_indicators(values: np.ndarray, indicators: torch.Tensor, ddf: torch.Tensor) -> np.ndarray:
-    """The label of :func:`indicator_tensor` sampled at ``x + ddf(x)`` (``ddf`` ``(Z, 2, H, W)`` voxels):
-    each indicator interpolated linearly, the largest wins; 0 outside."""
-    prob = warp_image(indicators, ddf.float(), "bilinear", "zeros")
-    prob[:, 0] += 1e-3  # ties (outside the image: all 0) go to background
-    # argmax over the last, contiguous axis: about 5x faster on the CPU than over axis 1 (same result)
-    return values[prob.movedim(1, -1).contiguous().argmax(-1).numpy()]
-
-
-def warp_label(label: np.ndarray, ddf: torch.Tensor, values: Sequence[int], sigma: float = 0.0) -> np.ndarray:
-    """``label`` ``(Z, H, W)`` sampled at ``x + ddf(x)`` (``ddf`` ``(Z, 2, H, W)`` voxels): one-hot
-    linear interpolation of each value in ``values`` (and background), each first smoothed in-plane
-    by a Gaussian of ``sigma`` voxels when ``sigma > 0`` (as ``register``'s ``label_sigma``), then
-    ``argmax``; 0 outside."""
-    return warp_indicators(*indicator_tensor(label, values, sigma), ddf)
 
 
 def label_dice(a: np.ndarray, b: np.ndarray, structures: Dict[str, int] = ACDC_STRUCTURES) -> Dict[str, float]:
@@ -114,7 +80,7 @@ class Tracking:
         ddf: ``(T, 3, Z, H, W)`` float32 frame voxels, ``label_t(x) = label_ref(x + ddf[t](x))``
             (MONAI Warp convention; channel 0, through-plane, is zero).
         volumes: ``{"lv", "rv", "myo"}`` -> ``(T,)`` mL per frame.
-        function: :func:`~monai_npc.tracking.function.cardiac_function` of ``volumes``
+        function: :func:`~monai_npc.cardiac.function.cardiac_function` of ``volumes``
             (ED/ES from the LV curve; EDV/ESV/SV mL, EF %, LV mass g).
         reference_frame: the frame whose label was given (0-based).
         scheme: the tracking scheme.
@@ -185,8 +151,6 @@ class _Fields:
         the reference frame (what carries the reference label there), when ``moving`` is not the reference."""
         key = (moving % len(self.cine), fixed % len(self.cine))
         if key not in self.cache:
-            import monai_npc
-
             t0 = time.perf_counter()
             if key[0] == key[1]:
                 z, (h, w) = self.cine.frames[0].GetSize()[2], self.cine.frames[0].GetSize()[1::-1]
@@ -196,7 +160,7 @@ class _Fields:
                 net, name = self.models.get(near, self.models[True])
                 kwargs = dict(self.kwargs, model=net)
                 kwargs.setdefault("model_name", name)
-                reg = monai_npc.register(self.cine.frames[key[0]], self.cine.frames[key[1]], moving_label=self._label(key[0], to_reference),
+                reg = register(self.cine.frames[key[0]], self.cine.frames[key[1]], moving_label=self._label(key[0], to_reference),
                                          **kwargs)
                 field_ = reg.ddf[1:].permute(1, 0, 2, 3).contiguous().float()  # (3, Z, H, W) -> (Z, 2, H, W)
             self.cache[key] = (field_, time.perf_counter() - t0)
@@ -254,7 +218,7 @@ def _chain(fields: _Fields, ref: int, n: int, step: int, anchor: Optional[Callab
 def scheme_fields(fields: _Fields, scheme: str, ref: int, frames: int,
                   anchor: Optional[Callable[[int, torch.Tensor], torch.Tensor]] = None) -> Tuple[List[torch.Tensor], Optional[torch.Tensor]]:
     """``(per-frame fields to the reference in frame order, cycle field or None)`` for ``scheme``
-    (``anchored``: ``anchor``, a :class:`~monai_npc.tracking.anchor.ReferenceAnchor`, corrects the chain)."""
+    (``anchored``: ``anchor``, a :class:`~monai_npc.apps.tracking.anchor.ReferenceAnchor`, corrects the chain)."""
     t_of = [(ref + k) % frames for k in range(frames)]  # frame at offset k
     by_offset: List[torch.Tensor]
     cycle = None
@@ -262,7 +226,7 @@ def scheme_fields(fields: _Fields, scheme: str, ref: int, frames: int,
         by_offset = [fields(ref, t) for t in t_of]
     elif scheme in ("sequential", "average", "anchored"):
         if scheme == "anchored" and anchor is None:
-            raise ValueError("the anchored scheme needs an anchor (monai_npc.tracking.anchor.ReferenceAnchor).")
+            raise ValueError("the anchored scheme needs an anchor (monai_npc.apps.tracking.anchor.ReferenceAnchor).")
         chain = _chain(fields, ref, frames, +1, anchor if scheme == "anchored" else None)
         cycle, by_offset = chain[-1], chain[:-1]
         if scheme == "average":
@@ -286,10 +250,10 @@ def tracking_model(
     """``(network, name)`` that :func:`track` registers two frames with. NPC weights by name or file
     get ``num_steps`` ODE steps and ``refine_iterations`` refinement steps; ``None``:
     :data:`TRACK_NUM_STEPS` and :data:`TRACK_REFINE_ITERATIONS` for ``consecutive`` frames,
-    ``register``'s for frames further apart (:func:`monai_npc.apps.registration.register_settings`; 6 and
+    ``register``'s for frames further apart (:func:`monai_npc.apps.registration.models.register_settings`; 6 and
     40 for ``acdc``: ``direct`` registers the reference onto every frame, up to the whole motion of
-    the cycle). A network is used as it is (:func:`monai_npc.interop.api.resolve_model`)."""
-    from monai_npc.interop.api import is_phase_correlation, resolve_model
+    the cycle). A network is used as it is (:func:`monai_npc.apps.registration.models.resolve_model`)."""
+    from monai_npc.apps.registration.models import is_phase_correlation, resolve_model
 
     if isinstance(model, torch.nn.Module):
         return resolve_model(model, device, refine_iterations, num_steps)  # used as it is (warns if steps were given)
@@ -304,7 +268,7 @@ def _prepare(cine: Any, label: Any, reference_frame: Optional[int], spacing) -> 
     data = cine if isinstance(cine, Cine) else read_cine(cine, spacing)
     ref, how = label_frame(cine, label, reference_frame)
     if reference_frame is None:
-        from monai_npc.interop.api import describe_input
+        from monai_npc.interop.inputs import describe_input
 
         logger.info("label %s: frame %d (%s)", describe_input(label), ref, how)
     return data, ref, read_frame_label(label, data, ref)
@@ -357,8 +321,8 @@ def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _F
 def _anchored(data: Cine, ref: int, ref_label: np.ndarray, model: Any, device: Any, refine_iterations: Optional[int], num_steps: Optional[int],
               kwargs: Dict[str, Any], progress: Optional[Callable[[], None]], guided: Optional[Tuple[int, np.ndarray]]) -> Tuple[_Fields, Any]:
     """The consecutive-frame registrations (the network alone: 0 refinement steps) and the
-    :class:`~monai_npc.tracking.anchor.ReferenceAnchor` (``refine_iterations`` steps, default
-    :data:`~monai_npc.tracking.anchor.ANCHOR_ITERATIONS`) of the ``anchored`` scheme."""
+    :class:`~monai_npc.apps.tracking.anchor.ReferenceAnchor` (``refine_iterations`` steps, default
+    :data:`~monai_npc.apps.tracking.anchor.ANCHOR_ITERATIONS`) of the ``anchored`` scheme."""
     from .anchor import ReferenceAnchor
 
     net, name = tracking_model(model, device, None if isinstance(model, torch.nn.Module) else 0, num_steps, consecutive=True)
@@ -400,7 +364,7 @@ def track(
             ``sitk.Image`` or ``(Z, H, W)`` array on the frame grid (a 4-D label: that frame of it).
         reference_frame: 0-based frame the label belongs to; ``None``: the frame an ACDC label file
             names (``patient090_frame04_gt.nii.gz``: 3), else ED of an ACDC ``Info.cfg`` beside the
-            cine (``ED: n`` is frame ``n - 1``), else 0 (:func:`~monai_npc.tracking.cine.label_frame`).
+            cine (``ED: n`` is frame ``n - 1``), else 0 (:func:`~monai_npc.apps.tracking.cine.label_frame`).
         scheme: one of :data:`SCHEMES` (module docstring).
         model: the registration model as for :func:`monai_npc.register`; NPC weights by name or
             file are loaded once with the tracking settings (:func:`tracking_model`), a network is
@@ -412,8 +376,8 @@ def track(
             ``average`` ``register``'s (40 and 6 for ``acdc``); for ``anchored``, ``num_steps`` of
             the network between consecutive frames (no refinement there) and ``refine_iterations``
             of the correction against the reference
-            (:data:`~monai_npc.tracking.anchor.ANCHOR_ITERATIONS`, 6; its label-guided term, weight
-            :data:`~monai_npc.tracking.anchor.ANCHOR_LABEL_GUIDANCE` on the frame farthest from the
+            (:data:`~monai_npc.apps.tracking.anchor.ANCHOR_ITERATIONS`, 6; its label-guided term, weight
+            :data:`~monai_npc.apps.tracking.anchor.ANCHOR_LABEL_GUIDANCE` on the frame farthest from the
             reference and less on nearer ones, sees the reference label). Ignored
             for a network given as a module (used as it is between frames), except ``anchored``'s
             correction steps.
@@ -421,19 +385,19 @@ def track(
         spacing: mm per array axis ``(Z, H, W)`` for array inputs.
         ed_frame, es_frame: override the ED / ES frames the function figures use (default: the
             largest and the smallest tracked LV volume).
-        basal_descent: follow the base through the plane (:mod:`~monai_npc.tracking.through_plane`):
+        basal_descent: follow the base through the plane (:mod:`~monai_npc.cardiac.through_plane`):
             from an ED reference (the largest LV volume) clear the basal slices a structure leaves
             as the base descends towards the apex, from an ES reference (the smallest) fill those
             it re-enters as the base rises. ``None`` (default): on for short-axis stacks (3 slices
             or more), off for single-slice cines such as CAMUS views; ``True`` uses
-            :data:`~monai_npc.tracking.through_plane.BASAL_DESCENT_MM` (the RV, 12 mm at ES) and
-            :data:`~monai_npc.tracking.through_plane.BASAL_ASCENT_MM` (RV, myocardium and LV, 12 mm
+            :data:`~monai_npc.cardiac.through_plane.BASAL_DESCENT_MM` (the RV, 12 mm at ES) and
+            :data:`~monai_npc.cardiac.through_plane.BASAL_ASCENT_MM` (RV, myocardium and LV, 12 mm
             at ED), scaled by each frame's phase on the LV curve; a ``{structure: mm}`` mapping
             sets both; ``False`` keeps the in-plane result. A reference between ED and ES gets neither.
         label_guidance: weight of the refinement's label-guided term
             (:func:`monai_npc.register`) in the registrations between frames (``anchored``'s
             correction against the reference frame has its own,
-            :data:`~monai_npc.tracking.anchor.ANCHOR_LABEL_GUIDANCE`): each registration gets the label of its moving frame
+            :data:`~monai_npc.apps.tracking.anchor.ANCHOR_LABEL_GUIDANCE`): each registration gets the label of its moving frame
             (the reference label, or the label carried there so far). Default 0 (off): on the
             phantom cines and in patient090's drift, chaining carried labels into the term made
             ``sequential`` worse (docs/tracking.md); ``0.05`` is ``register``'s default for pairs.

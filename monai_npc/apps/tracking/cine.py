@@ -116,7 +116,7 @@ def read_cine(cine: CineLike, spacing: Optional[Sequence[float]] = None, what: s
         FileNotFoundError: a missing file or folder.
         ValueError: a 3-D (or 5-D) input, frames on different grids, fewer than 2 frames.
     """
-    from monai_npc.interop.api import as_image, describe_input
+    from monai_npc.interop.inputs import as_image, describe_input
 
     geometry4d = None
     if isinstance(cine, (str, os.PathLike)):
@@ -180,7 +180,7 @@ def read_frame_label(label: Any, cine: Cine, frame: int) -> np.ndarray:
     ``label``: a 3-D file / ``sitk.Image`` on the frame grid, a ``(Z, H, W)`` array (given the
     frame's geometry), or a 4-D one with the cine's frames (its frame ``frame`` is used).
     """
-    from monai_npc.interop.api import as_image, describe_input
+    from monai_npc.interop.inputs import as_image, describe_input
     from monai_npc.interop.images import check_label
 
     if not 0 <= frame < len(cine):

@@ -40,7 +40,7 @@ first LV slice exists only where the LV did leave it. On the 26 validation patie
 
 The LV and myocardium are not cleared by a population descent (above), but per patient when the
 target frame's own segmentation says so (:func:`basal_left_by_prior`, :func:`clear_basal_by_prior`): the
-label prior of ``register`` (:attr:`monai_npc.interop.api.Registration.prior_label`) segments the ES
+label prior of ``register`` (:attr:`monai_npc.apps.registration.result.Registration.prior_label`) segments the ES
 frame, and where it finds less than :data:`PRIOR_LEFT_SHARE` (30 %) of the ED label's LV area in the ED
 label's most basal LV slice, the base has left that slice. Chosen on the 26 validation patients of
 ``acdc70_split`` (the prior was trained on the 44 training ones): ED->ES LV EF error 3.42 / -1.23 ->
@@ -49,7 +49,7 @@ prior, trained longer, 2.29 / -0.32 and 0.8935, the share still best). A slice
 the prior did not look at (outside its heart window, or constant) reads as empty and is cleared too:
 pass ``prior_label`` only from a registration whose window holds the heart.
 
-Pure numpy; label maps ``(Z, H, W)`` with the slice axis first (as :mod:`monai_npc.tracking` uses).
+Pure numpy; label maps ``(Z, H, W)`` with the slice axis first (as :mod:`monai_npc.apps.tracking` uses).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def apply_basal_descent(
 def basal_left_by_prior(reference_label: np.ndarray, prior_label: np.ndarray, value: int = 3,
                         share: float = PRIOR_LEFT_SHARE) -> Optional[int]:
     """The most basal slice holding ``value`` on ``reference_label`` if the target frame's own
-    segmentation there (``prior_label``: :attr:`monai_npc.interop.api.Registration.prior_label`, on the
+    segmentation there (``prior_label``: :attr:`monai_npc.apps.registration.result.Registration.prior_label`, on the
     same grid) holds less than ``share`` of the reference's area of ``value`` in that slice: the base
     has left the slice, which an in-plane field cannot express; else ``None``.
 

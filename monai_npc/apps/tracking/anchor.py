@@ -21,7 +21,7 @@ shares it: ``margin`` voxels around the label's in-plane bounding box, at least 
 side), each slice independently;
 its correction is tapered to zero at the box's edge (the chain is kept outside), so the field has
 no seam. Images are scaled per slice by their 1st/99th percentiles
-(:func:`~monai_npc.apps.localize.robust_unit`).
+(:func:`~monai_npc.functional.intensity.robust_unit`).
 
 Chosen by measurement (docs/tracking.md, "Anchored tracking").
 """
@@ -34,8 +34,8 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from monai_npc.apps.localize import robust_unit
-from monai_npc.apps.registration import taper_window
+from monai_npc.functional.intensity import robust_unit
+from monai_npc.functional.taper import taper_window
 from monai_npc.networks.blocks.refinement import InstanceRefinement
 from monai_npc.transforms.crop import label_union_bbox
 
@@ -137,7 +137,7 @@ class ReferenceAnchor:
 
     @property
     def settings(self) -> Dict[str, Any]:
-        """What a :class:`~monai_npc.tracking.track.Tracking` records of the correction."""
+        """What a :class:`~monai_npc.apps.tracking.track.Tracking` records of the correction."""
         return {"refine_iterations": self.iterations, "grid_stride": self.refiner.grid_stride,
                 "label_guidance": self.label_guidance, "label_guidance_by": "frame distance"}
 

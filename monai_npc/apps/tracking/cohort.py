@@ -5,7 +5,7 @@ relative paths are relative to the CSV's folder; ``label_frame`` is 0-based (emp
 ACDC label file names, else ED of an ACDC ``Info.cfg`` beside the cine, else 0); ``out`` defaults to ``DIR/<name>`` and ``name`` to
 the cine's file name without its extension (``patient001_4d.nii.gz`` -> ``patient001_4d``).
 
-:func:`track_cohort` writes each study's files (:func:`~monai_npc.tracking.outputs.write_tracking`)
+:func:`track_cohort` writes each study's files (:func:`~monai_npc.apps.tracking.outputs.write_tracking`)
 into its ``out`` folder and one merged ``DIR/cohort.csv`` (:data:`COHORT_COLUMNS`, one row per
 study in CSV order), written atomically at the end. A study whose folder already holds a complete
 ``function.json`` of the same request (:func:`study_done`: same cine, label, label frame, scheme,
@@ -43,7 +43,7 @@ from .outputs import TRACK_OUTPUTS
 from .schemes import DEFAULT_SCHEME
 
 __all__ = [
-    "COHORT_COLUMNS", "COHORT_FILE", "FUNCTION_COLUMNS", "Study", "read_cohort", "study_done", "shard", "distributed", "track_cohort",
+    "COHORT_COLUMNS", "COHORT_FILE", "FUNCTION_COLUMNS", "CohortRow", "read_cohort", "study_done", "shard", "distributed", "track_cohort",
 ]
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ PathLike = Union[str, os.PathLike]
 
 #: the merged table's file name (in the cohort's output folder)
 COHORT_FILE = "cohort.csv"
-#: the function figures of a study (:func:`~monai_npc.tracking.function.cardiac_function`)
+#: the function figures of a study (:func:`~monai_npc.cardiac.function.cardiac_function`)
 FUNCTION_COLUMNS = ("ed_frame", "es_frame", "lv_edv", "lv_esv", "lv_sv", "lv_ef", "rv_edv", "rv_esv", "rv_sv", "rv_ef", "lv_mass_g")
 #: columns of ``cohort.csv``
 COHORT_COLUMNS = ("name", "status", "error") + FUNCTION_COLUMNS + ("seconds", "reference_frame", "frames", "out")
@@ -60,7 +60,7 @@ _EXTENSIONS = (".nii.gz", ".nii", ".mha", ".mhd", ".nrrd", ".nhdr")
 
 
 @dataclass(frozen=True)
-class Study:
+class CohortRow:
     """One row of a cohort CSV (paths resolved)."""
 
     name: str
@@ -80,7 +80,7 @@ def study_name(cine: PathLike) -> str:
     return name
 
 
-def read_cohort(path: PathLike, out: PathLike) -> List[Study]:
+def read_cohort(path: PathLike, out: PathLike) -> List[CohortRow]:
     """The studies of a cohort CSV (columns ``cine,label[,label_frame][,out][,name]``, module docstring).
 
     Raises:
@@ -88,12 +88,12 @@ def read_cohort(path: PathLike, out: PathLike) -> List[Study]:
         ValueError: missing columns, empty cells, a ``label_frame`` that is not an integer >= 0,
             no rows, two studies with one name or one output folder (naming their CSV lines).
     """
-    from monai_npc.interop.register import duplicate_outs
+    from monai_npc.apps.registration.files import duplicate_outs
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"cohort CSV not found: {path}")
-    studies: List[Study] = []
+    studies: List[CohortRow] = []
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
         columns = [c.strip() for c in reader.fieldnames or []]
@@ -119,7 +119,7 @@ def read_cohort(path: PathLike, out: PathLike) -> List[Study]:
             folder = row.get("out") or str(Path(out) / name)
             if not Path(folder).is_absolute() and row.get("out"):
                 folder = str(path.parent / folder)
-            studies.append(Study(name=name, cine=cine, label=label, label_frame=frame, out=folder, row=line))
+            studies.append(CohortRow(name=name, cine=cine, label=label, label_frame=frame, out=folder, row=line))
     if not studies:
         raise ValueError(f"cohort CSV {path} has no rows.")
     names: Dict[str, int] = {}
@@ -136,7 +136,7 @@ def study_done(out: PathLike, request: Optional[Dict[str, Any]] = None) -> Optio
 
     Finished: ``function.json`` parses, holds the function figures, every file it lists under
     ``outputs`` exists (the folder is written all at once), and, when ``request`` is given
-    (:func:`~monai_npc.tracking.outputs.tracking_request`), it was asked the same: a study whose
+    (:func:`~monai_npc.apps.tracking.outputs.tracking_request`), it was asked the same: a study whose
     cine, label, label frame, scheme, model or settings changed is not done (a warning names what
     changed).
     """
@@ -192,7 +192,7 @@ def distributed() -> Iterator[Tuple[int, int]]:
         dist.destroy_process_group()
 
 
-def _row(study: Study, status: str, error: str = "", summary: Optional[Dict[str, Any]] = None, seconds: float = float("nan")) -> Dict[str, Any]:
+def _row(study: CohortRow, status: str, error: str = "", summary: Optional[Dict[str, Any]] = None, seconds: float = float("nan")) -> Dict[str, Any]:
     row: Dict[str, Any] = dict.fromkeys(COHORT_COLUMNS)
     row.update(name=study.name, status=status, error=error, seconds=seconds, out=study.out)
     if summary is not None:
@@ -211,7 +211,7 @@ def cohort_csv(rows: Sequence[Dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def _track_study(study: Study, net: Any, name: str, scheme: str, figure: bool, register_kwargs: Dict[str, Any]) -> Dict[str, Any]:
+def _track_study(study: CohortRow, net: Any, name: str, scheme: str, figure: bool, register_kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """Track one study and write its files; returns its ``function.json`` summary."""
     from .outputs import track_to_folder
 
@@ -220,7 +220,7 @@ def _track_study(study: Study, net: Any, name: str, scheme: str, figure: bool, r
     return json.loads(Path(files["function"]).read_text())
 
 
-def _request(study: Study, net: Any, name: str, scheme: str, register_kwargs: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def _request(study: CohortRow, net: Any, name: str, scheme: str, register_kwargs: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """What :func:`_track_study` would record as ``request`` for ``study`` (``None`` when its label frame cannot be told)."""
     from .cine import label_frame
     from .outputs import tracking_request
@@ -263,7 +263,7 @@ def track_cohort(
     Args:
         cohort: the cohort CSV; out: folder of ``cohort.csv`` and of the studies without an ``out``.
         model, scheme, refine_iterations, num_steps, register_kwargs: as :func:`monai_npc.track`
-            (the model is loaded once per process, :func:`~monai_npc.tracking.track.tracking_model`).
+            (the model is loaded once per process, :func:`~monai_npc.apps.tracking.track.tracking_model`).
         strict: a bad study is fatal instead of a ``failed`` row: its rank stops, the rows so far
             are merged and written, then every rank raises ``ValueError``.
         figure: write each study's ``function.png``.
@@ -281,7 +281,7 @@ def track_cohort(
     """
     from tqdm.auto import tqdm
 
-    from monai_npc.interop.register import _error_line
+    from monai_npc.utils import error_line
 
     from .track import tracking_model
 
@@ -313,7 +313,7 @@ def track_cohort(
                 summary = _track_study(study, net, name, scheme, figure, kwargs)
                 rows.append(dict(_row(study, "ok", summary=summary, seconds=time.perf_counter() - t0), _index=index))
             except Exception as err:  # noqa: BLE001 - one bad study of many is reported, not fatal
-                error = _error_line(err)
+                error = error_line(err)
                 logger.error("study %s (cohort CSV row %d) failed: %s", study.name, study.row, error)
                 rows.append(dict(_row(study, "failed", error, seconds=time.perf_counter() - t0), _index=index))
                 if strict:

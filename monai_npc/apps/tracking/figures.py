@@ -15,7 +15,7 @@ import numpy as np
 
 from monai_npc.viz.figures import save_figure
 
-from .function import agreement
+from monai_npc.cardiac.function import agreement
 
 __all__ = ["function_figure", "bland_altman_figure"]
 

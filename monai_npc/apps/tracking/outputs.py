@@ -2,7 +2,7 @@
 
 Into a folder: ``labels_4d.nii.gz`` (the tracked labels, uint8, the cine's own 4-D geometry),
 ``volumes.csv`` (frame, LV / RV cavity and myocardium volumes in mL, ED / ES flags),
-``function.json`` (:attr:`~monai_npc.tracking.track.Tracking.summary`: EDV, ESV, SV, EF, LV mass,
+``function.json`` (:attr:`~monai_npc.apps.tracking.track.Tracking.summary`: EDV, ESV, SV, EF, LV mass,
 ED / ES found and, when known, the ED / ES of ``Info.cfg``) and ``function.png`` (volume curve
 with ED / ES and a strip of frames with contours). The files go into a temporary folder beside
 ``out`` that replaces it as a whole when every file is complete
@@ -53,8 +53,8 @@ def tracking_request(cine: Any, label: Any, label_frame: int, scheme: str, model
     input is named), the label's frame, the scheme, the model and the settings that change the result
     (not ``device``, ``threads`` or ``progress``). ``function.json`` records it as ``request``; a
     cohort study is done only when its folder holds the same request
-    (:func:`~monai_npc.tracking.cohort.study_done`)."""
-    from monai_npc.interop.api import describe_input
+    (:func:`~monai_npc.apps.tracking.cohort.study_done`)."""
+    from monai_npc.interop.inputs import describe_input
 
     def name(x: Any) -> Optional[str]:
         return os.path.abspath(x) if isinstance(x, (str, os.PathLike)) else describe_input(x)
@@ -107,13 +107,13 @@ def track_to_folder(
     cine: Any, label: Any, out: Union[str, os.PathLike], label_frame: Optional[int] = None, scheme: Optional[str] = None,
     model: Any = "acdc", *, figure: bool = True, progress: bool = True, **track_kwargs: Any,
 ) -> Tuple[Tracking, Dict[str, str]]:
-    """:func:`~monai_npc.tracking.track.track` one study and :func:`write_tracking` it into ``out``
+    """:func:`~monai_npc.apps.tracking.track.track` one study and :func:`write_tracking` it into ``out``
     (what ``monai-npc track`` and each study of a cohort do); returns ``(tracking, {key: path})``.
 
     ``out`` is checked before any work (an existing file, or a folder holding files other than a
     previous run's, is a ``ValueError``). ``label_frame`` ``None``: the frame an ACDC label file
     names, else ED of an ACDC ``Info.cfg`` beside ``cine`` (``ED: n`` -> frame ``n - 1``), else 0
-    (:func:`~monai_npc.tracking.cine.label_frame`). ``scheme`` ``None``: the default.
+    (:func:`~monai_npc.apps.tracking.cine.label_frame`). ``scheme`` ``None``: the default.
     """
     from .cine import info_frames
     from .schemes import DEFAULT_SCHEME

@@ -1,17 +1,17 @@
 """Cine tracking and cardiac function (issue 26).
 
-- :mod:`~monai_npc.tracking.cine`: 4-D short-axis cines (NIfTI ``(X, Y, Z, T)``, cine DICOM
+- :mod:`~monai_npc.apps.tracking.cine`: 4-D short-axis cines (NIfTI ``(X, Y, Z, T)``, cine DICOM
   folders, arrays) as a list of 3-D frames on one grid, and back to a 4-D image.
-- :mod:`~monai_npc.tracking.track`: :func:`track`, a label on one frame carried to every frame
+- :mod:`~monai_npc.apps.tracking.track`: :func:`track`, a label on one frame carried to every frame
   with :func:`monai_npc.register` (schemes ``anchored``, ``sequential``, ``direct``, ``average``, ``bidirectional``).
-- :mod:`~monai_npc.tracking.anchor`: the ``anchored`` scheme's correction of a chained field against the reference frame.
-- :mod:`~monai_npc.tracking.cohort`: :func:`track_cohort`, many studies from a CSV, resumable,
+- :mod:`~monai_npc.apps.tracking.anchor`: the ``anchored`` scheme's correction of a chained field against the reference frame.
+- :mod:`~monai_npc.apps.tracking.cohort`: :func:`track_cohort`, many studies from a CSV, resumable,
   shared between ``torchrun`` ranks.
-- :mod:`~monai_npc.tracking.through_plane`: basal slices a structure leaves as the base descends.
-- :mod:`~monai_npc.tracking.function`: volumes, ED/ES, EDV/ESV/SV/EF, LV mass (pure functions).
-- :mod:`~monai_npc.tracking.figures`: volume curve + contour strip, Bland-Altman.
+- :mod:`~monai_npc.cardiac.through_plane`: basal slices a structure leaves as the base descends.
+- :mod:`~monai_npc.cardiac.function`: volumes, ED/ES, EDV/ESV/SV/EF, LV mass (pure functions).
+- :mod:`~monai_npc.apps.tracking.figures`: volume curve + contour strip, Bland-Altman.
 
-Names are imported lazily (``import monai_npc.tracking.function`` needs numpy only).
+Names are imported lazily (``import monai_npc.cardiac.function`` needs numpy only).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Register image files with an NPC model and write results ITK, ANTs and 3D Slicer read.
 
 :func:`register_files` is the Python face of ``monai-npc register``: a thin layer over the
-in-memory :func:`monai_npc.interop.api.register` (``monai_npc.register``) and
-:meth:`~monai_npc.interop.api.Registration.save`; :func:`register_batch` runs a CSV of pairs.
+in-memory :func:`monai_npc.apps.registration.api.register` (``monai_npc.register``) and
+:meth:`~monai_npc.apps.registration.result.Registration.save`; :func:`register_batch` runs a CSV of pairs.
 The output folder is checked before any work and written all at once
-(:class:`~monai_npc.interop.api.OutputFolder`).
+(:class:`~monai_npc.apps.registration.result.OutputFolder`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ import torch
 from torch import nn
 
 from monai_npc.io_safety import atomic_write_text, make_folder, remove_stale
+from monai_npc.utils import error_line
 
-from .api import OUTPUTS, PHASE_CORRELATION, OutputFolder, register, resolve_model
+from .api import register
+from .models import PHASE_CORRELATION, resolve_model
+from .result import OUTPUTS, OutputFolder
 
 __all__ = [
     "PHASE_CORRELATION", "OUTPUTS", "BATCH_COLUMNS", "resolve_model", "register_files", "register_batch", "read_pairs_csv",
@@ -52,9 +55,9 @@ def register_files(
         out: output folder; checked first (an existing file, a folder holding other files or an
             unwritable parent is a ``ValueError`` before any work) and replaced as a whole.
         moving_label, fixed_label: optional label maps on their image's grid.
-        model, size, keep_aspect, device, model_name: as :func:`monai_npc.interop.api.register`.
+        model, size, keep_aspect, device, model_name: as :func:`monai_npc.apps.registration.api.register`.
         overview: write ``overview.png``.
-        kwargs: more options of :func:`~monai_npc.interop.api.register` (``threads``,
+        kwargs: more options of :func:`~monai_npc.apps.registration.result.register` (``threads``,
             ``moving_select``, ``fixed_select``, ``pixel_space``).
 
     Returns:
@@ -124,12 +127,6 @@ def duplicate_outs(rows: List[Dict[str, Optional[str]]], csv_path: PathLike = "p
 BATCH_COLUMNS = ("moving", "fixed", "out", "status", "error", "seconds", "folding_percent", "dice_mean")
 
 
-def _error_line(err: BaseException) -> str:
-    """One line for a failed pair: the message of a user error, else the type and first line."""
-    lines = str(err).strip().splitlines() or [""]
-    return lines[0] if isinstance(err, (ValueError, FileNotFoundError)) else f"{type(err).__name__}: {lines[0]}"
-
-
 def _batch_csv(results: List[Dict[str, Any]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)
@@ -183,7 +180,7 @@ def register_batch(
         except Exception as err:  # noqa: BLE001 - one bad pair of many is reported, not fatal
             if strict:
                 raise
-            summary = {"moving": row["moving"], "fixed": row["fixed"], "status": "failed", "error": _error_line(err)}
+            summary = {"moving": row["moving"], "fixed": row["fixed"], "status": "failed", "error": error_line(err)}
         summary["out"] = row["out"]
         results.append(summary)
     if report is not None:

@@ -1,6 +1,6 @@
 """Names of the tracking schemes (no heavy imports: the command line's ``--help`` reads them).
 
-See :mod:`monai_npc.tracking.track` for what each does and docs/tracking.md for the measurements
+See :mod:`monai_npc.apps.tracking.track` for what each does and docs/tracking.md for the measurements
 that chose :data:`DEFAULT_SCHEME`.
 """
 

@@ -1,0 +1,278 @@
+"""Which network registers, and what it needs of its inputs.
+
+:func:`resolve_model` turns a model argument (a shipped name such as ``"acdc"``, a ``save_pretrained`` file,
+``"phase-correlation"`` or a network) into a network in eval mode with its register settings applied.
+Everything a model needs of its inputs comes from its weights' metadata through :func:`model_profile` and two
+registries, so the core never imports an extra:
+
+- :data:`PREPROCESSING`: ``meta["preprocessing"]`` -> the function that turns resampled slices into
+  network inputs (``"minmax"``: each slice to ``[0, 1]``; ``"sar"``: the SAR extra's
+  log-amplitude preprocessing, imported by name only when a SAR model asks for it).
+- :data:`FIELDS_OF_VIEW`: ``meta["field_of_view"]`` -> how the model grid is placed on the fixed
+  image (:mod:`monai_npc.apps.registration.pipeline`). ``"image"``: the whole fixed field of view
+  fitted into ``size x size`` (brain slices, echo sectors, SAR tiles). ``"heart"``: models trained on
+  heart-centred crops at the scanner's own pixel size (ACDC): a ``size x size`` window at the native
+  in-plane spacing (clamped to ``meta["spacing_mm"]``) on each slice, centred on where that slice's two
+  frames differ most (:func:`~monai_npc.apps.registration.localize.motion_centre`; no label needed), the
+  field tapered to zero over the window's outer ``taper`` voxels and identity outside it.
+  ``"heart-stack"``: one window for the whole stack, from the frame difference of all its slices (a
+  slice's own frame difference can peak far from its heart); the field of each slice is still computed
+  from its own pair alone. ``"image+heart"`` and ``"image>heart"``: the whole image and the windows,
+  averaged or coarse to fine. Why each shipped model has the settings it has: docs/changelog.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from monai_npc.functional.intensity import minmax_slices
+
+__all__ = [
+    "PHASE_CORRELATION",
+    "PREPROCESSING",
+    "FIELDS_OF_VIEW",
+    "ModelProfile",
+    "model_profile",
+    "register_settings",
+    "resolve_model",
+    "is_phase_correlation",
+    "model_input_size",
+]
+
+PathLike = Union[str, os.PathLike]
+
+
+#: ``model`` value of the classical global phase-correlation baseline (no weights)
+PHASE_CORRELATION = "phase-correlation"
+
+
+def resolve_model(
+    model: Union[str, PathLike, nn.Module], device: Union[str, torch.device] = "cpu", refine_iterations: Optional[int] = None,
+    num_steps: Optional[int] = None, register_defaults: bool = True,
+) -> Tuple[nn.Module, str]:
+    """``(network, name)`` for a shipped model name (``"acdc"``...), a ``save_pretrained`` file,
+    ``"phase-correlation"`` or an ``nn.Module`` (used as is). The network is in eval mode.
+
+    For NPC weights, ``refine_iterations`` sets the test-time refinement steps after the network
+    (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``num_steps`` the learned ODE steps
+    (:class:`~monai_npc.networks.blocks.WarpODE`, split evenly over its stages); ``None``: the
+    weights' register settings (:func:`monai_npc.apps.registration.models.register_settings`; ``acdc``: 6 ODE
+    and 40 refinement steps, the refinement's residual 8 voxels apart, instead of the 10, 50 and 4 it
+    was benchmarked on crops with, the ODE's field averaged with the pair turned by 180 degrees
+    (``flip_ensemble`` 2), and one heart window per stack, ``net.meta["field_of_view"] =
+    "heart-stack"``), else their own; ``register_defaults=False``: the weights' own
+    for everything the caller leaves unset (tracking between consecutive frames, which sets its own
+    steps, keeps the weights' residual grid and per-slice heart windows). A module is not changed: either given with it warns that it is ignored.
+    """
+    if refine_iterations is not None and int(refine_iterations) < 0:
+        raise ValueError(f"refine_iterations (--refine) must be >= 0, got {refine_iterations}.")
+    if num_steps is not None and int(num_steps) < 1:
+        raise ValueError(f"num_steps (--steps) must be >= 1, got {num_steps}.")
+    from monai_npc.networks.nets.pretrained import load_pretrained
+
+    if isinstance(model, nn.Module):
+        ignored = [f"{k}={v}" for k, v in (("num_steps", num_steps), ("refine_iterations", refine_iterations)) if v is not None]
+        if ignored:
+            warnings.warn(f"{', '.join(ignored)} ignored: a network passed as a module is used as it is; set them on it "
+                          "(net.ode.set_steps(N), net.refiner.iterations = N) or pass the weights by name or file.",
+                          RuntimeWarning, stacklevel=3)
+        return model.eval().to(device), type(model).__name__
+    spec = str(model)
+    if is_phase_correlation(spec):
+        from monai_npc.networks.nets.baselines import PhaseCorrelationNet
+
+        ignored = [f"{k}={v}" for k, v in (("num_steps", num_steps), ("refine_iterations", refine_iterations)) if v]
+        if ignored:
+            warnings.warn(f"{', '.join(ignored)} ignored: {PHASE_CORRELATION} has no learned steps and no refinement.",
+                          RuntimeWarning, stacklevel=3)
+        return PhaseCorrelationNet().eval(), PHASE_CORRELATION
+    try:
+        net = load_pretrained(spec, map_location=device, **({} if refine_iterations is None else {"refine_iterations": int(refine_iterations)}))
+    except FileNotFoundError as err:
+        raise FileNotFoundError(
+            f"{err} Pass --model PATH to a file written by monai_npc.networks.nets.save_pretrained, "
+            f"or --model {PHASE_CORRELATION} for the classical baseline."
+        ) from err
+    if getattr(net, "spatial_dims", 2) != 2:
+        raise ValueError(f"model {spec} is {net.spatial_dims}-D; register needs a 2-D model.")
+    defaults = register_settings(net) if register_defaults else {}  # acdc: 6 ODE + 40 refinement steps, grid stride 8, heart-stack
+    if "field_of_view" in defaults:  # read by model_profile; register(field_of_view=...) still overrides it
+        net.meta = {**(getattr(net, "meta", None) or {}), "field_of_view": defaults["field_of_view"]}
+    if refine_iterations is None and "refine_iterations" in defaults:
+        net.refiner.iterations = defaults["refine_iterations"]
+    if "refine_grid_stride" in defaults:
+        net.refiner.grid_stride = defaults["refine_grid_stride"]
+    if "label_model_mix" in defaults:
+        net.refiner.label_model_mix = defaults["label_model_mix"]
+    if "flip_ensemble" in defaults and hasattr(net, "set_flip_ensemble"):
+        net.set_flip_ensemble(defaults["flip_ensemble"])
+    num_steps = defaults.get("num_steps") if num_steps is None else num_steps
+    if num_steps is not None:
+        net.ode.set_steps(int(num_steps))
+    return net.to(device), spec
+
+
+def is_phase_correlation(model: Any) -> bool:
+    """Whether a model argument names the classical baseline (:data:`PHASE_CORRELATION`, or with an underscore)."""
+    return isinstance(model, (str, os.PathLike)) and str(model).lower() in (PHASE_CORRELATION, "phase_correlation")
+
+
+def model_input_size(net: nn.Module, default: int = 128) -> int:
+    """In-plane grid size a network was trained at: ``net.meta["input_size"]`` when present, else ``default``."""
+    return int((getattr(net, "meta", None) or {}).get("input_size", default))
+
+
+
+#: ``meta["preprocessing"]`` -> ``f((Z, H, W) array, meta) -> (Z, H, W) float32``; a ``"module:function"``
+#: string is imported on first use (extras register themselves by name, the core never imports them)
+PREPROCESSING: Dict[str, Union[Callable[[np.ndarray, Mapping[str, Any]], np.ndarray], str]] = {
+    "minmax": minmax_slices,
+    "sar": "monai_npc.extras.sar.preprocess:model_inputs",
+}
+
+
+#: field-of-view policies (see the module docstring)
+FIELDS_OF_VIEW = ("image", "heart", "heart-stack", "image+heart", "image>heart")
+
+
+#: ``meta["bundle"]`` -> profile defaults for weights written before the profile keys existed
+_BUNDLE_DEFAULTS: Dict[str, Dict[str, Any]] = {
+    # the ACDC crops are 128 x 128 at the scanner's pixel size; ACDC spacing is 1.37-1.68 mm (train and test)
+    "npc_acdc": {
+        "field_of_view": "heart", "spacing_mm": [1.3, 1.9],
+        # the field falls to zero over the window's outer 12 voxels instead of 24: more of a large heart (the RV) inside
+        # the fully registered part; +0.0007 +- 0.0002 Dice on the 52 validation pairs and +0.0004 +- 0.0001 on the 88
+        # training pairs (8: +0.0009 / +0.0005, 16: +0.0005 on validation, 36: -0.0023), the LV EF error unchanged
+        "taper": 12,
+        # a pair through register: 6 learned ODE steps and 40 refinement steps instead of the weights' 10 and 50
+        # have the same whole-stack Dice and ED->ES LV EF error on the validation and the training patients
+        # in about 80 % of the time; the refinement's residual on a grid 6 voxels apart instead of 4 gained
+        # 0.004 Dice on both with 0.5.0 (README, "Time"), 8 instead of 6 another 0.002 / 0.0015 with 0.7.0
+        # (coarser grids: the same Dice, a larger LV EF error); one heart window per stack instead of one per slice: +0.0047
+        # Dice on the training patients (a slice's own window can miss its heart by 40-150 mm), equal on
+        # the validation ones (README, "Heart window")
+        # the ODE's field averaged with that of the pair turned by 180 degrees (flip_ensemble 2): +0.0010 +- 0.0004 Dice on
+        # the 88 training pairs (57 better), +0.0008 +- 0.0009 on the 52 validation pairs (36 better), ED->ES LV EF error
+        # 5.06 / -2.28 -> 4.91 / -1.92 and 3.50 / -1.13 -> 3.36 / -0.79 (MAE / bias), 1.0 -> 1.3 s per pair (README, "Time")
+        # the carried label smoothed in-plane by 1 voxel before its label-linear resampling
+        # (monai_npc.interop.label_resample): +0.0012 +- 0.0001 Dice on the validation and on the training pairs;
+        # the label term's intensity models half the moving image's, half the fixed image's own under the carried
+        # labels eroded by 1 voxel (InstanceRefinement label_model_mix): +0.0033 +- 0.0007 validation (43 / 52 better),
+        # +0.0021 +- 0.0005 training (69 / 88), ED->ES LV EF error 3.35 / +0.50 -> 3.20 / +0.12 and 4.29 / -0.39 ->
+        # 4.43 / -0.79 (mix 0.3: +0.0025 / +0.0020; 0.7: +0.0032 on validation; 1: -0.0007 on training, LV EF bias -2.44;
+        # erosion 0: +0.0028 / +0.0017 with mix 0.5; 2: +0.0020 / +0.0006)
+        # the label term's segmentation prior of the fixed frame (networks.nets.LabelPrior "acdc_heart", trained on the 44
+        # training patients only; examples/train_acdc_label_prior.py), weight 8 within the term (README, "Label prior"; chosen
+        # on the 26 validation patients: +0.0324 +- 0.0034 Dice per pair with the first, 60-epoch prior, and still best with
+        # the shipped 120-epoch one, docs/interop.md)
+        "register_settings": {"num_steps": 6, "refine_iterations": 40, "refine_grid_stride": 8, "field_of_view": "heart-stack",
+                              "flip_ensemble": 2, "label_sigma": 1.0, "label_model_mix": 0.5, "label_prior": "acdc_heart",
+                              "label_prior_weight": 8.0},
+    },
+    "npc_camus": {
+        # the carried label smoothed in-plane by 1 voxel before its label-linear resampling: +0.0035 Dice per pair on the
+        # 100 pairs (ED->ES and ES->ED, 2CH and 4CH) of the split's 25 validation patients, better on all 100
+        # (0.5: +0.0012, 1.5: +0.0036, 2: +0.0034, 3: +0.0028; the copy's labels were resized linearly and rounded)
+        "register_settings": {"label_sigma": 1.0},
+    },
+}
+
+
+def _preprocessing(name: str) -> Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]:
+    entry = PREPROCESSING.get(name)
+    if entry is None:
+        raise ValueError(f"unknown model preprocessing {name!r} in the weights' meta; known: {sorted(PREPROCESSING)}.")
+    if isinstance(entry, str):
+        module, _, attr = entry.partition(":")
+        entry = getattr(importlib.import_module(module), attr)
+        PREPROCESSING[name] = entry
+    return entry
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What a network needs of its inputs (from its weights' ``meta``).
+
+    Attributes:
+        input_size: in-plane grid size the network was trained at (voxels).
+        preprocessing: key of :data:`PREPROCESSING`.
+        field_of_view: one of :data:`FIELDS_OF_VIEW`.
+        spacing_mm: ``(low, high)`` in-plane voxel sizes (mm) the network was trained at
+            (``"heart"``: the window's spacing is the fixed image's, clamped to this range).
+        taper: voxels over which a ``"heart"`` window's field falls to zero at its edge.
+    """
+
+    input_size: int = 128
+    preprocessing: str = "minmax"
+    field_of_view: str = "image"
+    spacing_mm: Tuple[float, float] = (0.0, math.inf)
+    taper: int = 24
+
+    def inputs(self, array: np.ndarray, meta: Mapping[str, Any]) -> np.ndarray:
+        """``(Z, H, W)`` resampled slices -> network inputs."""
+        return _preprocessing(self.preprocessing)(array, meta)
+
+
+def _model_meta(net: nn.Module) -> Dict[str, Any]:
+    """``net.meta`` over its bundle's :data:`_BUNDLE_DEFAULTS` (for older shipped weights)."""
+    bundle = str((getattr(net, "meta", None) or {}).get("bundle"))  # a name, or the folder of weights loaded from a bundle
+    meta = dict(_BUNDLE_DEFAULTS.get(bundle, _BUNDLE_DEFAULTS.get(os.path.basename(bundle.rstrip("/\\")), {})))
+    meta.update(getattr(net, "meta", None) or {})
+    return meta
+
+
+#: register settings that are numbers with a fraction, and those that are names (the others are integers)
+_FLOAT_SETTINGS = ("label_sigma", "label_model_mix", "label_prior_weight")
+_NAME_SETTINGS = ("field_of_view", "label_prior")
+
+
+def register_settings(net: nn.Module) -> Dict[str, Union[int, float, str]]:
+    """What ``register`` gives weights loaded by name or file where the caller sets nothing: their meta's
+    ``register_settings`` (``{"num_steps", "refine_iterations", "refine_grid_stride", "flip_ensemble"}`` as
+    integers, ``"label_sigma"`` (voxels, :func:`monai_npc.interop.label_resample.resample_label`) and
+    ``"label_model_mix"`` (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``"label_prior_weight"``
+    as floats, ``"field_of_view"`` (checked where it is used, :func:`model_profile`) and ``"label_prior"`` (a
+    :func:`~monai_npc.networks.nets.load_label_prior` name) as names; any may be absent;
+    ``acdc``: 6 learned ODE steps averaged over the pair and the pair turned by 180 degrees, 40 refinement
+    steps on a residual grid 8 voxels apart, one heart window per stack, the carried label smoothed by
+    1 voxel, the label term's models half from the fixed frame, the ``acdc_heart`` segmentation prior in
+    the label term); ``{}``: the weights' own configuration."""
+    settings = dict(_model_meta(net).get("register_settings") or {})
+    return {k: (str(v) if k in _NAME_SETTINGS else float(v) if k in _FLOAT_SETTINGS else int(v)) for k, v in settings.items()}
+
+
+def model_profile(net: nn.Module, size: Optional[int] = None, field_of_view: Optional[str] = None) -> ModelProfile:
+    """The :class:`ModelProfile` of ``net`` from ``net.meta`` (keys ``input_size``, ``preprocessing``,
+    ``field_of_view``, ``spacing_mm``, ``taper``; older shipped weights get their bundle's defaults).
+
+    ``size`` / ``field_of_view`` override the weights' values (``register(size=..., field_of_view=...)``).
+    """
+    meta = _model_meta(net)
+    trained = meta.get("input_size")
+    if size is not None and trained is not None and int(size) != int(trained):
+        warnings.warn(
+            f"size={size}: these weights were trained on {trained} x {trained} inputs, and their filter grid and positional "
+            f"encoding are tied to that size; other sizes can register much worse (acdc on 52 validation pairs of whole stacks: Dice 0.825 "
+            f"at 128, 0.823 at 160, 0.716 at 144). Leave size unset to use {trained}.", RuntimeWarning, stacklevel=3)
+    fov = str(field_of_view or meta.get("field_of_view", "image"))
+    if fov not in FIELDS_OF_VIEW:
+        raise ValueError(f"field_of_view must be one of {FIELDS_OF_VIEW}, got {fov!r}.")
+    low, high = meta.get("spacing_mm", (0.0, math.inf))
+    profile = ModelProfile(
+        input_size=int(size or meta.get("input_size", 128)),
+        preprocessing=str(meta.get("preprocessing", "minmax")),
+        field_of_view=fov,
+        spacing_mm=(float(low), float(high)),
+        taper=int(meta.get("taper", 24)),
+    )
+    _preprocessing(profile.preprocessing)  # an unknown name fails before any work
+    return profile

@@ -1,0 +1,59 @@
+"""Label maps carried through a displacement field: each value's indicator (optionally smoothed in-plane)
+interpolated linearly, the largest wins (ITK's ``sitkLabelLinear``, ANTs ``-n GenericLabel``).
+
+Fields are in voxels, MONAI ``Warp`` convention: ``out(x) = label(x + ddf(x))``, channel ``k`` along axis ``k``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .warp import warp_image
+
+__all__ = ["label_indicators", "indicator_tensor", "warp_indicators", "warp_label"]
+
+
+def label_indicators(label: np.ndarray, values: Sequence[int], sigma: float = 0.0) -> Tuple[np.ndarray, np.ndarray]:
+    """``(values, indicators)``: background and each non-zero value of ``values`` (``(C,)`` int32) and
+    their indicators ``(C, *label.shape)`` float32 of the label map ``label`` (``(H, W)`` or ``(Z, H, W)``),
+    each smoothed by a Gaussian of ``sigma`` voxels along the last two (in-plane) axes when
+    ``sigma > 0``, never across slices; they still sum to 1 at every voxel."""
+    from scipy import ndimage  # here: a registration without labels does not import scipy (the CLI's cold start)
+
+    label = np.asarray(label)
+    kept = [0] + [int(v) for v in values if int(v) != 0]
+    widths = [0.0] * (label.ndim - 2) + [float(sigma)] * min(2, label.ndim)
+    channels = [(label == v).astype(np.float32) for v in kept[1:]]
+    if sigma > 0:
+        channels = [ndimage.gaussian_filter(c, widths, mode="nearest") for c in channels]
+    background = 1.0 - np.sum(channels, 0) if channels else np.ones(label.shape, np.float32)
+    return np.asarray(kept, np.int32), np.stack([background.astype(np.float32)] + channels)
+
+
+
+def indicator_tensor(label: np.ndarray, values: Sequence[int], sigma: float = 0.0) -> Tuple[np.ndarray, torch.Tensor]:
+    """:func:`label_indicators` of ``label`` ``(Z, H, W)`` (``register``'s
+    smoothing of ``warped_label``) as ``(values (C,), indicators (Z, C, H, W) tensor)``: computed once,
+    they carry the same label to every frame (:func:`warp_indicators`)."""
+    kept, indicators = label_indicators(label, values, sigma)  # (C, Z, H, W)
+    return kept, torch.from_numpy(indicators).transpose(0, 1).contiguous()
+
+
+def warp_indicators(values: np.ndarray, indicators: torch.Tensor, ddf: torch.Tensor) -> np.ndarray:
+    """The label of :func:`indicator_tensor` sampled at ``x + ddf(x)`` (``ddf`` ``(Z, 2, H, W)`` voxels):
+    each indicator interpolated linearly, the largest wins; 0 outside."""
+    prob = warp_image(indicators, ddf.float(), "bilinear", "zeros")
+    prob[:, 0] += 1e-3  # ties (outside the image: all 0) go to background
+    # argmax over the last, contiguous axis: about 5x faster on the CPU than over axis 1 (same result)
+    return values[prob.movedim(1, -1).contiguous().argmax(-1).numpy()]
+
+
+def warp_label(label: np.ndarray, ddf: torch.Tensor, values: Sequence[int], sigma: float = 0.0) -> np.ndarray:
+    """``label`` ``(Z, H, W)`` sampled at ``x + ddf(x)`` (``ddf`` ``(Z, 2, H, W)`` voxels): one-hot
+    linear interpolation of each value in ``values`` (and background), each first smoothed in-plane
+    by a Gaussian of ``sigma`` voxels when ``sigma > 0`` (as ``register``'s ``label_sigma``), then
+    ``argmax``; 0 outside."""
+    return warp_indicators(*indicator_tensor(label, values, sigma), ddf)
