@@ -147,7 +147,7 @@ def test_quickstart_removes_stale_metrics_and_fails_in_one_line(tmp_path, monkey
     args = ["quickstart", "--out", str(out), "--pairs", "2", "--model", "phase-correlation"]
     assert main(args) == 0
     assert json.loads((out / "metrics.json").read_text())["n_pairs"] == 2
-    real = interop_register.register_files
+    real = registration_files.register_files
     calls = []
 
     def second_fails(*a, **k):
