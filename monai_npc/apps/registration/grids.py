@@ -17,7 +17,7 @@ __all__ = ["CONSTANT_RTOL", "heart_grid", "constant_slices", "slices_of", "given
 
 
 #: a slice whose intensity range is below this fraction of its largest magnitude counts as constant (a few float32
-#: steps: an image with a large offset, 241 grey levels on top of 1e6, still registers; it was 1e-3 before)
+#: steps: an image with a large offset, 241 grey levels on top of 1e6, still registers)
 CONSTANT_RTOL = 1e-5
 
 

@@ -131,7 +131,6 @@ def model_input_size(net: nn.Module, default: int = 128) -> int:
     return int((getattr(net, "meta", None) or {}).get("input_size", default))
 
 
-
 #: ``meta["preprocessing"]`` -> ``f((Z, H, W) array, meta) -> (Z, H, W) float32``; a ``"module:function"``
 #: string is imported on first use (extras register themselves by name, the core never imports them)
 PREPROCESSING: Dict[str, Union[Callable[[np.ndarray, Mapping[str, Any]], np.ndarray], str]] = {
@@ -139,49 +138,28 @@ PREPROCESSING: Dict[str, Union[Callable[[np.ndarray, Mapping[str, Any]], np.ndar
     "sar": "monai_npc.extras.sar.preprocess:model_inputs",
 }
 
-
 #: field-of-view policies (see the module docstring)
 FIELDS_OF_VIEW = ("image", "heart", "heart-stack", "image+heart", "image>heart")
 
 
-#: ``meta["bundle"]`` -> profile defaults for weights written before the profile keys existed
+#: ``meta["bundle"]`` -> profile defaults for weights written before the profile keys existed. ``register_settings`` are
+#: what ``register`` gives a pair where the caller sets nothing; each was chosen on the validation patients (the
+#: measurements behind each value: docs/design_notes.md, "Register settings of the shipped models").
 _BUNDLE_DEFAULTS: Dict[str, Dict[str, Any]] = {
-    # the ACDC crops are 128 x 128 at the scanner's pixel size; ACDC spacing is 1.37-1.68 mm (train and test)
     "npc_acdc": {
+        # the ACDC crops are 128 x 128 at the scanner's pixel size (ACDC spacing is 1.37-1.68 mm)
         "field_of_view": "heart", "spacing_mm": [1.3, 1.9],
-        # the field falls to zero over the window's outer 12 voxels instead of 24: more of a large heart (the RV) inside
-        # the fully registered part; +0.0007 +- 0.0002 Dice on the 52 validation pairs and +0.0004 +- 0.0001 on the 88
-        # training pairs (8: +0.0009 / +0.0005, 16: +0.0005 on validation, 36: -0.0023), the LV EF error unchanged
+        # the field falls to zero over the window's outer 12 voxels: more of a large heart inside the registered part
         "taper": 12,
-        # a pair through register: 6 learned ODE steps and 40 refinement steps instead of the weights' 10 and 50
-        # have the same whole-stack Dice and ED->ES LV EF error on the validation and the training patients
-        # in about 80 % of the time; the refinement's residual on a grid 6 voxels apart instead of 4 gained
-        # 0.004 Dice on both with 0.5.0 (README, "Time"), 8 instead of 6 another 0.002 / 0.0015 with 0.7.0
-        # (coarser grids: the same Dice, a larger LV EF error); one heart window per stack instead of one per slice: +0.0047
-        # Dice on the training patients (a slice's own window can miss its heart by 40-150 mm), equal on
-        # the validation ones (README, "Heart window")
-        # the ODE's field averaged with that of the pair turned by 180 degrees (flip_ensemble 2): +0.0010 +- 0.0004 Dice on
-        # the 88 training pairs (57 better), +0.0008 +- 0.0009 on the 52 validation pairs (36 better), ED->ES LV EF error
-        # 5.06 / -2.28 -> 4.91 / -1.92 and 3.50 / -1.13 -> 3.36 / -0.79 (MAE / bias), 1.0 -> 1.3 s per pair (README, "Time")
-        # the carried label smoothed in-plane by 1 voxel before its label-linear resampling
-        # (monai_npc.interop.label_resample): +0.0012 +- 0.0001 Dice on the validation and on the training pairs;
-        # the label term's intensity models half the moving image's, half the fixed image's own under the carried
-        # labels eroded by 1 voxel (InstanceRefinement label_model_mix): +0.0033 +- 0.0007 validation (43 / 52 better),
-        # +0.0021 +- 0.0005 training (69 / 88), ED->ES LV EF error 3.35 / +0.50 -> 3.20 / +0.12 and 4.29 / -0.39 ->
-        # 4.43 / -0.79 (mix 0.3: +0.0025 / +0.0020; 0.7: +0.0032 on validation; 1: -0.0007 on training, LV EF bias -2.44;
-        # erosion 0: +0.0028 / +0.0017 with mix 0.5; 2: +0.0020 / +0.0006)
-        # the label term's segmentation prior of the fixed frame (networks.nets.LabelPrior "acdc_heart", trained on the 44
-        # training patients only; examples/train_acdc_label_prior.py), weight 8 within the term (README, "Label prior"; chosen
-        # on the 26 validation patients: +0.0324 +- 0.0034 Dice per pair with the first, 60-epoch prior, and still best with
-        # the shipped 120-epoch one, docs/interop.md)
+        # 6 ODE and 40 refinement steps (residual grid 8 voxels apart), one heart window per stack, the ODE's field
+        # averaged with that of the pair turned by 180 degrees, the carried label smoothed in-plane by 1 voxel, the label
+        # term's intensity models half from the fixed frame, the acdc_heart segmentation prior at weight 8 in that term
         "register_settings": {"num_steps": 6, "refine_iterations": 40, "refine_grid_stride": 8, "field_of_view": "heart-stack",
                               "flip_ensemble": 2, "label_sigma": 1.0, "label_model_mix": 0.5, "label_prior": "acdc_heart",
                               "label_prior_weight": 8.0},
     },
     "npc_camus": {
-        # the carried label smoothed in-plane by 1 voxel before its label-linear resampling: +0.0035 Dice per pair on the
-        # 100 pairs (ED->ES and ES->ED, 2CH and 4CH) of the split's 25 validation patients, better on all 100
-        # (0.5: +0.0012, 1.5: +0.0036, 2: +0.0034, 3: +0.0028; the copy's labels were resized linearly and rounded)
+        # the carried label smoothed in-plane by 1 voxel before its label-linear resampling
         "register_settings": {"label_sigma": 1.0},
     },
 }
