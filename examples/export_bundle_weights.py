@@ -5,12 +5,13 @@ writes a :func:`~monai_npc.networks.nets.save_pretrained` file whose ``meta`` ca
 name, version, changelog entry and model grid size, plus ``--trained-on`` and any ``--meta KEY=VALUE``.
 Shipped this way: ``monai_npc/weights/camus.pt`` from ``bundles/npc_camus``::
 
-    python examples/export_bundle_weights.py bundles/npc_camus monai_npc/weights/camus.pt \\
+    python examples/export_bundle_weights.py --mirror bundles/npc_camus monai_npc/weights/camus.pt \\
         --trained-on "real CAMUS echocardiography (public 224 x 224 copy, 225 training patients), fine-tuned from synthetic echo phantoms"
 
 After replacing the bundle's ``models/model.pt`` (and bumping its version), the same command
-refreshes the named model; ``monai-npc register --model camus`` then uses it. Weights a bundle
-training wrote outside the bundle (``--ckpt_dir runs/x/models``) are exported with
+refreshes the named model; ``monai-npc register --model camus`` then uses it, and ``--mirror`` makes
+the bundle's ``models/model.pt`` a byte-identical copy of it again (``tests/test_bundle_travel.py``
+checks that the two agree). Weights a bundle training wrote outside the bundle (``--ckpt_dir runs/x/models``) are exported with
 ``--weights runs/x/models/model.pt``; the file then works with ``monai-npc register --model OUT.pt``.
 """
 
@@ -34,8 +35,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--weights", default=None, metavar="FILE",
                    help="weights to export instead of BUNDLE_DIR/models/model.pt: a bundle training's model.pt or checkpoint_epoch=N.pt "
                    "written elsewhere (--ckpt_dir / --output_dir), with the bundle's network_def")
-    p.add_argument("--link", action="store_true",
-                   help="then make the bundle's models/model.pt a link to OUT (one stored copy) and record its checksum")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--mirror", action="store_true",
+                     help="then make the bundle's models/model.pt a byte-identical copy of OUT (git stores the two once; "
+                     "the bundle folder can be copied or zipped) and record its checksum: how the shipped bundles are kept")
+    how.add_argument("--link", action="store_true",
+                     help="then make the bundle's models/model.pt a link to OUT and record its checksum (the bundle then "
+                     "works in place only: a copy of its folder has a dangling link)")
     args = p.parse_args(argv)
     meta = {}
     for item in args.meta:
@@ -48,7 +54,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             meta[key] = value
     if args.trained_on:
         meta["trained_on"] = args.trained_on
-    out = export_bundle_weights(args.bundle_dir, args.out, meta, link=args.link, weights=args.weights)
+    out = export_bundle_weights(args.bundle_dir, args.out, meta, link=args.link, weights=args.weights, mirror=args.mirror)
     net = load_pretrained(out)  # check the file loads back
     print(f"wrote {out}: {sum(p.numel() for p in net.parameters())} parameters, version {net.meta.get('version')}, "
           f"trained on {net.meta.get('trained_on', 'see meta changelog')}")

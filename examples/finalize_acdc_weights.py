@@ -6,7 +6,8 @@
 Evaluates the model on every held-out pair of the training split (both directions) at ODE 4 (as
 trained) and ODE 10 (the paper's setting), records both in ``meta["validation_full"]``, ships the
 configuration with ``num_steps`` = the better of the two and ``detach_steps`` off (a training-only
-option; outputs are equal), and makes the bundle's ``models/model.pt`` a link to that file (one stored copy).
+option; outputs are equal), and makes the bundle's ``models/model.pt`` a byte-identical copy of that file (git
+stores the two once).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from monai_npc.data.acdc import build_acdc_pairs
 from monai_npc.engines import evaluate_pairs
-from monai_npc.networks.nets import link_bundle_weights, load_pretrained, save_pretrained
+from monai_npc.networks.nets import load_pretrained, mirror_bundle_weights, save_pretrained
 
 
 def held_out_metrics(net, pairs) -> dict:
@@ -36,7 +37,7 @@ def main() -> None:
     p.add_argument("--weights", required=True, help="best.pt written by train_acdc_cpu.py")
     p.add_argument("--data-dir", required=True)
     p.add_argument("--out", required=True, help="save_pretrained file to write (e.g. monai_npc/weights/acdc.pt)")
-    p.add_argument("--bundle-model", default=None, help="bundle models/model.pt to make a link to --out (one stored copy)")
+    p.add_argument("--bundle-model", default=None, help="bundle models/model.pt to make a copy of --out (git stores the two once)")
     p.add_argument("--note", default="", help="free text stored in meta['note'] after the generated one")
     args = p.parse_args()
 
@@ -58,7 +59,7 @@ def main() -> None:
                     f"higher on the held-out patients (validation_full)" + (f"; {args.note}" if args.note else ""))
     save_pretrained(final, args.out, meta)
     if args.bundle_model:
-        link_bundle_weights(Path(args.bundle_model).parent.parent, args.out)
+        mirror_bundle_weights(Path(args.bundle_model).parent.parent, args.out)
     print(f"wrote {args.out}" + (f" and {args.bundle_model}" if args.bundle_model else "") + f" (num_steps {best})")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,8 +93,8 @@ def test_shipped_weights_have_a_matching_checksum(name):
     check = check_weights(name)
     assert check.status == "ok", check.message
     bundle = BUNDLES_DIR / BUNDLE_MODELS.get(name, "-")
-    if bundle.is_dir():  # stored once: the bundle's models/model.pt is the package file, checked by metadata.json too
-        assert (bundle / "models" / "model.pt").resolve() == (WEIGHTS_DIR / f"{name}.pt").resolve()
+    if bundle.is_dir():  # the bundle's models/model.pt is a byte-identical copy of the package file, checked by metadata.json too
+        assert (bundle / "models" / "model.pt").read_bytes() == (WEIGHTS_DIR / f"{name}.pt").read_bytes()
         assert check_weights(bundle).recorded == {
             f"meta of {bundle / 'models' / 'model.pt'}": check.actual, str(bundle / "configs" / "metadata.json"): check.actual,
         }
@@ -132,6 +133,45 @@ def test_export_with_link_stores_the_weights_once(tmp_path):
     assert "tiny \u00d7" in (bundle / "configs" / "metadata.json").read_text(encoding="utf-8")  # not re-escaped
     loaded = load_pretrained(bundle)
     assert loaded.meta["trained_on"] == "noise" and loaded.meta["version"] == "1.0"
+
+
+def test_export_with_mirror_gives_the_bundle_its_own_identical_copy(tmp_path):
+    """A retrained bundle exported to the package format, then given a byte-identical copy (how the shipped bundles are kept)."""
+    import shutil
+
+    from monai_npc.networks.nets import export_bundle_weights, mirror_bundle_weights
+
+    net = tiny_net()
+    stale = {"version": "1.0", CHECKSUM_KEY: "0" * 64}
+    bundle = write_bundle(tmp_path / "bundle", lambda p: p.symlink_to("../../old.pt"), metadata=stale)  # a link, as before
+    old = save_pretrained(tiny_net(), tmp_path / "old.pt")
+    before = old.read_bytes()
+    (bundle / "models" / "model.pt").unlink()
+    torch.save(net.state_dict(), bundle / "models" / "model.pt")  # a bundle training's bare state dict
+    out = export_bundle_weights(bundle, tmp_path / "weights" / "tiny.pt", {"trained_on": "noise"}, mirror=True)
+    copy = bundle / "models" / "model.pt"
+    assert not copy.is_symlink() and copy.read_bytes() == out.read_bytes() and old.read_bytes() == before
+    check = check_weights(bundle)
+    assert check.status == "ok" and check.actual == state_dict_sha256(net.state_dict())
+    assert json.loads((bundle / "configs" / "metadata.json").read_text())[CHECKSUM_KEY] == check.actual
+    # the copied bundle loads without the package file beside it
+    moved = Path(shutil.copytree(bundle, tmp_path / "elsewhere" / "bundle"))
+    out.unlink()
+    x = torch.rand(1, 2, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(load_pretrained(moved)(x), net(x))
+    # a link already there is replaced by the copy, the file it pointed to is left alone
+    copy.unlink()
+    copy.symlink_to("../../old.pt")
+    mirror_bundle_weights(bundle, old)
+    assert not copy.is_symlink() and copy.read_bytes() == before == old.read_bytes()
+    # weights without a matching recorded checksum are refused (recording it would make the copy differ)
+    torch.save(net.state_dict(), tmp_path / "bare.pt")
+    with pytest.raises(ValueError, match=r"bare\.pt: not a save_pretrained file with a recorded weights_sha256"):
+        mirror_bundle_weights(bundle, tmp_path / "bare.pt")
+    with pytest.raises(ValueError, match=r"link and mirror exclude each other"):
+        export_bundle_weights(bundle, tmp_path / "again.pt", link=True, mirror=True)
+    assert copy.read_bytes() == before and not (tmp_path / "again.pt").exists()
 
 
 def test_saving_a_retrained_bundle_replaces_the_link_not_the_shared_file(tmp_path):

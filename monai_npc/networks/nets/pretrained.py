@@ -16,7 +16,8 @@ Weights are data, never code: every file is read with ``torch.load(weights_only=
 (:func:`monai_npc.serialization.safe_load`), and weights with a recorded SHA-256 (``meta["weights_sha256"]``
 of the file, ``weights_sha256`` of a bundle's ``configs/metadata.json``) are checked before use
 (:func:`check_weights`, ``monai-npc verify-weights``). The shipped ``acdc`` and ``camus`` files are
-also the bundles' ``models/model.pt`` (git links to ``monai_npc/weights/NAME.pt``).
+also the bundles' ``models/model.pt`` (byte-identical copies of ``monai_npc/weights/NAME.pt``, which git
+stores once: a bundle folder copied or zipped elsewhere keeps its weights; :func:`mirror_bundle_weights`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from monai_npc.io_safety import atomic_copy
 from monai_npc.serialization import CHECKSUM_KEY, ChecksumError, plain, safe_load, state_dict_sha256
 from monai_npc.utils import atomic_torch_save
 
@@ -45,6 +47,7 @@ __all__ = [
     "export_bundle_weights",
     "link_bundle_weights",
     "load_pretrained",
+    "mirror_bundle_weights",
     "model_argument_help",
     "record_checksum",
     "save_pretrained",
@@ -259,7 +262,8 @@ def record_checksum(name_or_path: str | Path) -> WeightsCheck:
     """Record the current weights checksum of a model argument: in a bundle's metadata.json and in a save_pretrained file's meta.
 
     A bundle's ``models/model.pt`` that links to the package's copy has that file rewritten (the
-    link stays). Use it after changing the weights on purpose (e.g. a retrained bundle).
+    link stays); a bundle's own copy (:func:`mirror_bundle_weights`) is rewritten alone, so mirror it
+    again afterwards. Use it after changing the weights on purpose (e.g. a retrained bundle).
     """
     path = _locate(name_or_path)
     config, state, meta = _contents(path, map_location="cpu")
@@ -351,7 +355,8 @@ def link_bundle_weights(bundle_dir: str | Path, weights: str | Path) -> Path:
 
     ``weights`` is a :func:`save_pretrained` file (e.g. ``monai_npc/weights/acdc.pt``), which MONAI's
     ``CheckpointLoader(load_dict={"model": net})`` reads too; the bundle's ``configs/metadata.json``
-    gets its ``weights_sha256``. Returns the link.
+    gets its ``weights_sha256``. Returns the link. A linked bundle works in place only: copied or zipped
+    elsewhere, its link dangles (the shipped bundles hold copies instead, :func:`mirror_bundle_weights`).
     """
     link = Path(bundle_dir) / _BUNDLE_WEIGHTS
     link.parent.mkdir(parents=True, exist_ok=True)
@@ -363,21 +368,53 @@ def link_bundle_weights(bundle_dir: str | Path, weights: str | Path) -> Path:
     return link
 
 
+def mirror_bundle_weights(bundle_dir: str | Path, weights: str | Path) -> Path:
+    """Make a bundle's ``models/model.pt`` a byte-identical copy of ``weights`` and record its checksum.
+
+    As :func:`link_bundle_weights`, but the bundle then holds its weights itself, so the folder can be
+    copied, zipped and run anywhere; in a git repository the two identical files are one stored blob.
+    ``weights`` is a :func:`save_pretrained` file whose recorded SHA-256 matches its tensors (so that
+    recording the checksum leaves the copy as it is, byte for byte). The copy is written to a temporary
+    file and renamed into place (a link already there is replaced, the file it pointed to is left alone).
+    Returns the copy.
+
+    Raises:
+        FileNotFoundError: no file ``weights``.
+        ValueError: ``weights`` is not a :func:`save_pretrained` file, or its checksum is missing or wrong.
+    """
+    target = Path(bundle_dir) / _BUNDLE_WEIGHTS
+    source = Path(weights)
+    if not source.is_file():
+        raise FileNotFoundError(f"weights {source}: no such file.")
+    config, _, meta = _contents(source)
+    if config is None or not meta.get(CHECKSUM_KEY):
+        raise ValueError(f"weights {source}: not a save_pretrained file with a recorded {CHECKSUM_KEY} (export_bundle_weights writes one).")
+    check = check_weights(source)
+    if check.status != "ok":
+        raise ValueError(f"weights {source}: {check.message}")
+    atomic_copy(source, target)
+    record_checksum(bundle_dir)
+    return target
+
+
 def export_bundle_weights(
     bundle_dir: str | Path, out: str | Path, meta: Optional[Mapping[str, Any]] = None, link: bool = False,
-    weights: Optional[str | Path] = None,
+    weights: Optional[str | Path] = None, mirror: bool = False,
 ) -> Path:
     """Write a bundle's ``models/model.pt`` with its ``network_def`` as a :func:`save_pretrained` file.
 
     ``meta`` is added to the bundle's (name, version, changelog entry, ``input_size``, and
     ``preprocessing: "minmax"``). This is how ``monai_npc/weights/camus.pt`` is made from
     ``bundles/npc_camus`` (``examples/export_bundle_weights.py``); the bundle's weights are not checked
-    against its recorded checksum (after a retraining it is the old one). With ``link``, the bundle's
-    ``models/model.pt`` then becomes a link to ``out`` (:func:`link_bundle_weights`): one stored copy.
+    against its recorded checksum (after a retraining it is the old one). With ``mirror``, the bundle's
+    ``models/model.pt`` then becomes a byte-identical copy of ``out`` (:func:`mirror_bundle_weights`, how
+    the shipped bundles are kept); with ``link``, a link to it (:func:`link_bundle_weights`).
     ``weights``: take the weights from this file instead (a bundle training's ``model.pt`` or
     ``checkpoint_epoch=N.pt`` written outside the bundle with ``--ckpt_dir`` / ``--output_dir``), with the
     bundle's ``network_def``.
     """
+    if link and mirror:
+        raise ValueError("export_bundle_weights: link and mirror exclude each other (a link to out, or a copy of it).")
     bundle_dir = Path(bundle_dir)
     if not (_is_bundle(bundle_dir) if weights is None else (bundle_dir / _BUNDLE_CONFIG).is_file()):
         needs = _BUNDLE_CONFIG if weights is not None else f"{_BUNDLE_CONFIG} and {_BUNDLE_WEIGHTS}"
@@ -399,6 +436,8 @@ def export_bundle_weights(
     info.pop(CHECKSUM_KEY, None)
     info["bundle"] = bundle_dir.resolve().name
     save_pretrained(net, out, info)
-    if link:
+    if mirror:
+        mirror_bundle_weights(bundle_dir, out)
+    elif link:
         link_bundle_weights(bundle_dir, out)
     return Path(out)
