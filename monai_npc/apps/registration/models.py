@@ -18,7 +18,8 @@ registries, so the core never imports an extra:
   ``"heart-stack"``: one window for the whole stack, from the frame difference of all its slices (a
   slice's own frame difference can peak far from its heart); the field of each slice is still computed
   from its own pair alone. ``"image+heart"`` and ``"image>heart"``: the whole image and the windows,
-  averaged or coarse to fine. Why each shipped model has the settings it has: docs/changelog.md.
+  averaged or coarse to fine. Why each shipped model has the settings it has: docs/design_notes.md,
+  "Register settings of the shipped models".
 """
 
 from __future__ import annotations
