@@ -67,7 +67,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     r.set_defaults(func=run_train_real)
 
-    b = sub.add_parser("bench-real", help="real-scene benchmark: none, skimage phase correlation, NPC (issue 14 protocol)")
+    b = sub.add_parser("bench-real", help="real-scene benchmark: none, skimage phase correlation, NPC (protocol: monai_npc.extras.sar.real)")
     b.add_argument("--out", default=None, help="write metrics.json and per_pair.csv here (optional)")
     b.add_argument("--data", default=None, help="scene folder (default: ../shared/data/sar_real beside the repository)")
     b.add_argument("--model", default="sar", help="shipped name or save_pretrained file (default: sar)")
