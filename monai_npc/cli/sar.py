@@ -52,7 +52,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     t.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     t.set_defaults(func=run_train)
 
-    r = sub.add_parser("train-real", help="fine-tune on real scenes (training pixels of ../shared/data/sar_real) with known warps")
+    r = sub.add_parser("train-real", help="fine-tune on real scenes (training pixels of the sar_real scenes) with known warps")
     r.add_argument("--out", required=True, help="output folder (checkpoint.pt, sar.pt, train_history.json); resumes a checkpoint there")
     r.add_argument("--data", default=None, help="scene folder (default: ../shared/data/sar_real beside the repository)")
     r.add_argument("--iterations", type=int, default=5000, help="total Adam iterations (default 5000)")

@@ -67,8 +67,8 @@ def resolve_model(
     (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``num_steps`` the learned ODE steps
     (:class:`~monai_npc.networks.blocks.WarpODE`, split evenly over its stages); ``None``: the
     weights' register settings (:func:`monai_npc.apps.registration.models.register_settings`; ``acdc``: 6 ODE
-    and 40 refinement steps, the refinement's residual 8 voxels apart, instead of the 10, 50 and 4 it
-    was benchmarked on crops with, the ODE's field averaged with the pair turned by 180 degrees
+    and 40 refinement steps, the refinement's residual 8 voxels apart, instead of the weights' own
+    10, 50 and 4, the ODE's field averaged with the pair turned by 180 degrees
     (``flip_ensemble`` 2), and one heart window per stack, ``net.meta["field_of_view"] =
     "heart-stack"``), else their own; ``register_defaults=False``: the weights' own
     for everything the caller leaves unset (tracking between consecutive frames, which sets its own
