@@ -45,7 +45,7 @@ def _adam_step(param: torch.Tensor, grad: torch.Tensor, moments: Tuple[torch.Ten
                betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
     """Step ``step`` (1, 2, ...) of ``torch.optim.Adam`` (no weight decay) on ``param`` in place: the same
     arithmetic, operation for operation, without the optimizer object, whose first construction in a
-    process imports ``torch._dynamo`` (about 1.4 s of a command-line registration)."""
+    process imports ``torch._dynamo`` (a large part of a command-line registration's time)."""
     exp_avg, exp_avg_sq = moments
     exp_avg.lerp_(grad, 1 - betas[0])
     exp_avg_sq.mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])
