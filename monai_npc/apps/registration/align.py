@@ -1,7 +1,7 @@
 """Step 0 of the input path: a rigid in-plane pre-alignment of the moving image to the fixed one.
 
 The networks learn non-rigid motion of one acquisition (a cine's frames, an echo sequence): they do
-not undo a patient turned or shifted between two studies, and a stack turned by a few degrees
+not undo a patient turned or shifted between two studies, and a stack turned in-plane
 registers much worse (docs/design_notes.md, "apps/registration/align.py";
 ``python benchmarks/rigid_alignment.py``). :func:`rigid_in_plane` finds that turn and shift
 first, by Mattes mutual information with SimpleITK, as ANTs and the ITK examples start a
