@@ -5,8 +5,8 @@ torch, so that :func:`prefer_passive_waits` can still reach OpenMP.
 
 Threads. PyTorch uses one OpenMP thread per core by default, and GNU OpenMP (the runtime of the
 Linux CPU wheels) keeps idle threads spinning after each parallel region. On a machine shared
-with another job this costs more than it gains: both processes spin on the same cores (a batch-1
-128 x 128 registration measured 2.5x slower beside a training job). :func:`default_threads`
+with another job this costs more than it gains: both processes spin on the same cores and each
+runs slower (docs/design_notes.md, "runtime.py"). :func:`default_threads`
 picks at most :data:`MAX_DEFAULT_THREADS` threads and no more than the cores the load average
 leaves free; :func:`prefer_passive_waits` sets ``OMP_WAIT_POLICY=PASSIVE`` (sleeping, not
 spinning, waits) unless the user set it.
@@ -121,8 +121,8 @@ def set_default_threads(threads: Optional[int] = None) -> int:
     """Set torch's and SimpleITK's threads for the rest of the process (``None``: :func:`default_threads`).
 
     For your own programs (the bundles pass ``threads`` to their functions instead): torch's own default
-    (one spinning thread per core) was measured 8x slower than one thread for bundle inference on a
-    2-core machine running another job.
+    (one spinning thread per core) is much slower than one thread on a machine running another job
+    (docs/design_notes.md, "runtime.py").
     Returns the number set.
     """
     import SimpleITK as sitk

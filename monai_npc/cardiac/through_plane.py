@@ -3,9 +3,8 @@
 A 2-D model registers each short-axis slice in its own plane. During systole the base of the
 heart (the atrioventricular plane) moves towards the apex, so the most basal slice that cuts the
 right ventricle at ED cuts the right atrium at ES. An in-plane registration cannot remove a
-structure from a slice: it keeps about 90 % of the ED area there, and the carried RV label
-over-states the ES volume (measured on the 44 training patients of ``acdc70_split``: RV EF
-bias -27.4 points; validation: -30.2).
+structure from a slice: it keeps most of the ED area there, and the carried RV label
+over-states the ES volume (the RV EF is biased low).
 
 This module makes that explicit with a slab model of the stack. Slice ``z`` holds the slab
 ``[t, t + s]`` (``s`` = slice spacing in mm, ``t`` = distance in mm from the most basal slice that
@@ -17,13 +16,11 @@ is cleared of the structure (:func:`apply_basal_descent`). The base end of the s
 nearer the reference label's area-weighted centre along the slice axis (ventricles are widest at
 the base; :func:`base_end`).
 
-The descent is a population value per structure, :data:`BASAL_DESCENT_MM`, chosen on the 44
-training patients of ``acdc70_split`` (ED label carried to ES by ``monai_npc.register``; 12 mm
-for the RV: ES RV Dice 0.721 -> 0.771, RV EF error 27.6 -> 14.2 points; clearing LV or
-myocardium slices lowered their Dice at every descent tried, so they keep 0). On the 26
-validation patients: RV Dice 0.684 -> 0.787, RV EF error 30.2 -> 11.8 points. Patient-specific
-descent from the images did not work with in-plane fields (each slice's field already fits its
-own slice best), and is left open.
+The descent is a population value per structure, :data:`BASAL_DESCENT_MM`, chosen on the ACDC
+training patients with the ED label carried to ES by ``monai_npc.register``: 12 mm for the RV;
+clearing LV or myocardium slices lowered their Dice at every descent tried, so they keep 0.
+Patient-specific descent from the images did not work with in-plane fields (each slice's field
+already fits its own slice best), and is left open.
 
 The other way, from ES to ED (:func:`apply_basal_ascent`), the base rises: a label carried from
 ES to ED lacks the basal slices the structures re-enter. Slice ``k`` slabs basal of the most
@@ -31,23 +28,20 @@ basal slice holding a structure on the ES label gets ``clip((a - (k - 1) s) / s,
 slab back after an ascent of ``a`` mm, and a slice that gets at least one half takes the
 structure's in-plane outline from that most basal slice (on background voxels only).
 :data:`BASAL_ASCENT_MM` (12 mm for the RV, myocardium and LV, as the descent's RV) was chosen on
-the same 44 training patients (ES label carried to ED by ``monai_npc.register``): ED Dice RV /
-Myo / LV 0.780 / 0.795 / 0.925 -> 0.850 / 0.804 / 0.938. The LV and myocardium gain here though
-clearing them lost: most ACDC stacks start at the ED base, so their basal slice keeps the LV at
-ES in 32 of the 44 patients (clearing it is then wrong), while a slice above the ES label's
-first LV slice exists only where the LV did leave it. On the 26 validation patients: 0.756 /
-0.816 / 0.935 -> 0.849 / 0.820 / 0.941.
+the same training patients (ES label carried to ED). The LV and myocardium gain here though
+clearing them lost: most ACDC stacks start at the ED base, so their basal slice usually keeps the
+LV at ES (clearing it is then wrong), while a slice above the ES label's first LV slice exists only
+where the LV did leave it.
 
 The LV and myocardium are not cleared by a population descent (above), but per patient when the
 target frame's own segmentation says so (:func:`basal_left_by_prior`, :func:`clear_basal_by_prior`): the
 label prior of ``register`` (:attr:`monai_npc.apps.registration.result.Registration.prior_label`) segments the ES
 frame, and where it finds less than :data:`PRIOR_LEFT_SHARE` (30 %) of the ED label's LV area in the ED
-label's most basal LV slice, the base has left that slice. Chosen on the 26 validation patients of
-``acdc70_split`` (the prior was trained on the 44 training ones): ED->ES LV EF error 3.42 / -1.23 ->
-2.77 / -0.08, ES Dice 0.8864 -> 0.8902 (docs/interop.md, "The LV leaving the basal slice"; with the shipped
-prior, trained longer, 2.29 / -0.32 and 0.8935, the share still best). A slice
+label's most basal LV slice, the base has left that slice (chosen on the validation patients). A slice
 the prior did not look at (outside its heart window, or constant) reads as empty and is cleared too:
 pass ``prior_label`` only from a registration whose window holds the heart.
+
+The measurements behind each value: docs/design_notes.md, "cardiac/through_plane.py".
 
 Pure numpy; label maps ``(Z, H, W)`` with the slice axis first (as :mod:`monai_npc.apps.tracking` uses).
 """
@@ -66,13 +60,13 @@ __all__ = [
 ]
 
 #: descent of the base at end-systole in mm per structure name (:data:`ACDC_STRUCTURES`), chosen
-#: on the training patients of acdc70_split (module docstring); structures not named keep every slice
+#: on the ACDC training patients (module docstring); structures not named keep every slice
 BASAL_DESCENT_MM: Dict[str, float] = {"rv": 12.0}
 #: rise of the base from end-systole to end-diastole in mm per structure name, for labels carried
 #: from ES to ED (:func:`apply_basal_ascent`; chosen on the same training patients, module docstring)
 BASAL_ASCENT_MM: Dict[str, float] = {"rv": 12.0, "myo": 12.0, "lv": 12.0}
 #: :func:`basal_left_by_prior`: the LV has left the most basal slice when the label prior finds less than this
-#: share of the reference label's LV area there (chosen on the 26 validation patients of acdc70_split, module docstring)
+#: share of the reference label's LV area there (chosen on the ACDC validation patients, module docstring)
 PRIOR_LEFT_SHARE = 0.3
 
 
@@ -275,7 +269,7 @@ def diastolic_phase(lv_volume: np.ndarray, reference_frame: int, tolerance: floa
     """``(T,)`` phase of each frame between the reference (0) and the largest LV volume (1):
     :func:`systolic_phase` with the roles of ED and ES swapped, all 0 unless the reference is ES
     (within ``tolerance`` of the stroke range of the smallest volume; wider than ED's, as the end-systolic
-    plateau is flat: on patient090 tracked from its Info.cfg ES the smallest volume is the frame before, 11 % of the range lower)."""
+    plateau is flat: the smallest tracked volume can be a frame beside the ES frame)."""
     return systolic_phase(-np.asarray(lv_volume, dtype=np.float64), reference_frame, tolerance)
 
 

@@ -52,7 +52,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     t.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     t.set_defaults(func=run_train)
 
-    r = sub.add_parser("train-real", help="fine-tune on real scenes (training pixels of ../shared/data/sar_real) with known warps")
+    r = sub.add_parser("train-real", help="fine-tune on real scenes (training pixels of the sar_real scenes) with known warps")
     r.add_argument("--out", required=True, help="output folder (checkpoint.pt, sar.pt, train_history.json); resumes a checkpoint there")
     r.add_argument("--data", default=None, help="scene folder (default: ../shared/data/sar_real beside the repository)")
     r.add_argument("--iterations", type=int, default=5000, help="total Adam iterations (default 5000)")
@@ -67,7 +67,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     r.set_defaults(func=run_train_real)
 
-    b = sub.add_parser("bench-real", help="real-scene benchmark: none, skimage phase correlation, NPC (issue 14 protocol)")
+    b = sub.add_parser("bench-real", help="real-scene benchmark: none, skimage phase correlation, NPC (protocol: monai_npc.extras.sar.real)")
     b.add_argument("--out", default=None, help="write metrics.json and per_pair.csv here (optional)")
     b.add_argument("--data", default=None, help="scene folder (default: ../shared/data/sar_real beside the repository)")
     b.add_argument("--model", default="sar", help="shipped name or save_pretrained file (default: sar)")

@@ -14,7 +14,7 @@ The ``2 log sd_k`` term matters: without it a label with a broad intensity model
 around the heart: lungs, fat, liver) costs less than a narrow one (the myocardium) at every voxel a
 few of the narrow label's SDs from its mean, so boundary voxels went to the broad label and the
 carried myocardium thinned; with it each voxel goes to the label under which it is more likely
-(+0.0026 +- 0.0007 whole-stack Dice on the 52 validation pairs, the myocardium +0.008; docs/interop.md).
+(docs/design_notes.md, "functional/label_intensity.py").
 
 Pure functions, ``(B, ...)`` batches of independent pairs, 2-D or 3-D.
 """

@@ -47,7 +47,7 @@ def warp_indicators(values: np.ndarray, indicators: torch.Tensor, ddf: torch.Ten
     each indicator interpolated linearly, the largest wins; 0 outside."""
     prob = warp_image(indicators, ddf.float(), "bilinear", "zeros")
     prob[:, 0] += 1e-3  # ties (outside the image: all 0) go to background
-    # argmax over the last, contiguous axis: about 5x faster on the CPU than over axis 1 (same result)
+    # argmax over the last, contiguous axis: faster on the CPU than over axis 1 (same result)
     return values[prob.movedim(1, -1).contiguous().argmax(-1).numpy()]
 
 

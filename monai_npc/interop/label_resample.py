@@ -4,11 +4,8 @@
 keeps the largest. Its boundaries follow the moving image's voxel staircase; with ``sigma > 0`` each
 indicator is first smoothed in-plane by a Gaussian of ``sigma`` voxels (the first two index axes,
 as the 2-D models register slice by slice; never across slices), which gives the warped boundary
-the smooth course expert contours have. On the ``acdc`` whole stacks (``register``'s defaults, 52
-validation and 88 training pairs of ``acdc70_split``): sigma 1 voxel +0.0012 +- 0.0001 mean 3-D
-Dice on both (better on 45 / 52 and 76 / 88 pairs; 0.5: +0.0004 / +0.0005, 1.5: +0.0010 / +0.0010,
-2: -0.0003 / -0.0010); ITK's ``sitkLabelGaussian`` (its sigma the voxel size on every axis, so
-across the 10 mm slices too) -0.009 on 12 of the validation patients.
+the smooth course expert contours have; ITK's ``sitkLabelGaussian``, which smooths across the thick
+slices too, did worse (docs/design_notes.md, "interop/label_resample.py").
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The same five panels as :func:`~monai_npc.viz.figures.registration_panel` (moving, fixed, warped,
 warped - fixed, deformed grid), and for a heart window a sixth (the window outlined on the whole
-fixed slice), drawn in about 30 ms without matplotlib, whose import and rendering (about 1 s)
-would otherwise be a third of a single ``register`` call from the shell.
+fixed slice), drawn without matplotlib, whose import and rendering would otherwise be a large
+part of a single ``register`` call from the shell (docs/design_notes.md, "viz/quicklook.py").
 """
 
 from __future__ import annotations
@@ -115,5 +115,5 @@ def registration_overview(
         draw.text((gap, 2), title, fill="black")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    canvas.save(path, compress_level=1)  # PNG: 3x faster to write than the default level, 9 % larger
+    canvas.save(path, compress_level=1)  # PNG: faster to write than the default level, slightly larger
     return path

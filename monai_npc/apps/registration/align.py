@@ -1,10 +1,9 @@
 """Step 0 of the input path: a rigid in-plane pre-alignment of the moving image to the fixed one.
 
 The networks learn non-rigid motion of one acquisition (a cine's frames, an echo sequence): they do
-not undo a patient turned or shifted between two studies. Measured on the 52 acdc70 validation
-pairs of whole stacks (``register`` with the ``acdc`` defaults, ``benchmarks/rigid_alignment.py``),
-a moving stack turned by 10 degrees (and shifted 5 / 3 mm) in-plane falls from 0.840 to 0.676 mean
-Dice, and comes back to 0.836 with this alignment. :func:`rigid_in_plane` finds that turn and shift
+not undo a patient turned or shifted between two studies, and a stack turned in-plane
+registers much worse (docs/design_notes.md, "apps/registration/align.py";
+``python benchmarks/rigid_alignment.py``). :func:`rigid_in_plane` finds that turn and shift
 first, by Mattes mutual information with SimpleITK, as ANTs and the ITK examples start a
 deformable registration from a rigid one; the network then registers what is left.
 
@@ -46,8 +45,8 @@ SAMPLING_SEED = 1
 #: overlap warning of ``register`` already names such a pair)
 MIN_OVERLAP = 0.1
 #: the transform found is kept only if the mutual information it gives is at least this fraction of the
-#: fixed image's with itself (on 12 acdc70 training patients' stacks: 0.79-1.15 for every turn found
-#: up to 90 degrees, 0.04-0.12 for the wrong turns found for 150 degrees, 0.006-0.015 against noise)
+#: fixed image's with itself: far above it for right turns, far below for wrong ones and for noise
+#: (docs/design_notes.md, "apps/registration/align.py")
 MIN_SHARED = 0.3
 
 

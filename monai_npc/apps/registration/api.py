@@ -142,12 +142,13 @@ def register(
         label_sigma: ``warped_label``'s in-plane smoothing of each label before it is resampled, in
             moving voxels (``--label-sigma``; :func:`monai_npc.interop.label_resample.resample_label`);
             0: ITK's ``sitkLabelLinear`` exactly, as ANTs and Slicer resample a label with
-            ``transform.h5``. ``None``: the weights' register setting (1 for ``acdc``: +0.0012 whole-stack
-            Dice on the validation and training pairs; 1 for ``camus``: +0.0035 on 100 validation pairs), else 0.
+            ``transform.h5``. ``None``: the weights' register setting (1 for ``acdc`` and ``camus``: the
+            carried outline is smooth as expert contours are, docs/design_notes.md, "Register settings of
+            the shipped models"), else 0.
         num_steps: learned ODE steps of an NPC network (``--steps``; split evenly over its
             stages); ``None``: the weights' register setting (6 for ``acdc``, whose weights say
-            10: on the validation and training patients 6 ODE + 40 refinement steps give the
-            Dice and LV EF error of 10 + 50 in about 80 % of the time, README), else their own.
+            10: with 40 refinement steps as accurate as 10 + 50, in less time; docs/design_notes.md,
+            "Register settings of the shipped models"), else their own.
         heart_centre: for ``"heart"`` models, the window's in-plane centre ``(row, col)`` in fixed
             voxels (array order), one for every slice or one per slice; ``None`` (default): found
             from the two images (:func:`monai_npc.apps.registration.localize.motion_centre`, per slice or per stack).
@@ -161,8 +162,8 @@ def register(
             term of a segmentation network's view of the fixed image (``--label-prior``;
             :class:`~monai_npc.networks.nets.LabelPrior`, :mod:`monai_npc.functional.label_prior`):
             each carried label pays ``-log p_label`` on the fixed voxels it covers. The network is the
-            one the weights' register settings name (``acdc``: ``acdc_heart``, weight 8: +0.035 whole-stack
-            Dice on the 52 validation pairs, README). ``None``: that setting (0 for models that name none);
+            one the weights' register settings name (``acdc``: ``acdc_heart``, weight 8; docs/design_notes.md,
+            "Register settings of the shipped models"). ``None``: that setting (0 for models that name none);
             0 = off. It acts only where its segmentation of the moving image agrees with the moving label
             (else a warning, and the summary's ``label_prior.dropped`` says why). Set above 0 without a
             ``moving_label``: a warning.

@@ -16,8 +16,9 @@ __all__ = ["PRIOR_CHECK_SLICES", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT"
 
 
 #: the label prior acts only when its segmentation of the moving image agrees with the moving label at least this much
-#: (mean Dice over the label's values): ACDC labels on their own frames 0.87-0.94 per structure (validation); a map
-#: of another convention (M&Ms: LV 1, RV 3) or of other anatomy falls far below, and the prior would pull it astray
+#: (mean Dice over the label's values): ACDC labels on their own frames agree far above it; a map of another
+#: convention (M&Ms: LV 1, RV 3) or of other anatomy falls far below, and the prior would pull it astray
+#: (docs/design_notes.md, "apps/registration/label_prior.py")
 PRIOR_MIN_AGREEMENT = 0.5
 
 
@@ -45,8 +46,8 @@ def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tenso
 
     First on the moving slices: a label map of another convention (LV = 1, say) would be pulled onto the
     wrong structures, so the prior acts only where it agrees with the moving label on its own image
-    (:func:`prior_agreement` on the :data:`PRIOR_CHECK_SLICES` slices with the most label; a U-Net pass costs
-    about 20 ms per slice). The fixed slices are segmented where the moving label has something (the term's
+    (:func:`prior_agreement` on the :data:`PRIOR_CHECK_SLICES` slices with the most label; each costs a
+    U-Net pass). The fixed slices are segmented where the moving label has something (the term's
     region is the label's); elsewhere the probabilities are uniform. ``(None, None, None)``: no labelled slice,
     nothing for the prior to steer; otherwise ``why not`` says why it does not act.
     """

@@ -7,12 +7,10 @@ detector to train): the in-plane point where the smoothed absolute frame differe
 the slices, peaks. It is what :mod:`monai_npc.apps.registration` centres the model's field of view
 on for models trained on heart-centred crops (``meta["field_of_view"] == "heart"``).
 
-Measured on the 70 ACDC patients of ``../shared/data/acdc_ssl4mis`` (whole stacks, ED/ES; no
-label used, the labels only score it; ``python benchmarks/localisation.py``): with 20 mm smoothing
-and the centroid above 0.7 of the peak, the centre is a median 9.3 voxels (max 28.7) from the
-centre of the ED/ES label box, and a 128 x 128 window on it holds at least 91 % (mean 99.8 %) of
-the label voxels (below 99 % for 2 of 70 patients). The single peak of the map (12 mm smoothing)
-was a median 20 voxels off, biased towards the left ventricle.
+The map is smoothed by :data:`SMOOTHING_MM` and its centre is the weighted centroid of the map above
+:data:`PEAK_FRACTION` of its peak: the single peak lies off the heart's centre, towards the left
+ventricle (measurements: docs/design_notes.md, "apps/registration/localize.py";
+``python benchmarks/localisation.py``).
 
 Arrays are in array order ``(Z, H, W)``; ``spacing`` is in mm per array axis of a slice
 ``(H, W)``; the centre is returned in fractional voxel indices ``(row, col)`` of that grid.
@@ -52,9 +50,8 @@ def gaussian_smooth(image: np.ndarray, sigma: Sequence[float]) -> np.ndarray:
     at the image's edge).
 
     Two products with banded matrices, ``G_rows @ image @ G_cols^T``: the same sums as separable
-    zero-padded convolutions (to 1e-7) but 25x faster on the CPU for the wide kernels used here
-    (20 mm at 1.5 mm pixels: 109 taps; 1 ms instead of 25 ms per 256 x 216 slice, one thread). Torch
-    (the register path imports no scipy).
+    zero-padded convolutions (to 1e-7) but much faster on the CPU for the wide kernels used here
+    (docs/design_notes.md, "apps/registration/localize.py"). Torch (the register path imports no scipy).
     """
     out = torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32))
     if out.ndim != 2:

@@ -18,7 +18,8 @@ registries, so the core never imports an extra:
   ``"heart-stack"``: one window for the whole stack, from the frame difference of all its slices (a
   slice's own frame difference can peak far from its heart); the field of each slice is still computed
   from its own pair alone. ``"image+heart"`` and ``"image>heart"``: the whole image and the windows,
-  averaged or coarse to fine. Why each shipped model has the settings it has: docs/changelog.md.
+  averaged or coarse to fine. Why each shipped model has the settings it has: docs/design_notes.md,
+  "Register settings of the shipped models".
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def resolve_model(
     (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``num_steps`` the learned ODE steps
     (:class:`~monai_npc.networks.blocks.WarpODE`, split evenly over its stages); ``None``: the
     weights' register settings (:func:`monai_npc.apps.registration.models.register_settings`; ``acdc``: 6 ODE
-    and 40 refinement steps, the refinement's residual 8 voxels apart, instead of the 10, 50 and 4 it
-    was benchmarked on crops with, the ODE's field averaged with the pair turned by 180 degrees
+    and 40 refinement steps, the refinement's residual 8 voxels apart, instead of the weights' own
+    10, 50 and 4, the ODE's field averaged with the pair turned by 180 degrees
     (``flip_ensemble`` 2), and one heart window per stack, ``net.meta["field_of_view"] =
     "heart-stack"``), else their own; ``register_defaults=False``: the weights' own
     for everything the caller leaves unset (tracking between consecutive frames, which sets its own

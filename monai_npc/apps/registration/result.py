@@ -56,10 +56,9 @@ class Registration:
         warped_label: the moving label map resampled through ``transform`` with ``sitk.sitkLabelLinear``
             (each value interpolated linearly, the largest wins; ANTs ``-n GenericLabel``; int32), each
             value's indicator first smoothed in-plane by ``label_sigma`` voxels when that is above 0
-            (:func:`~monai_npc.interop.label_resample.resample_label`), or ``None``. Label-linear against
-            nearest neighbour: +0.0011 whole-stack Dice on the 88 training and +0.0012 on the 52
-            validation pairs of ``acdc70_split`` (better on 83 and 48 of them); smoothing by 1 voxel
-            another +0.0012 on both.
+            (:func:`~monai_npc.interop.label_resample.resample_label`), or ``None``. Label-linear rather
+            than nearest neighbour, and the smoothing, for outlines closer to expert contours
+            (docs/design_notes.md, "apps/registration/result.py").
         transform: ``sitk.DisplacementFieldTransform``: fixed point (LPS mm) -> moving point;
             ``sitk.Resample(moving, fixed, transform, sitk.sitkLinear, 0.0)`` reproduces ``warped``.
         ddf: ``(D, *S)`` float32 tensor, fixed voxels, array order, MONAI ``Warp`` convention

@@ -1,4 +1,4 @@
-"""Cine tracking and cardiac function (issue 26).
+"""Cine tracking and cardiac function.
 
 - :mod:`~monai_npc.apps.tracking.cine`: 4-D short-axis cines (NIfTI ``(X, Y, Z, T)``, cine DICOM
   folders, arrays) as a list of 3-D frames on one grid, and back to a 4-D image.

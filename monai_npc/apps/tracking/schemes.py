@@ -6,9 +6,7 @@ that chose :data:`DEFAULT_SCHEME`.
 
 SCHEMES = ("direct", "sequential", "average", "bidirectional", "anchored")
 
-#: chosen on the phantom cines and patient090 (docs/tracking.md, "Anchored tracking"): ``sequential``
-#: beat ``direct`` at ES on the real cine (each registration sees only the motion between consecutive
-#: frames), and ``anchored`` (the same chain, each frame's field corrected against the reference
-#: frame) beats ``sequential`` on the phantoms (Dice through the cycle, drift) and on patient090 (ES
-#: Dice, LV EF error, drift) in about the same time
+#: the chain of consecutive-frame registrations (each sees only the motion between two frames), each frame's
+#: field corrected against the reference frame so that errors do not add up along the cycle
+#: (docs/design_notes.md, "apps/tracking")
 DEFAULT_SCHEME = "anchored"

@@ -53,15 +53,13 @@ __all__ = [
 ]
 
 #: learned ODE steps of each registration when tracking loads NPC weights (their own setting is for
-#: any pair, 10 for ``acdc``). Consecutive frames move little: on the phantom cines and patient090,
-#: 4 ODE steps and :data:`TRACK_REFINE_ITERATIONS` refinement steps keep the accuracy of 10 and 50
-#: at a third of the time (docs/tracking.md, "Speed").
+#: any pair, 10 for ``acdc``). Consecutive frames move little, so fewer steps keep the accuracy in less
+#: time (docs/design_notes.md, "apps/tracking").
 TRACK_NUM_STEPS = 4
 #: test-time refinement steps of each registration when tracking loads NPC weights (``acdc``: 50 for pairs)
 TRACK_REFINE_ITERATIONS = 10
 #: in-plane Gaussian width (voxels) of each label before it is carried to a frame (:func:`warp_label`), as
-#: ``register``'s ``label_sigma`` for ``acdc``: on the 8 phantom cines (``anchored``) Dice through the cycle
-#: 0.9753 -> 0.9765, drift 0.9756 -> 0.9785, LV EF error 1.15 -> 0.87 points; patient090 drift 0.954 -> 0.956
+#: ``register``'s ``label_sigma`` for ``acdc``: smoother carried outlines (docs/design_notes.md, "apps/tracking")
 LABEL_SIGMA = 1.0
 
 
@@ -258,7 +256,7 @@ def tracking_model(
     if isinstance(model, torch.nn.Module):
         return resolve_model(model, device, refine_iterations, num_steps)  # used as it is (warns if steps were given)
     if consecutive and not is_phase_correlation(model):  # tracking's own steps, on the weights' residual grid (register's
-        # coarser one lost Dice on the phantom cines); phase correlation has no steps to set
+        # coarser grid registered consecutive frames worse, docs/design_notes.md); phase correlation has no steps to set
         refine_iterations = TRACK_REFINE_ITERATIONS if refine_iterations is None else refine_iterations
         num_steps = TRACK_NUM_STEPS if num_steps is None else num_steps
     return resolve_model(model, device, refine_iterations, num_steps, register_defaults=not consecutive)
@@ -372,7 +370,7 @@ def track(
         refine_iterations, num_steps: test-time refinement steps and learned ODE steps of each
             registration; ``None``: for the consecutive-frame schemes (``sequential``,
             ``bidirectional``) :data:`TRACK_REFINE_ITERATIONS` (10) and :data:`TRACK_NUM_STEPS` (4),
-            a third of the pair defaults' time (docs/tracking.md, Speed); for ``direct`` and
+            in less time than the pair defaults (docs/design_notes.md, "apps/tracking"); for ``direct`` and
             ``average`` ``register``'s (40 and 6 for ``acdc``); for ``anchored``, ``num_steps`` of
             the network between consecutive frames (no refinement there) and ``refine_iterations``
             of the correction against the reference
@@ -398,9 +396,9 @@ def track(
             (:func:`monai_npc.register`) in the registrations between frames (``anchored``'s
             correction against the reference frame has its own,
             :data:`~monai_npc.apps.tracking.anchor.ANCHOR_LABEL_GUIDANCE`): each registration gets the label of its moving frame
-            (the reference label, or the label carried there so far). Default 0 (off): on the
-            phantom cines and in patient090's drift, chaining carried labels into the term made
-            ``sequential`` worse (docs/tracking.md); ``0.05`` is ``register``'s default for pairs.
+            (the reference label, or the label carried there so far). Default 0 (off): chaining
+            carried labels into the term made ``sequential`` worse (docs/design_notes.md,
+            "apps/tracking"); ``0.05`` is ``register``'s default for pairs.
         progress: a tqdm bar over the registrations.
 
     Returns:

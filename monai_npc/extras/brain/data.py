@@ -1,6 +1,6 @@
 """The six real 2-D T1 brain slices (ANTs example slices r16 ... r85) and the r16 / r85 landmark curves.
 
-The files are read from a folder (``../shared/data/brain2d`` beside the repository by default);
+The files are read from a ``brain2d`` folder (default: :func:`default_data_dir`);
 nothing is copied into the package. Slices are 256 x 256 at 1 mm; the model works on a
 ``size x size`` grid obtained by area-averaging (``size`` dividing 256), so model pixel ``i``
 covers original pixels ``[f i, f (i + 1))`` with ``f = 256 / size``.

@@ -4,7 +4,8 @@
 - :mod:`.io`: single-band amplitude GeoTIFF / TIFF / PNG readers and writers (no GDAL);
 - :mod:`.synthetic`: synthetic 256 x 256 pairs (scene, Gamma speckle with ``L`` looks, shift + smooth
   non-rigid deformation, optional changes) with the true displacement;
-- :mod:`.real`: the real scenes of ``../shared/data/sar_real`` as pairs with a known warp, train / test split;
+- :mod:`.real`: the real scenes (``sar_real``: ottawa, farmland, yellow_river, wenchuan, jeddah_s1) as pairs with
+  a known warp, train / test split;
 - :mod:`.model`: the coarse + fine NPC cascade (phase-correlation start); :mod:`.train`: training on synthetic
   or real pairs;
 - :mod:`.evaluate`: NCC and endpoint error for no registration, phase correlation and NPC;

@@ -1,4 +1,4 @@
-"""Real-scene SAR benchmark (issue 14): no registration, scikit-image phase correlation, our windowed
+"""Real-scene SAR benchmark: no registration, scikit-image phase correlation, our windowed
 phase correlation and NPC on the pairs of :func:`~.real.benchmark_pairs`.
 
 Endpoint error (EPE, pixels) is measured inside a 24-px margin (the moving crop has no true
@@ -29,7 +29,7 @@ __all__ = ["MARGIN", "BENCH_METHODS", "BASELINES", "DEFAULT_BOUND", "skimage_pha
 
 #: border (pixels) left out of the endpoint error
 MARGIN = 24
-#: methods in table order; ``skimage_pc`` is the baseline of the issue (``phase_cross_correlation``, upsample 20,
+#: methods in table order; ``skimage_pc`` is the reference baseline (scikit-image ``phase_cross_correlation``, upsample 20,
 #: on the amplitudes as read), ``phase_correlation`` the package's log-amplitude Tukey-windowed variant,
 #: ``phase_correlation_bounded`` the same with its peak search bounded like NPC's start (the model's
 #: ``phase_init_max_shift``; :data:`DEFAULT_BOUND` px when the model has none), so that NPC's bound is no

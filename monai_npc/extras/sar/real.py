@@ -1,6 +1,6 @@
-"""Real SAR scenes (``../shared/data/sar_real``) turned into registration pairs with a known field.
+"""Real SAR scenes (the ``sar_real`` collection, :data:`SCENES`) turned into registration pairs with a known field.
 
-Protocol (issue 14): a ``size x size`` crop of one date, resampled through a known displacement
+Protocol (``monai-npc sar bench-real``): a ``size x size`` crop of one date, resampled through a known displacement
 (a global shift uniform in ``[-max_shift, max_shift]`` per axis plus a smooth non-rigid field:
 Gaussian-smoothed white noise, sigma 24 px, scaled to a peak magnitude drawn from
 ``[nonrigid / 4, nonrigid]``), is the moving image; the same crop of another date is the fixed

@@ -137,7 +137,7 @@ class PositionalEncodingDecoder(nn.Module):
         first(b - gamma)``, where ``first_W`` convolves with the product of the two weights (zero
         padding commutes with a channel map). ``delta_gamma`` is never formed: the ``G -> n_pe``
         product is skipped and the UNet head's first convolution reads ``G`` channels instead of
-        ``n_pe`` (about 10 % of an ODE step).
+        ``n_pe`` (a shorter ODE step).
         """
         pe_in, pe_out = self.mlp_pe[0], self.mlp_pe[2]
         hidden = F.leaky_relu(F.linear(self._gated(features, gate), pe_in.weight.flatten(1), pe_in.bias), self.negative_slope)

@@ -29,7 +29,7 @@ def _resize(x: torch.Tensor, size: list) -> torch.Tensor:
 def _linear_upsampler(coarse: List[int], full: List[int], dtype: torch.dtype, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
     """``(B, C, *coarse) -> (B, C, *full)``: :func:`_resize` (linear, ``align_corners=False``) as one small
     matrix product per axis (the interpolation is separable): the same values to float rounding, and
-    with its backward pass about 2.5x faster than ``F.interpolate`` on the refinement's grids."""
+    with its backward pass faster than ``F.interpolate`` on the refinement's grids."""
     mats = [F.interpolate(torch.eye(c, dtype=dtype, device=device)[:, None], size=n, mode="linear", align_corners=False)[:, 0].T.contiguous()
             for c, n in zip(coarse, full)]  # (n, c): column j = the coarse unit vector j interpolated
 
@@ -45,7 +45,7 @@ def _adam_step(param: torch.Tensor, grad: torch.Tensor, moments: Tuple[torch.Ten
                betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
     """Step ``step`` (1, 2, ...) of ``torch.optim.Adam`` (no weight decay) on ``param`` in place: the same
     arithmetic, operation for operation, without the optimizer object, whose first construction in a
-    process imports ``torch._dynamo`` (about 1.4 s of a command-line registration)."""
+    process imports ``torch._dynamo`` (a large part of a command-line registration's time)."""
     exp_avg, exp_avg_sq = moments
     exp_avg.lerp_(grad, 1 - betas[0])
     exp_avg_sq.mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])

@@ -13,9 +13,9 @@ from monai_npc.functional.warp import warp_image
 
 __all__ = ["WarpODE", "split_steps", "PHASE_INIT_WHITENING", "candidate_shifts", "select_shift"]
 
-#: cross-power normalisation exponent of the ``phase_init`` phase correlation (1 = classical). Chosen on
-#: training pixels of the real SAR scenes with 40-70 % of the fixed crop replaced by unrelated content:
-#: shift errors > 3 px in 6 / 40 pairs at 1.0, 2 / 40 at 0.9, 0 / 40 at 0.8, 13 / 40 at 0 (cross-correlation).
+#: cross-power normalisation exponent of the ``phase_init`` phase correlation (1 = classical): slightly
+#: less than full whitening keeps the shift when much of the fixed crop is unrelated content
+#: (docs/design_notes.md, "networks/blocks/warp_ode.py")
 PHASE_INIT_WHITENING = 0.8
 
 
