@@ -7,6 +7,10 @@
   :mod:`~monai_npc.data.phantom_layouts` writes them in the ACDC / CAMUS layouts.
 - :mod:`~monai_npc.data.io`: NIfTI, MHD/MHA, NRRD, PNG/JPEG, DICOM into ``MetaTensor``.
 - :mod:`~monai_npc.data.pairs`: the pair item format and its transforms.
+- :mod:`~monai_npc.data.datasets`: the dataset registry (:data:`DATASETS`, :func:`register_dataset`):
+  a dataset's pair builder, labels, phantom writer and bundle by name.
+- :mod:`~monai_npc.data.bundle_data`: the bundles' ``dataset_dir`` / phantom fallback and pair lists
+  (:func:`prepare_dataset_dir`, :func:`load_pairs`).
 
 Names are imported lazily so that ``import monai_npc.data.phantoms`` stays light (numpy, scipy).
 """
@@ -25,6 +29,8 @@ _EXPORTS = {
     "io": ("load_image", "select_slice", "select_frame", "to_array_order", "read_array", "write_image"),
     "pairs": ("DIRECTIONS", "frames_to_pairs", "pair_transforms", "make_dataset"),
     "splits": ("patient_split", "resolve_split_counts", "read_split_file", "split_patients"),
+    "datasets": ("DatasetSpec", "DATASETS", "register_dataset", "dataset_spec"),
+    "bundle_data": ("prepare_dataset_dir", "load_pairs"),
 }
 __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 

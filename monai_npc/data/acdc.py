@@ -33,6 +33,7 @@ from monai.transforms import Compose
 
 from monai_npc.transforms import CropOnLabelUniond, MinMaxNormalized
 
+from .datasets import dataset_spec
 from .io import find_image, read_array, read_h5, read_vector_image
 from .layout import cfg_frame, find_patient_dirs, read_cfg
 from .pairs import DIRECTIONS, frame_item_to_numpy, frames_to_pairs, make_dataset, pair_transforms
@@ -55,8 +56,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: label value -> structure
-ACDC_LABELS: Dict[int, str] = {1: "RV", 2: "Myo", 3: "LV"}
+#: label value -> structure (those of the dataset registry, :mod:`monai_npc.data.datasets`)
+ACDC_LABELS: Dict[int, str] = dict(dataset_spec("acdc").labels)
 ACDC_LAYOUTS = ("official", "ssl4mis_volume", "ssl4mis_slice")
 PathLike = Union[str, Path]
 

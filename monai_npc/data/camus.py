@@ -36,6 +36,7 @@ from monai.transforms import Compose, ResizeWithPadOrCropd, Resized
 
 from monai_npc.transforms import MinMaxNormalized, ResampleToSpacingd
 
+from .datasets import dataset_spec
 from .io import find_image, load_image, read_array, read_vector_image, select_frame, to_array_order
 from .layout import find_patient_dirs, read_cfg
 from .pairs import frame_item_to_numpy, frames_to_pairs, make_dataset, pair_transforms
@@ -57,7 +58,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CAMUS_LABELS: Dict[int, str] = {1: "LV endocardium", 2: "LV myocardium", 3: "left atrium"}
+#: label value -> structure (those of the dataset registry, :mod:`monai_npc.data.datasets`)
+CAMUS_LABELS: Dict[int, str] = dict(dataset_spec("camus").labels)
 CAMUS_VIEWS: Tuple[str, ...] = ("2CH", "4CH")
 PathLike = Union[str, Path]
 _PATIENT_DIR = re.compile(r"patient\d+")

@@ -3,12 +3,20 @@
 - :mod:`~monai_npc.engines.loops`: plain loops over in-memory pairs (demo, benchmarks, tests).
 - :mod:`~monai_npc.engines.workflows`: MONAI workflows of the bundles,
   :class:`RegistrationTrainer` (bidirectional unsupervised loss) and :class:`RegistrationEvaluator`
-  (register, warp labels, per-pair metrics), plus the bundle data helpers.
+  (register, warp labels, per-pair metrics).
+- :mod:`~monai_npc.engines.bundle_args`: the bundle argument checks and start weights
+  (:func:`check_training_args`, :func:`as_bool`, :func:`require_file`, :func:`init_weights`).
+
+The bundle data helpers :func:`prepare_dataset_dir` and :func:`load_pairs` live in
+:mod:`monai_npc.data.bundle_data` (they read the dataset registry) and are exported here too.
 """
 
+from monai_npc.data.bundle_data import load_pairs, prepare_dataset_dir
+
+from .bundle_args import as_bool, check_training_args, init_weights, require_file
 from .distributed import finalize_distributed
 from .loops import evaluate_pairs, stack_pairs, train_pairs
-from .workflows import RegistrationEvaluator, RegistrationTrainer, as_bool, check_training_args, init_weights, load_pairs, prepare_dataset_dir, require_file
+from .workflows import RegistrationEvaluator, RegistrationTrainer
 
 __all__ = [
     "RegistrationEvaluator",

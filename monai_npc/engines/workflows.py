@@ -1,4 +1,4 @@
-"""MONAI workflows for learned registration: the training step, the evaluator and bundle helpers.
+"""MONAI workflows for learned registration: the training step and the evaluator.
 
 :class:`RegistrationTrainer` and :class:`RegistrationEvaluator` are the engines of the NPC
 bundles (``bundles/npc_acdc``, ``bundles/npc_camus``). Both read a batch of *pair items*
@@ -6,18 +6,14 @@ bundles (``bundles/npc_acdc``, ``bundles/npc_camus``). Both read a batch of *pai
 ``moving_label``, ``fixed_label`` ``(B, 1, *S)``. Displacements are in voxels, MONAI ``Warp``
 convention (``warped(x) = moving(x + ddf(x))``).
 
-The helpers :func:`prepare_dataset_dir` and :func:`load_pairs` turn the bundle arguments
-``dataset_dir`` / ``phantom_dir`` into pair lists, writing phantom patients on first use when
-no ``dataset_dir`` is given, so that every bundle config runs out of the box.
+The bundle arguments are checked in :mod:`monai_npc.engines.bundle_args`; the data folder and
+pair lists come from :mod:`monai_npc.data.bundle_data`.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import time
-from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
 
 import torch
 from monai.engines import SupervisedEvaluator, SupervisedTrainer
@@ -32,109 +28,12 @@ from monai_npc.functional.reliability import reliability_map
 from monai_npc.functional.warp import warp_image
 from monai_npc.metrics.registration import dice_per_structure, registration_metrics
 
-__all__ = [
-    "RegistrationTrainer",
-    "RegistrationEvaluator",
-    "prepare_dataset_dir",
-    "load_pairs",
-    "as_bool",
-    "unwrap_network",
-    "init_weights",
-    "META_KEYS",
-]
+from .bundle_args import as_bool, unwrap_network
 
-logger = logging.getLogger(__name__)
+__all__ = ["RegistrationTrainer", "RegistrationEvaluator", "META_KEYS"]
 
 #: batch keys copied into ``output["meta"]`` by the evaluator (those present in the batch)
 META_KEYS = ("patient", "slice", "view", "direction", "spacing")
-
-
-#: :func:`check_training_args`: (test, what the argument must be) per bundle training argument
-_TRAINING_RULES: Dict[str, Tuple[Callable[[float], bool], str]] = {
-    "epochs": (lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1"),
-    "batch_size": (lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1"),
-    "val_interval": (lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1"),
-    "max_iterations_per_epoch": (lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1 (or None: whole epochs)"),
-    "learning_rate": (lambda v: 0 < v < float("inf"), "a number > 0"),
-    "lr_decay": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "flip_prob": (lambda v: 0 <= v <= 1, "a probability in [0, 1]"),
-    "deform_prob": (lambda v: 0 <= v <= 1, "a probability in [0, 1]"),
-    "label_weight": (lambda v: 0 <= v < float("inf"), "a number >= 0"),
-}
-
-
-def check_training_args(**args: Any) -> None:
-    """One ``ValueError`` naming every bad bundle training argument (``--epochs 0``, ``--learning_rate -1``...),
-    before any data is read; ``None`` is accepted where the bundle allows it (``max_iterations_per_epoch``)."""
-    bad = []
-    for name, value in args.items():
-        if value is None and name == "max_iterations_per_epoch":
-            continue
-        test, rule = _TRAINING_RULES[name]
-        try:
-            ok = not isinstance(value, bool) and bool(test(float(value)))
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            bad.append(f"--{name} must be {rule}, got {value!r}")
-    if bad:
-        raise ValueError("bundle training arguments: " + "; ".join(bad) + ".")
-
-
-def as_bool(value: Any, name: str = "value") -> bool:
-    """A boolean from a config or command-line value (``True``, ``"true"``, ``"0"``, ...).
-
-    ``python -m monai.bundle run ... --resume true`` passes the *string* ``"true"`` (fire only
-    parses ``True``/``False``); this accepts both spellings and raises on anything else.
-    """
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "1", "on", "false", "no", "0", "off", "none", ""):
-        return value.strip().lower() in ("true", "yes", "1", "on")
-    if value is None:
-        return False
-    raise ValueError(f"{name} must be a boolean (True/False), got {value!r}.")
-
-
-def unwrap_network(network: nn.Module) -> nn.Module:
-    """The module inside ``DistributedDataParallel`` / ``DataParallel`` wrappers."""
-    while isinstance(network, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-        network = network.module
-    return network
-
-
-def require_file(path: Union[str, Path], argument: str) -> Path:
-    """``path`` as a ``Path`` when it is a file, else ``FileNotFoundError`` naming the bundle argument (``--ckpt_path``)."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"--{argument} {path}: no such file.")
-    return Path(path)
-
-
-def init_weights(network: nn.Module, path: Optional[Union[str, Path]] = None, argument: str = "init_weights") -> nn.Module:
-    """Load the network weights of ``path`` into ``network`` to start a training from them (fine-tuning).
-
-    ``path`` is a bundle ``models/model.pt`` (a bare state dict) or a training checkpoint with a
-    ``"model"`` entry; ``None`` or ``""`` leaves the network as initialised. Unlike ``resume``, the
-    optimizer, scheduler and epoch start afresh, so a fine-tune can use its own learning rate and
-    decay. The network is loaded unwrapped (DDP-safe) and strictly: a file made for another
-    architecture (``stages``, ``kernel_size``, ...) fails with the missing and unexpected keys.
-    ``argument`` names the bundle argument in errors (``init_weights``, ``ckpt_path``).
-    Returns ``network``.
-    """
-    if path is None or str(path) == "":
-        return network
-    path = require_file(path, argument)
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if isinstance(state, Mapping) and "model" in state and isinstance(state["model"], Mapping):
-        state = state["model"]
-    try:
-        unwrap_network(network).load_state_dict(state)
-    except RuntimeError as err:
-        raise RuntimeError(f"--{argument} {path} does not fit the configured network: {err}") from err
-    logger.info("init_weights: network initialised from %s", path)
-    return network
 
 
 def _to_device(x: torch.Tensor, device: Union[str, torch.device], non_blocking: bool = False) -> torch.Tensor:
@@ -483,118 +382,3 @@ class RegistrationEvaluator(SupervisedEvaluator):
             metrics["epe"] = ((ddf - true).norm(dim=1) * fg).flatten(1).sum(1) / denom
             metrics["epe_initial"] = (true.norm(dim=1) * fg).flatten(1).sum(1) / denom
         return {k: v.detach().float().cpu() for k, v in metrics.items()}
-
-
-# ---------------------------------------------------------------------------------------------
-# bundle data helpers
-# ---------------------------------------------------------------------------------------------
-
-_DATASETS = ("acdc", "camus")
-
-
-def _phantom_writer(dataset: str) -> Callable:
-    from monai_npc.data.phantom_layouts import write_acdc_phantom, write_camus_phantom
-
-    return write_acdc_phantom if dataset == "acdc" else write_camus_phantom
-
-
-def prepare_dataset_dir(
-    dataset_dir: Optional[Union[str, Path]],
-    dataset: str = "acdc",
-    phantom_dir: Optional[Union[str, Path]] = None,
-    patients: int = 12,
-    first_id: int = 1,
-    seed: int = 0,
-    max_slices: Optional[int] = None,
-) -> Path:
-    """The data folder a bundle reads: ``dataset_dir`` when given, else phantom patients.
-
-    Args:
-        dataset_dir: folder in a supported layout of ``dataset`` (see ``docs/data.md``); ``None``
-            or ``""`` selects the phantom fallback.
-        dataset: ``"acdc"`` or ``"camus"``.
-        phantom_dir: parent folder of the phantom cache; the phantoms go to
-            ``phantom_dir/{dataset}_seed{seed}_patients{first}-{last}[_slices{max_slices}]`` and are
-            written once (a ``.complete`` marker records them) and reused afterwards.
-        patients, first_id, seed, max_slices: phantom patients ``first_id .. first_id+patients-1``
-            (:func:`~monai_npc.data.write_acdc_phantom` / :func:`~monai_npc.data.write_camus_phantom`);
-            ``max_slices`` caps the ACDC slices per patient (quick runs).
-
-    Raises:
-        FileNotFoundError: ``dataset_dir`` is given but is not a folder.
-        ValueError: unknown ``dataset``, or no ``dataset_dir`` and no ``phantom_dir``.
-    """
-    if dataset not in _DATASETS:
-        raise ValueError(f"dataset must be one of {_DATASETS}, got {dataset!r}.")
-    if dataset_dir not in (None, ""):
-        path = Path(str(dataset_dir)).expanduser()
-        if not path.is_dir():
-            raise FileNotFoundError(
-                f"dataset_dir={str(dataset_dir)!r} is not a folder; pass --dataset_dir pointing to the {dataset.upper()} "
-                f"data (see docs/README.md of the bundle), or leave it unset to use phantom data."
-            )
-        return path
-    if phantom_dir in (None, ""):
-        raise ValueError("no dataset_dir given and no phantom_dir to write phantom data to.")
-    patients, first_id = int(patients), int(first_id)
-    name = f"{dataset}_seed{int(seed)}_patients{first_id}-{first_id + patients - 1}"
-    if max_slices is not None and dataset == "acdc":
-        name += f"_slices{int(max_slices)}"
-    out = Path(str(phantom_dir)).expanduser() / name
-    marker = out / ".complete"
-    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-    # under torchrun only rank 0 writes; the others wait for it
-    writer = not distributed or torch.distributed.get_rank() == 0
-    failure: List[Optional[str]] = [None]
-    if writer and not marker.is_file():
-        logger.info("dataset_dir not set: writing %d %s phantom patients to %s", patients, dataset.upper(), out)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            kwargs: Dict[str, Any] = dict(patients=patients, seed=int(seed), first_id=first_id, progress=False)
-            if dataset == "acdc" and max_slices is not None:
-                kwargs["max_slices"] = int(max_slices)
-            _phantom_writer(dataset)(out, **kwargs)
-            marker.write_text(json.dumps({"dataset": dataset, **{k: v for k, v in kwargs.items() if k != "progress"}}))
-        except Exception as err:  # noqa: BLE001 - told to the other ranks, then raised
-            if not distributed:
-                raise
-            failure[0] = f"{type(err).__name__}: {err}"
-    if distributed:  # the other ranks learn rank 0's failure instead of waiting for it at a barrier forever
-        torch.distributed.broadcast_object_list(failure, src=0)
-        if failure[0] is not None:
-            raise RuntimeError(f"writing the phantom data to {out} failed on rank 0: {failure[0]}")
-    return out
-
-
-def load_pairs(
-    dataset: str,
-    root: Union[str, Path],
-    split: str = "all",
-    max_pairs: Optional[int] = None,
-    **kwargs: Any,
-) -> List[Dict]:
-    """Pair items of one split of ``root`` (:func:`~monai_npc.data.build_acdc_pairs` or
-    :func:`~monai_npc.data.build_camus_pairs`), optionally only the first ``max_pairs``.
-
-    ``kwargs`` go to the builder (``roi_size``, ``n_train``, ``n_val``, ``n_test``, ``seed``,
-    ``directions``, ...). ``split="all"`` takes every patient of the folder. Errors of the
-    builder are re-raised naming ``dataset_dir`` and the split.
-    """
-    if dataset not in _DATASETS:
-        raise ValueError(f"dataset must be one of {_DATASETS}, got {dataset!r}.")
-    if dataset == "acdc":
-        from monai_npc.data.acdc import build_acdc_pairs as build
-    else:
-        from monai_npc.data.camus import build_camus_pairs as build
-    kwargs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()}
-    try:
-        pairs = build(root, split=split, **kwargs)
-    except (FileNotFoundError, ValueError) as err:
-        raise type(err)(f"dataset_dir={str(root)!r} (split {split!r}): {err}") from err
-    if max_pairs is not None:
-        if int(max_pairs) < 1:
-            raise ValueError(f"max_pairs must be >= 1 or None, got {max_pairs}.")
-        pairs = pairs[: int(max_pairs)]
-    if not pairs:
-        raise ValueError(f"dataset_dir={str(root)!r} (split {split!r}) gave no registration pairs.")
-    return pairs

@@ -190,7 +190,7 @@ class TrainCheckpoint:
         map_location: Any = "cpu",
         random_state: bool = True,
     ) -> None:
-        from monai_npc.engines.workflows import as_bool
+        from monai_npc.engines.bundle_args import as_bool
 
         self.save_dir = Path(str(save_dir))
         self.save_dict = dict(save_dict)

@@ -95,7 +95,7 @@ def test_bundle_resume_and_init_weights_refuse(tmp_path, trap):
     pytest.importorskip("ignite")
     from ignite.engine import Engine
 
-    from monai_npc.engines.workflows import init_weights
+    from monai_npc.engines.bundle_args import init_weights
     from monai_npc.handlers import TrainCheckpoint
 
     net = tiny_net()

@@ -155,9 +155,9 @@ def _official_study(folder: Path, directions: Sequence[str]) -> Study:
 
 
 def _is_dicom_folder(folder: Path) -> bool:
-    from monai_npc.data.io import _is_dicom_file
+    from monai_npc.data.io import is_dicom_file
 
-    return any(p.is_file() and _is_dicom_file(p) for p in sorted(folder.iterdir())[:20])
+    return any(p.is_file() and is_dicom_file(p) for p in sorted(folder.iterdir())[:20])
 
 
 def _dicom_study(folder: Path, directions: Sequence[str]) -> Study:

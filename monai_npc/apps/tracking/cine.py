@@ -86,11 +86,11 @@ def _frames_of_4d(image: sitk.Image) -> List[sitk.Image]:
 
 def _dicom_phases(folder: Path) -> int:
     """Number of cardiac phases of a cine DICOM series folder (files per slice position)."""
-    from monai_npc.data.io import _dicom_headers, _position_along_normal
+    from monai_npc.data.io import dicom_headers, position_along_normal
 
     counts: Dict[float, int] = {}
-    for _, ds in _dicom_headers(folder):
-        z = _position_along_normal(ds)
+    for _, ds in dicom_headers(folder):
+        z = position_along_normal(ds)
         key = round(z, 3) if z is not None else float("nan")
         counts[key] = counts.get(key, 0) + 1
     return max(counts.values()) if counts else 0
