@@ -143,15 +143,15 @@ def test_configs_reproduce_paper_recipe(bundle):
     assert evaluate["num_steps"] == infer["num_steps"] in (4, 10)
     assert net == {k: v for k, v in evaluate["network_def"].items() if k not in ("_target_", "refine_iterations")}
     assert net == {k: v for k, v in infer["network_def"].items() if k not in ("_target_", "refine_iterations")}
-    from monai_npc.apps.registration.models import _BUNDLE_DEFAULTS
+    from monai_npc.data.datasets import bundle_defaults
 
     # the whole-stack configs run the same network, with the steps monai_npc.register gives these weights
-    base_fov = _BUNDLE_DEFAULTS.get(bundle, {}).get("field_of_view", "image")
+    base_fov = bundle_defaults(bundle).get("field_of_view", "image")
     crops = {"num_steps": infer["num_steps"], "refine_iterations": infer.get("refine_iterations", 0), "refine_grid_stride": 4,
              "field_of_view": base_fov, "flip_ensemble": 1, "label_model_mix": 0.0}
     # label_sigma and the label prior are not network settings: register reads them from the weights' register settings
     # (test_clinical_input, test_label_prior), which the bundle's weights get through their meta's "bundle"
-    stacks = {k: v for k, v in {**crops, **_BUNDLE_DEFAULTS.get(bundle, {}).get("register_settings", {})}.items()
+    stacks = {k: v for k, v in {**crops, **bundle_defaults(bundle).get("register_settings", {})}.items()
               if k not in ("label_sigma", "label_prior", "label_prior_weight")}
     for name in ("evaluate.json", "inference.json"):
         other = _load(bundle, name)

@@ -23,7 +23,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
-__all__ = ["DatasetSpec", "DATASETS", "register_dataset", "dataset_spec"]
+__all__ = ["DatasetSpec", "DATASETS", "register_dataset", "dataset_spec", "bundle_defaults"]
 
 #: a function, or ``"module:function"`` naming one (imported on first use)
 FunctionRef = Union[Callable[..., Any], str]
@@ -101,16 +101,41 @@ def dataset_spec(name: str) -> DatasetSpec:
     return DATASETS[name]
 
 
+def bundle_defaults(bundle: str) -> Dict[str, Any]:
+    """The ``bundle_defaults`` of the dataset whose bundle is named ``bundle`` (``{}`` when none is): what
+    ``register`` reads under the ``meta`` of weights from that bundle."""
+    for spec in DATASETS.values():
+        if spec.bundle is not None and spec.bundle == bundle:
+            return dict(spec.bundle_defaults)
+    return {}
+
+
+# register_settings are what ``register`` gives a pair of the bundle's weights where the caller sets nothing; each was
+# chosen on the validation patients (the measurements: docs/design_notes.md, "Register settings of the shipped models")
 register_dataset("acdc", DatasetSpec(
     pairs="monai_npc.data.acdc:build_acdc_pairs",
     labels={1: "RV", 2: "Myo", 3: "LV"},
     phantom="monai_npc.data.phantom_layouts:write_acdc_phantom",
     phantom_max_slices=True,
     bundle="npc_acdc",
+    bundle_defaults={
+        # the ACDC crops are 128 x 128 at the scanner's pixel size (ACDC spacing is 1.37-1.68 mm)
+        "field_of_view": "heart", "spacing_mm": [1.3, 1.9],
+        # the field falls to zero over the window's outer 12 voxels: more of a large heart inside the registered part
+        "taper": 12,
+        # 6 ODE and 40 refinement steps (residual grid 8 voxels apart), one heart window per stack, the ODE's field
+        # averaged with that of the pair turned by 180 degrees, the carried label smoothed in-plane by 1 voxel, the label
+        # term's intensity models half from the fixed frame, the acdc_heart segmentation prior at weight 8 in that term
+        "register_settings": {"num_steps": 6, "refine_iterations": 40, "refine_grid_stride": 8, "field_of_view": "heart-stack",
+                              "flip_ensemble": 2, "label_sigma": 1.0, "label_model_mix": 0.5, "label_prior": "acdc_heart",
+                              "label_prior_weight": 8.0},
+    },
 ))
 register_dataset("camus", DatasetSpec(
     pairs="monai_npc.data.camus:build_camus_pairs",
     labels={1: "LV endocardium", 2: "LV myocardium", 3: "left atrium"},
     phantom="monai_npc.data.phantom_layouts:write_camus_phantom",
     bundle="npc_camus",
+    # the carried label smoothed in-plane by 1 voxel before its label-linear resampling
+    bundle_defaults={"register_settings": {"label_sigma": 1.0}},
 ))

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from monai_npc.data.datasets import bundle_defaults
 from monai_npc.functional.intensity import minmax_slices
 
 __all__ = [
@@ -143,29 +144,6 @@ PREPROCESSING: Dict[str, Union[Callable[[np.ndarray, Mapping[str, Any]], np.ndar
 FIELDS_OF_VIEW = ("image", "heart", "heart-stack", "image+heart", "image>heart")
 
 
-#: ``meta["bundle"]`` -> profile defaults for weights written before the profile keys existed. ``register_settings`` are
-#: what ``register`` gives a pair where the caller sets nothing; each was chosen on the validation patients (the
-#: measurements behind each value: docs/design_notes.md, "Register settings of the shipped models").
-_BUNDLE_DEFAULTS: Dict[str, Dict[str, Any]] = {
-    "npc_acdc": {
-        # the ACDC crops are 128 x 128 at the scanner's pixel size (ACDC spacing is 1.37-1.68 mm)
-        "field_of_view": "heart", "spacing_mm": [1.3, 1.9],
-        # the field falls to zero over the window's outer 12 voxels: more of a large heart inside the registered part
-        "taper": 12,
-        # 6 ODE and 40 refinement steps (residual grid 8 voxels apart), one heart window per stack, the ODE's field
-        # averaged with that of the pair turned by 180 degrees, the carried label smoothed in-plane by 1 voxel, the label
-        # term's intensity models half from the fixed frame, the acdc_heart segmentation prior at weight 8 in that term
-        "register_settings": {"num_steps": 6, "refine_iterations": 40, "refine_grid_stride": 8, "field_of_view": "heart-stack",
-                              "flip_ensemble": 2, "label_sigma": 1.0, "label_model_mix": 0.5, "label_prior": "acdc_heart",
-                              "label_prior_weight": 8.0},
-    },
-    "npc_camus": {
-        # the carried label smoothed in-plane by 1 voxel before its label-linear resampling
-        "register_settings": {"label_sigma": 1.0},
-    },
-}
-
-
 def _preprocessing(name: str) -> Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]:
     entry = PREPROCESSING.get(name)
     if entry is None:
@@ -202,9 +180,10 @@ class ModelProfile:
 
 
 def _model_meta(net: nn.Module) -> Dict[str, Any]:
-    """``net.meta`` over its bundle's :data:`_BUNDLE_DEFAULTS` (for older shipped weights)."""
+    """``net.meta`` over its bundle's defaults (for older shipped weights): the ``bundle_defaults`` of the dataset
+    registered with that bundle (:func:`monai_npc.data.datasets.bundle_defaults`)."""
     bundle = str((getattr(net, "meta", None) or {}).get("bundle"))  # a name, or the folder of weights loaded from a bundle
-    meta = dict(_BUNDLE_DEFAULTS.get(bundle, _BUNDLE_DEFAULTS.get(os.path.basename(bundle.rstrip("/\\")), {})))
+    meta = dict(bundle_defaults(bundle) or bundle_defaults(os.path.basename(bundle.rstrip("/\\"))))
     meta.update(getattr(net, "meta", None) or {})
     return meta
 
