@@ -113,6 +113,7 @@ def test_deformation_gradient_follows_the_convention():
     from_ref = (a - 1) * x / 1.5  # reference point -> frame point
     eye = torch.eye(2)
     f1, res = reference_deformation_gradient(to_ref, sp)
+    res = float(res.max())
     f2, _ = reference_deformation_gradient(from_ref, sp, convention="from_reference")
     assert res < 1e-3
     assert torch.allclose(f1[0, 10:-10, 10:-10], a * eye, atol=1e-5)
@@ -120,6 +121,39 @@ def test_deformation_gradient_follows_the_convention():
     misread, _ = reference_deformation_gradient(to_ref, sp, convention="from_reference")
     assert torch.allclose(misread, eye / a, atol=1e-5)
     assert torch.allclose(deformation_gradient(to_ref, sp), eye / a, atol=1e-5)
+
+
+def test_steep_invertible_field_is_inverted():
+    """``u`` with slope up to 1.5 (the plain fixed-point iteration diverges there): the frame points are found
+    and ``F`` is ``1 / (1 + u')`` along the rows."""
+    rows = torch.arange(64, dtype=torch.float64)
+    u0 = 6.0 * torch.tanh((rows - 32.0) / 4.0)  # x -> x + u0(x) has slope 1 + 1.5 sech^2 in [1, 2.5]: invertible
+    ddf = torch.stack([u0.view(64, 1).expand(64, 48), torch.zeros(64, 48, dtype=torch.float64)]).unsqueeze(0)
+    f, miss = reference_deformation_gradient(ddf, (1.0, 1.0))
+    inner = slice(12, 52)
+    assert float(miss[0, inner].max()) < 1e-3
+    dense = torch.linspace(-20, 84, 200001, dtype=torch.float64)
+    phi = dense + 6.0 * torch.tanh((dense - 32.0) / 4.0)
+    y = np.interp(rows.numpy(), phi.numpy(), dense.numpy())  # the exact frame point of each reference row
+    slope = 1.0 + 1.5 / np.cosh((y - 32.0) / 4.0) ** 2
+    assert np.allclose(f[0, inner, 20, 0, 0].numpy(), 1.0 / slope[inner], atol=0.015)  # central differences of a steep tanh
+    assert np.allclose(f[0, inner, 20, 1, 1].numpy(), 1.0)
+
+
+def test_folding_field_leaves_its_voxels_out(phantom, caplog):
+    label, sp = phantom.labels[0], phantom.spacing
+    r0 = int(round(np.argwhere(label[0] == 3)[:, 0].mean()))
+    rows = torch.arange(label.shape[1], dtype=torch.float32)
+    u0 = -3.0 * torch.tanh((rows - r0) / 2.0)  # slope 1 - 1.5 sech^2 < 0 within 1.3 rows of r0: folds there
+    field_ = torch.stack([u0.view(-1, 1).expand(-1, label.shape[2]), torch.zeros(label.shape[1:])])
+    ddfs = _stack([torch.zeros_like(field_)[None], field_[None]], label.shape[0])
+    with caplog.at_level(logging.WARNING, logger="monai_npc.cardiac.strain"):
+        s = strain_from_displacements(ddfs, label, sp)
+    myo = label == 2
+    left_out = myo & np.isnan(s.strain_map[1, 0])
+    assert s.unresolved[0] == 0 and s.unresolved[1] == pytest.approx(left_out.sum() / myo.sum())
+    assert left_out.any() and set(np.argwhere(left_out)[:, 1].tolist()) == {r0}  # the folded row, only
+    assert np.isfinite(s.global_circumferential).all() and "left out" in caplog.text
 
 
 def test_normal_strain_and_directions():
@@ -222,7 +256,7 @@ def test_time_to_peak_and_rate_from_a_later_reference():
     assert s.strain_rate["circumferential"] == pytest.approx(np.gradient(curve / 100, np.arange(5) * 0.05))
     assert s.peak_strain_rate["circumferential"] == pytest.approx(-1.0)  # (-0.10 + 0.05) / 0.05 s, one-sided at frame 0
     assert all(math.isnan(v) for seg in s.segments.values() for v in seg.values())
-    assert json.loads(json.dumps(s.summary(), allow_nan=False))["segments"]["1"]["circumferential"] is None
+    assert json.loads(json.dumps(s.summary, allow_nan=False))["segments"]["1"]["circumferential"] is None
 
 
 # ----------------------------------------------------------------------------- AHA segments

@@ -89,6 +89,7 @@ class AHASegments:
     base: int
     mirrored: bool = False
 
+    @property
     def summary(self) -> Dict[str, object]:
         """JSON-ready: levels, insertion angles (``None`` where absent), which slices found their own, voxels per segment."""
         counts = np.bincount(self.segments.ravel(), minlength=17)[1:17]

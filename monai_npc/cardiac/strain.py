@@ -15,7 +15,10 @@ and the reference label into a :class:`Strain`:
   of the material line, what feature-tracking software reports; default) or ``"green"``
   (Green-Lagrange ``e^T E e``), in percent;
 - averaged over the reference myocardium (every voxel weighs the same: the global curves) and
-  over each AHA segment (:mod:`~monai_npc.cardiac.aha`: the regional curves).
+  over each AHA segment (:mod:`~monai_npc.cardiac.aha`: the regional curves). A voxel whose frame
+  point cannot be found (no frame point reaches it: a miss above :data:`INVERSION_TOL_VOXELS`)
+  or where the field folds (``det F <= 0``) has no strain in that frame and is left out of its
+  averages (:attr:`Strain.unresolved` counts them).
 
 The strain of the reference frame is 0. Circumferential strain is negative in systole (the
 muscle shortens), radial strain positive (it thickens). Peaks: the most negative circumferential
@@ -41,12 +44,15 @@ from .aha import AHA_SEGMENTS, AHASegments, aha_segments, slice_centres
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STRAIN_COMPONENTS", "INVERSION_WARN_VOXELS", "Strain", "strain_from_displacements"]
+__all__ = ["STRAIN_COMPONENTS", "INVERSION_TOL_VOXELS", "UNRESOLVED_WARN_SHARE", "Strain", "strain_from_displacements"]
 
 #: the components, in the order of the strain map's channel axis
 STRAIN_COMPONENTS = ("circumferential", "radial")
-#: a frame whose field cannot be inverted at the myocardium to within this many voxels is reported (the field folds there)
-INVERSION_WARN_VOXELS = 0.1
+#: a reference myocardium voxel whose frame point is not found to within this many voxels (no frame point reaches it)
+#: is left out of that frame's strain (NaN in the map), as one where the field folds
+INVERSION_TOL_VOXELS = 0.1
+#: a warning names the frames where more than this share of the myocardium is left out
+UNRESOLVED_WARN_SHARE = 0.01
 #: the sign of each component's peak: circumferential strain peaks negative, radial positive
 _PEAK_SIGN = {"circumferential": -1.0, "radial": +1.0}
 
@@ -71,6 +77,8 @@ class Strain:
         kind: ``"engineering"`` (stretch - 1) or ``"green"`` (Green-Lagrange).
         aha: the segments used (``None`` when they could not be placed).
         inversion_residual: ``(T,)`` largest miss in voxels of the frame point found for a myocardium voxel.
+        unresolved: ``(T,)`` share of the myocardium voxels left out of each frame (miss above
+            :data:`INVERSION_TOL_VOXELS`, or a fold; NaN in ``strain_map``, not in the averages).
         myocardium_voxels: voxels averaged.
     """
 
@@ -83,6 +91,7 @@ class Strain:
     kind: str = "engineering"
     aha: Optional[AHASegments] = field(default=None, repr=False)
     inversion_residual: Optional[np.ndarray] = None
+    unresolved: Optional[np.ndarray] = None
     myocardium_voxels: int = 0
 
     @property
@@ -162,6 +171,7 @@ class Strain:
                 out[s][k] = float("nan") if i is None else float(curves[i, s - 1])
         return out
 
+    @property
     def summary(self) -> Dict[str, Any]:
         """JSON-ready (NaN as ``None``): units, reference frame, global peaks / times / rates and curves,
         per-segment peaks and names, the AHA placement, the conventions (what ``strain.json`` holds)."""
@@ -176,9 +186,10 @@ class Strain:
             "frame_times": None if self.frame_times is None else [float(v) for v in self.frame_times],
             "global": glob,
             "segments": {str(s): {"name": AHA_SEGMENTS[s], **{k: _nan_to_none(v) for k, v in seg_peaks[s].items()}} for s in range(1, 17)},
-            "aha": None if self.aha is None else self.aha.summary(),
+            "aha": None if self.aha is None else self.aha.summary,
             "myocardium_voxels": self.myocardium_voxels,
             "inversion_residual_voxels": None if self.inversion_residual is None else float(np.max(self.inversion_residual)),
+            "unresolved_share": None if self.unresolved is None else [round(float(v), 5) for v in self.unresolved],
             "convention": ("Lagrangian strain relative to the reference frame, in-plane per short-axis slice, averaged over the "
                            "reference myocardium; circumferential and radial directions around each slice's LV centre; "
                            f"{'stretch - 1' if self.kind == 'engineering' else 'Green-Lagrange'}; frames 0-based"),
@@ -293,31 +304,35 @@ def strain_from_displacements(
     seg_ids = np.where(valid, seg_ids, 0)
 
     strain_map = np.full((frames, 2, *lab.shape), np.nan, np.float32)
-    curves = np.zeros((2, frames))
+    curves = np.full((2, frames), np.nan)
     seg_curves = np.full((2, frames, 16), np.nan)
-    residual = np.zeros(frames)
-    counts = np.bincount(seg_ids[valid], minlength=17)[1:17]
+    residual, unresolved = np.zeros(frames), np.zeros(frames)
+    seg_of = seg_ids[valid]
     zi = np.concatenate([np.full(len(c), z) for z, c in zip(zs, coords)])
     rows, cols = np.concatenate(coords)[:, 0], np.concatenate(coords)[:, 1]
     for t in range(frames):
         field_ = u[t][:, zs].permute(1, 0, 2, 3).contiguous()  # (Z', 2, H, W)
-        f, residual[t] = reference_deformation_gradient(field_, sp, points, convention, iterations, tol)  # (Z', N, 2, 2)
+        f, miss = reference_deformation_gradient(field_, sp, points, convention, iterations, tol)  # (Z', N, 2, 2), (Z', N)
+        miss = miss.double().numpy()[valid]
+        ok = (miss <= INVERSION_TOL_VOXELS) & (torch.linalg.det(f).numpy()[valid] > 0)  # found, and not folded over
+        residual[t], unresolved[t] = float(miss.max()), 1.0 - float(ok.mean())
+        counts = np.bincount(seg_of[ok], minlength=17)[1:17]
         for k, direction in enumerate((circumferential, radial)):
-            values = 100.0 * normal_strain(f.double(), direction, kind).numpy()  # (Z', N)
-            kept = values[valid]
+            kept = np.where(ok, 100.0 * normal_strain(f.double(), direction, kind).numpy()[valid], np.nan)
             strain_map[t, k, zi, rows, cols] = kept
-            curves[k, t] = float(kept.mean())
-            sums = np.bincount(seg_ids[valid], weights=kept, minlength=17)[1:17]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                seg_curves[k, t] = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+            if ok.any():
+                curves[k, t] = float(kept[ok].mean())
+            sums = np.bincount(seg_of[ok], weights=kept[ok], minlength=17)[1:17]
+            seg_curves[k, t] = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
     if aha is None:
         seg_curves[:] = np.nan
-    bad = [t for t in range(frames) if residual[t] > INVERSION_WARN_VOXELS]
+    bad = [t for t in range(frames) if unresolved[t] > UNRESOLVED_WARN_SHARE]
     if bad:
-        logger.warning("the displacement of frames %s could not be inverted at the myocardium to within %.2f voxels (largest miss %.2f): "
-                       "the field folds there, and their strain is unreliable.", bad, INVERSION_WARN_VOXELS, float(residual.max()))
+        logger.warning("frames %s: the displacement does not reach up to %.1f %% of the reference myocardium (the field folds there, or "
+                       "no frame point comes within %.2f voxels); those voxels are left out of the strain.", bad,
+                       100.0 * float(unresolved.max()), INVERSION_TOL_VOXELS)
     return Strain(
         global_circumferential=curves[0], global_radial=curves[1],
         segment_curves={name: seg_curves[k] for k, name in enumerate(STRAIN_COMPONENTS)}, strain_map=strain_map, reference_frame=ref,
-        frame_times=times, kind=kind, aha=aha, inversion_residual=residual, myocardium_voxels=int(myo.sum()),
+        frame_times=times, kind=kind, aha=aha, inversion_residual=residual, unresolved=unresolved, myocardium_voxels=int(myo.sum()),
     )

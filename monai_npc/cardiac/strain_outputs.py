@@ -4,7 +4,7 @@
   circumferential and radial strain, then each AHA segment's circumferential
   (``seg01_circumferential`` ... ``seg16_circumferential``) and radial strain (percent, 3
   decimals; empty where a segment has no voxels).
-- ``strain.json``: :meth:`~monai_npc.cardiac.strain.Strain.summary` (units, reference frame,
+- ``strain.json``: :attr:`~monai_npc.cardiac.strain.Strain.summary` (units, reference frame,
   global peaks, time to peak, peak strain rate and curves, per-segment peaks, the AHA placement).
 - ``strain_curves.png``: :func:`~monai_npc.viz.strain.strain_curves_figure`.
 - ``strain_bullseye.png``: :func:`~monai_npc.viz.strain.strain_bullseye_figure` of the per-segment peaks.
@@ -71,7 +71,7 @@ def write_strain(strain: Strain, out: Union[str, os.PathLike, AtomicFolder], fig
             atomic_write(base / name, writer)
 
     names = {k: v for k, v in STRAIN_OUTPUTS.items() if figures or k in ("csv", "json")}
-    summary = strain.summary()
+    summary = strain.summary
     summary["outputs"] = names
     put(names["csv"], lambda p: _write_csv(strain, p))
     put(names["json"], lambda p: Path(p).write_text(json.dumps(summary, indent=2, allow_nan=False)))

@@ -12,8 +12,8 @@ Two conventions of a field between a reference frame and a frame ``t``:
   to its reference point ``X = x + u_t(x)`` (``label_t(x) = label_ref(x + u_t(x))``). The motion
   of the tissue, reference -> frame ``t``, is the inverse map ``psi(X) = y`` with
   ``y + u_t(y) = X``; its deformation gradient at the reference point ``X`` is
-  ``F(X) = (I + grad u_t(y))^-1``, evaluated at the frame point ``y = psi(X)`` (found by the
-  fixed-point iteration ``y <- X - u_t(y)``, :func:`invert_points`).
+  ``F(X) = (I + grad u_t(y))^-1``, evaluated at the frame point ``y = psi(X)`` (found by damped
+  Newton steps on ``y + u_t(y) - X``, :func:`invert_points`).
 - ``"from_reference"``: ``w_t`` maps a reference point to its frame point, ``psi(X) = X + w_t(X)``,
   and ``F(X) = I + grad w_t(X)``.
 
@@ -65,6 +65,19 @@ def _check_ddf(ddf: torch.Tensor, name: str = "ddf") -> None:
         raise ValueError(f"{name} must be (B, 2, H, W) in-plane voxels, got shape {tuple(ddf.shape)}.")
 
 
+def _voxel_jacobian(ddf: torch.Tensor) -> torch.Tensor:
+    """``(B, H, W, 2, 2)`` gradient of ``x -> x + u(x)`` in voxels per voxel (``[..., i, j] = d(x_i + u_i) / dx_j``)."""
+    grads = torch.gradient(ddf, dim=[2, 3])  # grads[j][:, i] = d u_i / d x_j
+    jac = torch.stack([torch.stack([grads[j][:, i] for j in range(2)], -1) for i in range(2)], -2)
+    return jac + torch.eye(2, dtype=ddf.dtype, device=ddf.device)
+
+
+def _to_mm(jac: torch.Tensor, spacing: Sequence[float]) -> torch.Tensor:
+    """A voxel Jacobian ``(..., 2, 2)`` in mm per mm: ``S J S^-1``."""
+    sp = spacing_tensor(spacing, jac)
+    return jac * (sp.view(2, 1) / sp.view(1, 2))
+
+
 def deformation_gradient(ddf: torch.Tensor, spacing: Sequence[float]) -> torch.Tensor:
     """Gradient of ``x -> x + u(x)`` in mm per mm on the grid of ``ddf``.
 
@@ -76,42 +89,66 @@ def deformation_gradient(ddf: torch.Tensor, spacing: Sequence[float]) -> torch.T
         ``(B, H, W, 2, 2)``: ``[..., i, j] = d(x_i + u_i) / dx_j`` in mm coordinates.
     """
     _check_ddf(ddf)
-    sp = spacing_tensor(spacing, ddf)
-    grads = torch.gradient(ddf, dim=[2, 3])  # grads[j][:, i] = d u_i / d x_j (voxels)
-    jac = torch.stack([torch.stack([grads[j][:, i] for j in range(2)], -1) for i in range(2)], -2)  # (B, H, W, 2, 2)
-    jac = jac * (sp.view(2, 1) / sp.view(1, 2))  # S J S^-1
-    return jac + torch.eye(2, dtype=ddf.dtype, device=ddf.device)
+    return _to_mm(_voxel_jacobian(ddf), spacing)
 
 
-def invert_points(ddf: torch.Tensor, points: torch.Tensor, iterations: int = 50, tol: float = 1e-4) -> Tuple[torch.Tensor, float]:
-    """The points ``y`` with ``y + u(y) = points`` (fixed-point iteration ``y <- points - u(y)``).
+def _solve_damped(j: torch.Tensor, r: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+    """``(J^T J + lam I)^-1 J^T r`` for ``j`` ``(..., 2, 2)``, ``r`` ``(..., 2)``, ``lam`` ``(...)`` (closed-form 2 x 2)."""
+    jt_r = (j.transpose(-1, -2) @ r.unsqueeze(-1)).squeeze(-1)
+    a = (j[..., 0, 0] ** 2 + j[..., 1, 0] ** 2) + lam
+    b = j[..., 0, 0] * j[..., 0, 1] + j[..., 1, 0] * j[..., 1, 1]
+    d = (j[..., 0, 1] ** 2 + j[..., 1, 1] ** 2) + lam
+    det = a * d - b * b
+    return torch.stack([d * jt_r[..., 0] - b * jt_r[..., 1], a * jt_r[..., 1] - b * jt_r[..., 0]], -1) / det.unsqueeze(-1)
 
-    Converges where the field is a contraction (``|grad u| < 1``, true of any physical motion
-    between two cardiac frames); ``u`` is sampled bilinearly, border values outside the grid.
+
+def invert_points(
+    ddf: torch.Tensor, points: torch.Tensor, iterations: int = 50, tol: float = 1e-4, jacobian: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The points ``y`` with ``y + u(y) = points``: one fixed-point step ``y = points - u(points)``, then
+    damped Newton (Levenberg-Marquardt) steps on ``r(y) = y + u(y) - points`` with the Jacobian
+    ``I + grad u`` (a step is taken only where it lowers ``|r|``; the damping falls after a taken
+    step and rises after a refused one).
+
+    Unlike the plain fixed-point iteration ``y <- points - u(y)``, this converges where the field
+    is steep (``|grad u| > 1``, as registration fields can be at the myocardium) as long as the map
+    is invertible there. Where it folds (``det(I + grad u) <= 0``) or no frame point reaches a
+    point, ``y`` is the nearest miss and its residual says so. ``u`` and its Jacobian are sampled
+    bilinearly, border values outside the grid.
 
     Args:
         ddf: ``(B, 2, H, W)`` voxels.
         points: ``(B, 2, *P)`` voxel coordinates (channel ``k`` along axis ``k``).
-        iterations: at most this many updates.
-        tol: stop when no point moves by more than this (voxels).
+        iterations: at most this many Newton steps.
+        tol: stop when every residual is below this (voxels).
+        jacobian: ``(B, H, W, 2, 2)`` voxel Jacobian of ``x -> x + u(x)`` if already computed.
 
     Returns:
-        ``(y (B, 2, *P) voxels, residual)``: ``residual`` = largest ``|y + u(y) - points|`` in voxels.
+        ``(y (B, 2, *P) voxels, residual (B, *P))``: ``residual`` = ``|y + u(y) - points|`` in voxels.
     """
     _check_ddf(ddf)
     if points.dim() < 3 or points.shape[0] != ddf.shape[0] or points.shape[1] != 2:
         raise ValueError(f"points must be (B, 2, *P) with B = {ddf.shape[0]}, got shape {tuple(points.shape)}.")
     shape = points.shape
     flat = points.reshape(shape[0], 2, 1, -1)  # any P as a 1 x N grid
+    comps = (_voxel_jacobian(ddf) if jacobian is None else jacobian).flatten(-2).permute(0, 3, 1, 2)  # (B, 4, H, W)
     y = flat - sample_at(ddf, flat)
+    r = y + sample_at(ddf, y) - flat
+    err = torch.linalg.vector_norm(r, dim=1)  # (B, 1, N)
+    lam = torch.full_like(err, 1e-3)
     for _ in range(iterations):
-        new = flat - sample_at(ddf, y)
-        step = float((new - y).abs().max()) if new.numel() else 0.0
-        y = new
-        if step < tol:
+        if not err.numel() or float(err.max()) < tol:
             break
-    residual = float((y + sample_at(ddf, y) - flat).abs().max()) if y.numel() else 0.0
-    return y.reshape(shape), residual
+        j = sample_at(comps, y).movedim(1, -1).unflatten(-1, (2, 2))  # (B, 1, N, 2, 2)
+        cand = y - _solve_damped(j, r.movedim(1, -1), lam).movedim(-1, 1)
+        r_cand = cand + sample_at(ddf, cand) - flat
+        err_cand = torch.linalg.vector_norm(r_cand, dim=1)
+        better = err_cand < err
+        y = torch.where(better.unsqueeze(1), cand, y)
+        r = torch.where(better.unsqueeze(1), r_cand, r)
+        err = torch.where(better, err_cand, err)
+        lam = torch.where(better, lam / 3.0, lam * 10.0).clamp(1e-6, 1e6)
+    return y.reshape(shape), err.reshape(shape[0], *shape[2:])
 
 
 def invert_displacement(ddf: torch.Tensor, iterations: int = 50, tol: float = 1e-4) -> torch.Tensor:
@@ -127,7 +164,7 @@ def invert_displacement(ddf: torch.Tensor, iterations: int = 50, tol: float = 1e
 def reference_deformation_gradient(
     ddf: torch.Tensor, spacing: Sequence[float], points: Optional[torch.Tensor] = None, convention: str = "to_reference",
     iterations: int = 50, tol: float = 1e-4,
-) -> Tuple[torch.Tensor, float]:
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Deformation gradient ``F`` of the motion reference -> frame at reference points (module docstring).
 
     Args:
@@ -140,26 +177,26 @@ def reference_deformation_gradient(
         iterations, tol: of :func:`invert_points` (``"to_reference"`` only).
 
     Returns:
-        ``(F (B, *P, 2, 2) mm per mm, residual)``: ``residual`` is :func:`invert_points`'
-        (largest miss in voxels; 0 for ``"from_reference"``).
+        ``(F (B, *P, 2, 2) mm per mm, residual (B, *P))``: ``residual`` is :func:`invert_points`'
+        (voxels; where it is not small the frame point was not found and ``F`` is unreliable; 0 for
+        ``"from_reference"``).
     """
     _check_ddf(ddf)
     if convention not in FIELD_CONVENTIONS:
         raise ValueError(f"convention must be one of {FIELD_CONVENTIONS}, got {convention!r}.")
     if points is None:
         points = identity_grid(list(ddf.shape[2:]), ddf.device, ddf.dtype).unsqueeze(0).expand(ddf.shape[0], -1, -1, -1)
-    jac = deformation_gradient(ddf, spacing)  # (B, H, W, 2, 2)
-    comps = jac.flatten(-2).permute(0, 3, 1, 2)  # (B, 4, H, W)
-    residual = 0.0
+    jac = _voxel_jacobian(ddf)  # (B, H, W, 2, 2)
     where = points
+    residual = torch.zeros(points.shape[:1] + points.shape[2:], dtype=ddf.dtype, device=ddf.device)
     if convention == "to_reference":
-        where, residual = invert_points(ddf, points, iterations, tol)
+        where, residual = invert_points(ddf, points, iterations, tol, jac)
     flat = where.reshape(where.shape[0], 2, 1, -1)
-    sampled = sample_at(comps, flat).reshape(where.shape[0], 4, *where.shape[2:])  # (B, 4, *P)
-    mats = sampled.movedim(1, -1).reshape(*sampled.shape[:1], *sampled.shape[2:], 2, 2)
+    sampled = sample_at(jac.flatten(-2).permute(0, 3, 1, 2), flat)  # (B, 4, 1, N)
+    mats = sampled.movedim(1, -1).reshape(*where.shape[:1], *where.shape[2:], 2, 2)
     if convention == "to_reference":
         mats = torch.linalg.inv(mats)
-    return mats, residual
+    return _to_mm(mats, spacing), residual
 
 
 def green_lagrange(f: torch.Tensor) -> torch.Tensor:
