@@ -327,6 +327,8 @@ def test_bad_inputs_are_named(phantom):
         strain_from_displacements(ddf, label, (8.0, -1.0, 1.0))
     with pytest.raises(ValueError, match="convention"):
         strain_from_displacements(ddf, label, sp, convention="push")
+    with pytest.raises(ValueError, match="base"):
+        strain_from_displacements(ddf, label, sp, base="apex")
 
 
 def test_moving_reference_frame_is_reported(phantom, caplog):

@@ -255,7 +255,8 @@ def strain_from_displacements(
 
     Raises:
         ValueError: a ``ddfs`` that is not ``(T, 2 | 3, Z, H, W)`` with ``T >= 2``, a ``reference_label`` off its grid or
-            without myocardium, a ``reference_frame`` out of range, bad ``spacing`` / ``frame_times`` / ``kind`` / ``convention``.
+            without myocardium, a ``reference_frame`` out of range, bad ``spacing`` / ``frame_times`` / ``kind`` / ``convention`` /
+            ``base``.
     """
     if kind not in STRAIN_KINDS:
         raise ValueError(f"kind must be one of {STRAIN_KINDS}, got {kind!r}.")
@@ -282,6 +283,8 @@ def strain_from_displacements(
         logger.warning("ddfs[%d] (the reference frame) moves by up to %.2f voxels; strain is relative to the frame of reference_label, "
                        "is reference_frame right?", ref, still)
 
+    if base not in (None, "first", "last"):
+        raise ValueError(f"base must be 'first', 'last' or None, got {base!r}.")
     aha: Optional[AHASegments] = None
     if segments:
         try:
