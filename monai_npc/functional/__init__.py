@@ -9,6 +9,10 @@ from .overlap import dice_by_value
 from .interaction import interaction_features, pair_interaction, pair_residual, polar_features
 from .phase_correlation import phase_correlation, tukey_window
 from .reliability import reliability_map
+from .strain import (
+    deformation_gradient, green_lagrange, invert_displacement, invert_points, normal_strain, polar_directions,
+    reference_deformation_gradient,
+)
 from .taper import taper_window
 from .topk import soft_topk_mask, soft_topk_mask_with_threshold
 from .warp import compose, identity_grid, jacobian_determinant, sample_at, warp_image
@@ -30,6 +34,13 @@ __all__ = [
     "polar_features",
     "phase_correlation",
     "reliability_map",
+    "deformation_gradient",
+    "green_lagrange",
+    "invert_displacement",
+    "invert_points",
+    "normal_strain",
+    "polar_directions",
+    "reference_deformation_gradient",
     "tukey_window",
     "soft_topk_mask",
     "soft_topk_mask_with_threshold",
