@@ -221,3 +221,91 @@ def test_a_label_of_another_convention_is_not_pulled_by_the_prior():
     with pytest.warns(RuntimeWarning, match=r"model grid \(100 x 100\) is not a multiple of 16"):
         odd = monai_npc.register(ed, es, moving_label=lab, size=100, **kw)
     assert odd.summary["label_prior"]["weight"] == 0.0
+
+
+def _monai_basic_unet(**kw):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated")
+        from monai.networks.nets import BasicUNet
+
+    return BasicUNet(**kw)
+
+
+@pytest.mark.parametrize(
+    "dims, shape, features, dropout",
+    [
+        (2, (3, 1, 48, 32), (16, 32, 64, 128, 256, 16), 0.1),  # the shipped prior's layout
+        (2, (2, 1, 37, 21), (4, 4, 8, 8, 16, 4), 0.0),  # odd sides: the padded upsampling
+        (3, (1, 2, 32, 33, 32), (4, 4, 8, 8, 8, 4), 0.2),
+    ],
+)
+def test_the_torch_basic_unet_is_monais(dims, shape, features, dropout):
+    """Same seed, same weights; MONAI's state dict loads strictly; the same outputs bit for bit, in eval mode and in
+    training mode (dropout draws alike); odd sides (the padded upsampling) included."""
+    from monai_npc.networks.nets.basic_unet import BasicUNet
+
+    kw = dict(spatial_dims=dims, in_channels=shape[1], out_channels=3, features=features, dropout=dropout)
+    torch.manual_seed(7)
+    ref = _monai_basic_unet(**kw)
+    torch.manual_seed(7)
+    ours = BasicUNet(**kw)
+    theirs = ref.state_dict()
+    assert list(ours.state_dict()) == list(theirs) and len(theirs) > 50
+    for key, value in ours.state_dict().items():
+        assert torch.equal(value, theirs[key]), key
+    torch.manual_seed(8)
+    for p in ref.parameters():  # weights unlike the initialisation (norm scales and biases included)
+        p.data.normal_(0.0, 0.3)
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    x = torch.randn(shape)
+    ref.eval(), ours.eval()
+    with torch.no_grad():
+        want = ref(x)
+        assert want.shape == (shape[0], 3) + shape[2:] and float(want.std()) > 0.1
+        assert torch.equal(ours(x), want)
+    ref.train(), ours.train()
+    torch.manual_seed(9)
+    want = ref(x)
+    torch.manual_seed(9)
+    got = ours(x)
+    assert torch.equal(got, want) and (dropout == 0.0 or not torch.equal(got, ref.eval()(x)))
+    with pytest.raises(ValueError, match="spatial_dims must be 1, 2 or 3, got 4"):
+        BasicUNet(spatial_dims=4)
+    with pytest.raises(ValueError, match="six numbers"):
+        BasicUNet(spatial_dims=2, features=(4, 4, 4))
+
+
+def test_the_shipped_prior_gives_monais_outputs_without_importing_monai():
+    """acdc_heart's state dict in MONAI's BasicUNet and in LabelPrior: identical probabilities on a cardiac phantom;
+    and a fresh interpreter loads and runs the prior without importing MONAI."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    prior = load_label_prior("acdc_heart")
+    ref = _monai_basic_unet(spatial_dims=2, in_channels=1, out_channels=prior.num_classes, features=tuple(prior.config["features"]))
+    ref.load_state_dict({k[len("unet.") :]: v for k, v in prior.state_dict().items()}, strict=True)
+    ref.eval()
+    img = torch.from_numpy(cardiac_cine(frames=2, size=64, levels=(0.3, 0.6), spacing=(8.0, 2.0, 2.0), seed=1)["image"][0]).float()
+    x = (img[:, None] - img.min()) / (img.max() - img.min())
+    with torch.no_grad():
+        want = torch.softmax(ref(x), dim=1)
+    got = prior.predict(x)
+    assert torch.equal(got, want) and float(got[:, 1:].max()) > 0.5
+    code = (
+        "import sys, torch\n"
+        "from monai_npc.networks.nets.label_prior import load_label_prior\n"
+        "p = load_label_prior('acdc_heart').predict(torch.rand(1, 1, 32, 32))\n"
+        "assert p.shape == (1, 4, 32, 32)\n"
+        "print(sorted(m for m in sys.modules if m == 'monai' or m.startswith('monai.')))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -8,11 +8,13 @@ refinement turns into a cost of ``-log p_label(x)`` per carried voxel
 topology, its expert's contours); the prior only tells it where each structure is likely to be.
 
 The network is MONAI's :class:`~monai.networks.nets.BasicUNet` (2-D, one input channel, one output
-channel per label value including the background). It works on exactly what the registration
-network gets: the fixed slices resampled onto the model grid and preprocessed as the registration
-weights say (``acdc``: the heart window of ``register``, ``minmax``). Shipped: ``acdc_heart``
-(background, RV, myocardium, LV), trained on the 44 training patients of
-``bundles/npc_acdc/configs/acdc70_split.json`` only (``examples/train_acdc_label_prior.py``).
+channel per label value including the background) as :class:`~monai_npc.networks.nets.basic_unet.BasicUNet`
+builds it: the same layers, state-dict names and outputs from ``torch.nn`` alone, so that loading a
+prior does not import MONAI. It works on exactly what the registration network gets: the fixed
+slices resampled onto the model grid and preprocessed as the registration weights say (``acdc``:
+the heart window of ``register``, ``minmax``). Shipped: ``acdc_heart`` (background, RV, myocardium,
+LV), trained on the 44 training patients of ``bundles/npc_acdc/configs/acdc70_split.json`` only
+(``examples/train_acdc_label_prior.py``).
 
 Files are ``{"model", "config", "meta"}`` as :func:`~monai_npc.networks.nets.pretrained.save_pretrained`
 writes them, read with ``torch.load(weights_only=True)`` and checked against ``meta["weights_sha256"]``.
@@ -20,7 +22,6 @@ writes them, read with ``torch.load(weights_only=True)`` and checked against ``m
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
@@ -29,6 +30,7 @@ from torch import nn
 
 from monai_npc.serialization import CHECKSUM_KEY, safe_load
 
+from .basic_unet import BasicUNet
 from .pretrained import WEIGHTS_DIR, _verify, save_pretrained
 
 __all__ = ["PRIORS_DIR", "LabelPrior", "load_label_prior", "save_label_prior"]
@@ -46,7 +48,7 @@ class LabelPrior(nn.Module):
 
     Args:
         num_classes: ``K``, label values ``0 .. K-1`` (0 = background).
-        features: :class:`~monai.networks.nets.BasicUNet` features (six numbers).
+        features: the U-Net's features (six numbers, as MONAI's :class:`~monai.networks.nets.BasicUNet`'s).
         dropout: dropout of the U-Net (training only).
     """
 
@@ -57,9 +59,6 @@ class LabelPrior(nn.Module):
         if len(tuple(features)) != 6:
             raise ValueError(f"features must be six numbers (BasicUNet), got {features}.")
         self.config: Dict[str, Any] = {"num_classes": int(num_classes), "features": [int(f) for f in features], "dropout": float(dropout)}
-        with warnings.catch_warnings():  # MONAI's networks import on first use only (register's cold start without a label
-            warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated")  # skips them); its jit notices are not ours
-            from monai.networks.nets import BasicUNet
         self.unet = BasicUNet(spatial_dims=2, in_channels=1, out_channels=int(num_classes), features=tuple(self.config["features"]),
                               dropout=float(dropout))
         self.meta: Dict[str, Any] = {}
