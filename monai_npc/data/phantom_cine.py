@@ -17,7 +17,8 @@ from typing import Dict, Sequence, Tuple, Union
 import numpy as np
 from scipy import ndimage
 
-from .phantoms import _Field, _cardiac_pull, _cardiac_scene, _grid, cardiac_patient
+from .phantom_fields import SmoothField, pixel_grid_mm
+from .phantoms import cardiac_patient, cardiac_pull, cardiac_scene
 
 __all__ = ["SYSTOLE_FRACTION", "RV_MOTION", "contraction_curve", "cardiac_cine", "write_cardiac_cine"]
 
@@ -41,7 +42,7 @@ def _scaled(patient, s: float):
     the RV's by ``s * RV_MOTION``)."""
     return dataclasses.replace(
         patient, contraction=s * patient.contraction, rv_contraction=s * RV_MOTION * patient.rv_contraction, twist=s * patient.twist,
-        shift=s * patient.shift, warp=_Field(s * patient.warp.values, patient.warp.cell, patient.warp.half_extent),
+        shift=s * patient.shift, warp=SmoothField(s * patient.warp.values, patient.warp.cell, patient.warp.half_extent),
     )
 
 
@@ -71,7 +72,7 @@ def cardiac_cine(
     sp = np.asarray(spacing[1:], dtype=np.float64)
     shape = (size, size)
     centre = np.array([0.5 * (size - 1) * sp[0], 0.5 * (size - 1) * sp[1] + 8.0])
-    p = _grid(shape, tuple(sp))
+    p = pixel_grid_mm(shape, tuple(sp))
     yy, xx = (p[..., 0] - centre[0]) / 100.0, (p[..., 1] - centre[1]) / 100.0
     b = patient.bias
     bias = np.exp(b[0] * yy + b[1] * xx + 0.5 * (b[2] * yy**2 + b[3] * xx**2 + b[4] * xx * yy))
@@ -82,8 +83,8 @@ def cardiac_cine(
     for t, s in enumerate(curve):
         moved = _scaled(patient, float(s))
         for z, level in enumerate(levels):
-            u = ndimage.gaussian_filter(_cardiac_pull(p, moved, level, centre) - p, sigma=(1.0, 1.0, 0), mode="nearest")
-            img, lab = _cardiac_scene(p + u, patient, level, centre, float(sp.min()))
+            u = ndimage.gaussian_filter(cardiac_pull(p, moved, level, centre) - p, sigma=(1.0, 1.0, 0), mode="nearest")
+            img, lab = cardiac_scene(p + u, patient, level, centre, float(sp.min()))
             img = img * bias
             noise = patient.noise
             img = np.sqrt((img + rng.normal(0, noise, img.shape)) ** 2 + rng.normal(0, noise, img.shape) ** 2)

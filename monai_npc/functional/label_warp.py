@@ -11,6 +11,7 @@ from typing import Sequence, Tuple
 import numpy as np
 import torch
 
+from .gaussian import gaussian_filter_nearest
 from .warp import warp_image
 
 __all__ = ["label_indicators", "indicator_tensor", "warp_indicators", "warp_label"]
@@ -21,14 +22,12 @@ def label_indicators(label: np.ndarray, values: Sequence[int], sigma: float = 0.
     their indicators ``(C, *label.shape)`` float32 of the label map ``label`` (``(H, W)`` or ``(Z, H, W)``),
     each smoothed by a Gaussian of ``sigma`` voxels along the last two (in-plane) axes when
     ``sigma > 0``, never across slices; they still sum to 1 at every voxel."""
-    from scipy import ndimage  # here: a registration without labels does not import scipy (the CLI's cold start)
-
     label = np.asarray(label)
     kept = [0] + [int(v) for v in values if int(v) != 0]
     widths = [0.0] * (label.ndim - 2) + [float(sigma)] * min(2, label.ndim)
     channels = [(label == v).astype(np.float32) for v in kept[1:]]
     if sigma > 0:
-        channels = [ndimage.gaussian_filter(c, widths, mode="nearest") for c in channels]
+        channels = [gaussian_filter_nearest(c, widths) for c in channels]
     background = 1.0 - np.sum(channels, 0) if channels else np.ones(label.shape, np.float32)
     return np.asarray(kept, np.int32), np.stack([background.astype(np.float32)] + channels)
 
