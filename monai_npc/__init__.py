@@ -24,7 +24,8 @@ Quick start (in memory, like ``ants.registration``)::
     reg.warped, reg.transform, reg.ddf, reg.summary; reg.save("result")
 
 Cines: ``monai_npc.track("patient_4d.nii.gz", "ED_gt.nii.gz", reference_frame=0)`` carries a label
-to every frame (:mod:`monai_npc.apps.tracking`: volumes, EF, LV mass).
+to every frame (:mod:`monai_npc.apps.tracking`: volumes, EF, LV mass); ``monai_npc.strain(tracking)`` gives
+the myocardial strain of that motion (global and AHA segments, :mod:`monai_npc.cardiac.strain`).
 
 ``import monai_npc`` stays light: :func:`register` and :class:`Registration` are imported on first use.
 """
@@ -33,7 +34,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["register", "Registration", "track", "__version__"]
+__all__ = ["register", "Registration", "track", "strain", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -46,4 +47,8 @@ def __getattr__(name: str) -> Any:
         from monai_npc.apps.tracking.track import track
 
         return track
+    if name == "strain":
+        from monai_npc.apps.tracking.strain import strain
+
+        return strain
     raise AttributeError(f"module 'monai_npc' has no attribute {name!r}")

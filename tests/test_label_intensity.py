@@ -88,14 +88,16 @@ def test_register_and_track_use_the_moving_label():
     with pytest.raises(ValueError, match=r"label_guidance \(--label-guidance\) must be >= 0"):
         monai_npc.register(ed, es, moving_label=lab, label_guidance=-1.0, **kw)
 
+    from monai_npc.apps.tracking import track as track_module
+
     calls = []
-    real = monai_npc.register
+    real = track_module.register
 
     def spy(moving, fixed, *args, **kwargs):
         calls.append((kwargs.get("moving_label"), kwargs.get("label_guidance")))
         return real(moving, fixed, *args, **kwargs)
 
-    with mock.patch.object(monai_npc, "register", spy):
+    with mock.patch.object(track_module, "register", spy):
         monai_npc.track(c["image"], lab, 0, "sequential", spacing=c["spacing"], refine_iterations=2, threads=1, progress=False,
                         label_guidance=0.05)
     assert len(calls) == 4 and all(lbl is not None and w == 0.05 for lbl, w in calls)
@@ -103,7 +105,7 @@ def test_register_and_track_use_the_moving_label():
 
     np.testing.assert_array_equal(sitk.GetArrayFromImage(calls[0][0]), lab)  # the first step gets the reference label itself
     calls.clear()
-    with mock.patch.object(monai_npc, "register", spy):
+    with mock.patch.object(track_module, "register", spy):
         monai_npc.track(c["image"], lab, 0, "sequential", spacing=c["spacing"], refine_iterations=2, threads=1, progress=False)
     assert all(lbl is None and w == 0.0 for lbl, w in calls)  # default: off
 

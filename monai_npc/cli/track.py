@@ -58,7 +58,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--no-basal-descent", action="store_true",
                    help="keep every slice of the in-plane result (default: from an ED label clear the basal RV slices the base leaves in systole, "
                    "from an ES label fill the basal slices the structures re-enter in diastole; docs/tracking.md)")
-    p.add_argument("--no-figure", action="store_true", help="do not write function.png")
+    p.add_argument("--strain", action="store_true",
+                   help="also the myocardial strain of the motion: strain.csv (per frame, global and 16 AHA segments, circumferential "
+                   "and radial), strain.json (peaks, time to peak, per segment, units), strain_curves.png, strain_bullseye.png "
+                   "(docs/strain.md); --batch: the peaks in cohort.csv")
+    p.add_argument("--frame-ms", type=float, default=None, metavar="MS",
+                   help="time between two frames in ms, for the strain's time to peak (ms) and strain rate (1/s); default: in frames")
+    p.add_argument("--no-figure", action="store_true", help="do not write function.png (nor the strain figures)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_runtime_options(p, argparse.SUPPRESS)
     p.set_defaults(func=run)
@@ -76,13 +82,17 @@ def run(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     result, files = track_to_folder(args.cine, args.label, args.out, args.label_frame, args.scheme, args.model, figure=not args.no_figure,
                                     progress=not (args.no_progress or quiet), refine_iterations=args.refine, num_steps=args.steps, threads=getattr(args, "threads", None),
-                                    basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance or 0.0)
+                                    basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance or 0.0,
+                        strain=args.strain, frame_ms=args.frame_ms)
     frame = result.reference_frame
     if not quiet:
         f = result.function
         print(f"tracked {args.cine} from frame {frame} ({args.scheme}, {len(result.cine)} frames, {result.seconds_per_frame:.1f} s/frame): "
               f"ED {f['ed_frame']}, ES {f['es_frame']}; LV EDV {f['lv_edv']:.1f} mL, ESV {f['lv_esv']:.1f} mL, EF {f['lv_ef']:.1f} %; "
-              f"RV EF {f['rv_ef']:.1f} %; LV mass {f['lv_mass_g']:.1f} g; wrote {len(files)} files to {args.out}")
+              f"RV EF {f['rv_ef']:.1f} %; LV mass {f['lv_mass_g']:.1f} g"
+              + (f"; peak strain circumferential {result.strain.peak['circumferential']:.1f} %, radial {result.strain.peak['radial']:.1f} %"
+                 if args.strain else "")
+              + f"; wrote {len(files)} files to {args.out}")
     return 0
 
 
@@ -95,7 +105,8 @@ def run_batch(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     rows = track_cohort(args.batch, args.out, args.model, args.scheme, refine_iterations=args.refine, num_steps=args.steps, strict=args.strict,
                         figure=not args.no_figure, progress=not (args.no_progress or quiet), threads=getattr(args, "threads", None),
-                        basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance or 0.0)
+                        basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance or 0.0,
+                        strain=args.strain, frame_ms=args.frame_ms)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
     if not quiet and int(os.environ.get("RANK", "0")) == 0:
         print(f"tracked {len(rows)} studies: {counts['ok']} ok, {counts['skipped']} skipped (already done), {counts['failed']} failed; "

@@ -43,7 +43,7 @@ from .outputs import TRACK_OUTPUTS
 from .schemes import DEFAULT_SCHEME
 
 __all__ = [
-    "COHORT_COLUMNS", "COHORT_FILE", "FUNCTION_COLUMNS", "CohortRow", "read_cohort", "study_done", "shard", "distributed", "track_cohort",
+    "COHORT_COLUMNS", "COHORT_FILE", "FUNCTION_COLUMNS", "STRAIN_COLUMNS", "CohortRow", "read_cohort", "study_done", "shard", "distributed", "track_cohort",
 ]
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,9 @@ COHORT_FILE = "cohort.csv"
 #: the function figures of a study (:func:`~monai_npc.cardiac.function.cardiac_function`)
 FUNCTION_COLUMNS = ("ed_frame", "es_frame", "lv_edv", "lv_esv", "lv_sv", "lv_ef", "rv_edv", "rv_esv", "rv_sv", "rv_ef", "lv_mass_g")
 #: columns of ``cohort.csv``
-COHORT_COLUMNS = ("name", "status", "error") + FUNCTION_COLUMNS + ("seconds", "reference_frame", "frames", "out")
+#: the global strain peaks of a study tracked with ``strain`` (percent; empty without)
+STRAIN_COLUMNS = ("peak_circumferential_strain", "peak_radial_strain")
+COHORT_COLUMNS = ("name", "status", "error") + FUNCTION_COLUMNS + STRAIN_COLUMNS + ("seconds", "reference_frame", "frames", "out")
 _EXTENSIONS = (".nii.gz", ".nii", ".mha", ".mhd", ".nrrd", ".nhdr")
 
 
@@ -198,6 +200,8 @@ def _row(study: CohortRow, status: str, error: str = "", summary: Optional[Dict[
     if summary is not None:
         row.update({k: summary["function"].get(k) for k in FUNCTION_COLUMNS})
         row.update(reference_frame=summary.get("reference_frame"), frames=summary.get("frames"))
+        peaks = summary.get("strain") or {}
+        row.update({c: (peaks.get(c.split("_")[1]) or {}).get("peak") for c in STRAIN_COLUMNS})
     return row
 
 
@@ -211,16 +215,18 @@ def cohort_csv(rows: Sequence[Dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def _track_study(study: CohortRow, net: Any, name: str, scheme: str, figure: bool, register_kwargs: Dict[str, Any]) -> Dict[str, Any]:
+def _track_study(study: CohortRow, net: Any, name: str, scheme: str, figure: bool, register_kwargs: Dict[str, Any],
+                 strain: Dict[str, Any]) -> Dict[str, Any]:
     """Track one study and write its files; returns its ``function.json`` summary."""
     from .outputs import track_to_folder
 
     _, files = track_to_folder(study.cine, study.label, study.out, study.label_frame, scheme, net, figure=figure, progress=False,
-                               model_name=name, **register_kwargs)
+                               model_name=name, **strain, **register_kwargs)
     return json.loads(Path(files["function"]).read_text())
 
 
-def _request(study: CohortRow, net: Any, name: str, scheme: str, register_kwargs: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def _request(study: CohortRow, net: Any, name: str, scheme: str, register_kwargs: Dict[str, Any],
+             strain: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """What :func:`_track_study` would record as ``request`` for ``study`` (``None`` when its label frame cannot be told)."""
     from .cine import label_frame
     from .outputs import tracking_request
@@ -229,7 +235,8 @@ def _request(study: CohortRow, net: Any, name: str, scheme: str, register_kwargs
         frame, _ = label_frame(study.cine, study.label, study.label_frame)
     except (OSError, ValueError):
         return None
-    return tracking_request(study.cine, study.label, frame, scheme, net, model_name=name, **register_kwargs)
+    return tracking_request(study.cine, study.label, frame, scheme, net, model_name=name, **register_kwargs,
+                            **({"strain": True, "frame_ms": strain["frame_ms"]} if strain["strain"] else {}))
 
 
 def _gather(rows: List[Dict[str, Any]], world_size: int) -> List[Dict[str, Any]]:
@@ -256,6 +263,8 @@ def track_cohort(
     progress: bool = True,
     threads: Optional[int] = 1,
     device: Optional[Union[str, torch.device]] = None,
+    strain: bool = False,
+    frame_ms: Optional[float] = None,
     **register_kwargs: Any,
 ) -> List[Dict[str, Any]]:
     """Track every study of the cohort CSV ``cohort`` (:func:`read_cohort`); write ``out/cohort.csv``.
@@ -270,6 +279,8 @@ def track_cohort(
         progress: a tqdm bar over this rank's studies.
         threads: CPU threads per process (default 1: one per ``torchrun`` rank).
         device: default ``cuda:LOCAL_RANK`` (``cuda:0`` without ``torchrun``) with CUDA, else ``cpu``.
+        strain, frame_ms: also each study's myocardial strain files
+            (:func:`~monai_npc.apps.tracking.outputs.write_tracking`) and its peaks in ``cohort.csv``.
 
     Returns:
         The rows of ``cohort.csv`` (:data:`COHORT_COLUMNS`; ``status`` ``ok``, ``skipped`` (done by an
@@ -298,19 +309,20 @@ def track_cohort(
         if not isinstance(model, torch.nn.Module):
             net = model  # by name or file: track() loads it per study (milliseconds) with the settings for each pair's frames
         kwargs = dict(register_kwargs, device=device, threads=threads, refine_iterations=refine_iterations, num_steps=num_steps)
+        strain_kwargs = {"strain": bool(strain), "frame_ms": frame_ms}
         mine = shard(list(enumerate(studies)), rank, world_size)
         rows: List[Dict[str, Any]] = []
         fatal: Optional[str] = None
         desc = "track cohort" + (f" (rank {rank}/{world_size})" if world_size > 1 else "")
         for index, study in tqdm(mine, desc=desc, unit="study", disable=not progress, position=rank if world_size > 1 else None):
-            done = study_done(study.out, _request(study, net, name, scheme, kwargs))
+            done = study_done(study.out, _request(study, net, name, scheme, kwargs, strain_kwargs))
             if done is not None:
                 logger.warning("study %s: skipped, already done (%s is complete)", study.name, Path(study.out) / TRACK_OUTPUTS["function"])
                 rows.append(dict(_row(study, "skipped", summary=done, seconds=done.get("seconds", float("nan"))), _index=index))
                 continue
             t0 = time.perf_counter()
             try:
-                summary = _track_study(study, net, name, scheme, figure, kwargs)
+                summary = _track_study(study, net, name, scheme, figure, kwargs, strain_kwargs)
                 rows.append(dict(_row(study, "ok", summary=summary, seconds=time.perf_counter() - t0), _index=index))
             except Exception as err:  # noqa: BLE001 - one bad study of many is reported, not fatal
                 error = error_line(err)

@@ -9,7 +9,10 @@ with ED / ES and a strip of frames with contours). The files go into a temporary
 (:class:`monai_npc.io_safety.RunFolder`): a reader never sees half a file, and no file of an
 earlier run (a ``function.png`` after ``--no-figure``) survives. ``function.json`` records what
 was asked (``request``: inputs, frame, scheme, model, settings) so that a cohort run can tell a
-finished study from one whose row changed.
+finished study from one whose row changed. With ``strain``, the myocardial strain of the motion is
+written beside them (:data:`~monai_npc.apps.tracking.strain_outputs.STRAIN_OUTPUTS`: ``strain.csv``,
+``strain.json``, ``strain_curves.png``, ``strain_bullseye.png``) and its global peaks go into
+``function.json`` (``strain``).
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ import SimpleITK as sitk
 from monai_npc.io_safety import RunFolder
 from monai_npc.utils import as_json
 
+from .strain_outputs import STRAIN_OUTPUTS
 from .track import Tracking
 
-__all__ = ["TRACK_OUTPUTS", "tracking_request", "write_tracking", "track_to_folder"]
+__all__ = ["TRACK_OUTPUTS", "ALL_OUTPUTS", "strain_peaks", "tracking_request", "write_tracking", "track_to_folder"]
 
 
 #: file names of :func:`write_tracking`
@@ -42,6 +46,23 @@ def _write_csv(tracking: Tracking, path: Path) -> None:
         for t in range(len(tracking.cine)):
             phase = "ED" if t == ed else "ES" if t == es else ""
             w.writerow([t] + [f"{tracking.volumes[k][t]:.3f}" for k in ("lv", "rv", "myo")] + [phase])
+
+
+#: every file a tracking folder may hold (a previous run's files are replaced as a whole)
+ALL_OUTPUTS = tuple(TRACK_OUTPUTS.values()) + tuple(STRAIN_OUTPUTS.values())
+
+
+def strain_peaks(tracking: Tracking, frame_ms: Optional[float] = None) -> Dict[str, Any]:
+    """The global strain figures of ``function.json`` and a cohort row: peak circumferential / radial strain (%),
+    their frames and times to peak."""
+    from .strain import strain
+
+    st = tracking.strain if frame_ms is None else strain(tracking, frame_ms=frame_ms)
+    out: Dict[str, Any] = {"units": {"strain": "%", "time": st.time_unit}}
+    for k in st.peak:
+        out[k] = {"peak": st.summary["global"][k]["peak"], "peak_frame": st.peak_frame[k],
+                  "time_to_peak": st.summary["global"][k]["time_to_peak"]}
+    return out
 
 
 #: ``track`` keywords that do not change the result, left out of :func:`tracking_request`
@@ -67,15 +88,17 @@ def tracking_request(cine: Any, label: Any, label_frame: int, scheme: str, model
 
 
 def write_tracking(tracking: Tracking, out: Union[str, os.PathLike, RunFolder], info: Optional[Dict[str, int]] = None,
-                   figure: bool = True, request: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
+                   figure: bool = True, request: Optional[Dict[str, Any]] = None, strain: bool = False,
+                   frame_ms: Optional[float] = None) -> Dict[str, str]:
     """Write :data:`TRACK_OUTPUTS` into ``out`` all at once (:class:`~monai_npc.io_safety.RunFolder`:
     ``out`` may only hold a previous run's files and is replaced as a whole); returns ``{key: path}``.
 
     ``info``: ``{"ed": k, "es": k}`` 0-based frames from ``Info.cfg`` (recorded in ``function.json``
     beside the frames found from the volume curve); ``request``: :func:`tracking_request`, recorded
-    as ``request``.
+    as ``request``. ``strain``: also the strain files (their figures with ``figure``); ``frame_ms``: time
+    between frames in ms for their times (else frames).
     """
-    folder = out if isinstance(out, RunFolder) else RunFolder(out, TRACK_OUTPUTS.values())
+    folder = out if isinstance(out, RunFolder) else RunFolder(out, ALL_OUTPUTS)
     try:
         folder.put(TRACK_OUTPUTS["labels"], lambda p: sitk.WriteImage(tracking.label_image, str(p), True))
         folder.put(TRACK_OUTPUTS["volumes"], lambda p: _write_csv(tracking, p))
@@ -86,6 +109,14 @@ def write_tracking(tracking: Tracking, out: Union[str, os.PathLike, RunFolder], 
             summary["info_cfg"] = {**info, "ed_matches": info.get("ed") == tracking.function["ed_frame"],
                                    "es_matches": info.get("es") == tracking.function["es_frame"]}
         names = {k: v for k, v in TRACK_OUTPUTS.items() if figure or k != "figure"}
+        if strain:
+            from .strain import strain as strain_of
+            from .strain_outputs import write_strain
+
+            result = tracking.strain if frame_ms is None else strain_of(tracking, frame_ms=frame_ms)
+            summary["strain"] = strain_peaks(tracking, frame_ms)
+            names.update({f"strain_{k}": v for k, v in write_strain(result, folder, figures=figure).items()})
+            names = {k: os.path.basename(v) for k, v in names.items()}
         summary["outputs"] = names
         folder.put(TRACK_OUTPUTS["function"], lambda p: p.write_text(json.dumps(summary, indent=2)))
         if figure:
@@ -105,7 +136,8 @@ def write_tracking(tracking: Tracking, out: Union[str, os.PathLike, RunFolder], 
 
 def track_to_folder(
     cine: Any, label: Any, out: Union[str, os.PathLike], label_frame: Optional[int] = None, scheme: Optional[str] = None,
-    model: Any = "acdc", *, figure: bool = True, progress: bool = True, **track_kwargs: Any,
+    model: Any = "acdc", *, figure: bool = True, progress: bool = True, strain: bool = False, frame_ms: Optional[float] = None,
+    **track_kwargs: Any,
 ) -> Tuple[Tracking, Dict[str, str]]:
     """:func:`~monai_npc.apps.tracking.track.track` one study and :func:`write_tracking` it into ``out``
     (what ``monai-npc track`` and each study of a cohort do); returns ``(tracking, {key: path})``.
@@ -113,7 +145,8 @@ def track_to_folder(
     ``out`` is checked before any work (an existing file, or a folder holding files other than a
     previous run's, is a ``ValueError``). ``label_frame`` ``None``: the frame an ACDC label file
     names, else ED of an ACDC ``Info.cfg`` beside ``cine`` (``ED: n`` -> frame ``n - 1``), else 0
-    (:func:`~monai_npc.apps.tracking.cine.label_frame`). ``scheme`` ``None``: the default.
+    (:func:`~monai_npc.apps.tracking.cine.label_frame`). ``scheme`` ``None``: the default. ``strain``,
+    ``frame_ms``: as :func:`write_tracking`.
     """
     from .cine import info_frames
     from .schemes import DEFAULT_SCHEME
@@ -121,13 +154,14 @@ def track_to_folder(
 
     if cine is None or label is None:
         raise ValueError(f"tracking needs a cine and the label of one of its frames; got cine={cine!r}, label={label!r}.")
-    folder = RunFolder(out, TRACK_OUTPUTS.values())
+    folder = RunFolder(out, ALL_OUTPUTS)
     try:
         info = info_frames(str(cine)) if isinstance(cine, (str, os.PathLike)) else None
         scheme = scheme or DEFAULT_SCHEME
         result = track(cine, label, label_frame, scheme, model, progress=progress, **track_kwargs)
-        request = tracking_request(cine, label, result.reference_frame, scheme, model, **track_kwargs)
+        request = tracking_request(cine, label, result.reference_frame, scheme, model, **track_kwargs,
+                                   **({"strain": True, "frame_ms": frame_ms} if strain else {}))
     except BaseException:
         folder.discard()
         raise
-    return result, write_tracking(result, folder, info, figure=figure, request=request)
+    return result, write_tracking(result, folder, info, figure=figure, request=request, strain=strain, frame_ms=frame_ms)

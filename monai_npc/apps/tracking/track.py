@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import SimpleITK as sitk
@@ -44,6 +44,9 @@ from monai_npc.functional.warp import compose
 
 from .cine import Cine, label_frame, read_cine, read_frame_label
 from .schemes import DEFAULT_SCHEME, SCHEMES
+
+if TYPE_CHECKING:  # the strain code (and scipy) load only when strain is asked for
+    from monai_npc.cardiac.strain import Strain
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +104,17 @@ class Tracking:
     registrations: int = 0
     #: the networks the registrations used: ``{"consecutive frames" | "further apart": {model, num_steps, refine_iterations}}``
     settings: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    _lazy: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def strain(self) -> "Strain":
+        """Myocardial strain of this motion relative to the reference frame, with the tracking's own reference
+        label (:func:`monai_npc.strain`, whose options this leaves at their defaults); computed once."""
+        if "strain" not in self._lazy:
+            from .strain import strain
+
+            self._lazy["strain"] = strain(self)
+        return self._lazy["strain"]
 
     @property
     def seconds_per_frame(self) -> float:

@@ -9,7 +9,9 @@ every frame and returns, as MONAI Label infer tasks do, one result file plus JSO
 - the params: the cardiac function (``function``: ED/ES frames found from the LV volume curve,
   LV/RV EDV, ESV, SV in mL, EF in %, LV mass in g), ``volumes_ml`` per frame (``lv``, ``rv``,
   ``myo``), ``label_frame`` (and where it came from), ``scheme``, ``drift_dice``, ``model``,
-  ``info_cfg`` (ED/ES of an ``Info.cfg`` beside the cine, when there is one), seconds.
+  ``info_cfg`` (ED/ES of an ``Info.cfg`` beside the cine, when there is one), seconds, and with
+  ``strain`` the myocardial strain of the motion (``strain``: peak circumferential and radial strain in
+  %, their frames, per AHA segment; :func:`monai_npc.strain`).
 
 Request keys (MONAI Label merges the client's ``params`` into the request):
 
@@ -23,6 +25,7 @@ Request keys (MONAI Label merges the client's ``params`` into the request):
   uploaded label, whose name the server does not keep), else that ``Info.cfg``'s ED (``ED: n`` is frame
   ``n - 1``), else 0 (``label_frame_from`` in the answer says which);
 - ``scheme`` (optional): ``anchored`` (default), ``sequential``, ``direct``, ``average`` or ``bidirectional``;
+- ``strain`` (optional, default true): return the myocardial strain in ``params``;
 - ``npc_model``, ``npc_device``, ``npc_refine`` (optional): as for the registration task, but
   shipped or saved NPC weights get ``monai_npc.track``'s settings for consecutive frames (4 ODE
   steps; 10 refinement steps unless ``npc_refine`` is given). For ``anchored``, ``npc_refine`` is the
@@ -125,6 +128,11 @@ class NPCTrack(NPCInferTask):
 
         label_file = self._write_result(result.label_image)
         params = result.summary
+        if request.get("strain", True) not in (False, "false", "False", 0, "0"):
+            from monai_npc.apps.tracking.outputs import strain_peaks
+
+            params["strain"] = strain_peaks(result)
+            params["strain"]["segments"] = result.strain.summary["segments"]
         if info:
             found = result.function
             params["info_cfg"] = dict(info, ed_matches=info["ed"] == found["ed_frame"], es_matches=info["es"] == found["es_frame"])

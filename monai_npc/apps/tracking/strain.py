@@ -1,0 +1,45 @@
+"""``monai_npc.strain``: myocardial strain of a tracked cine, from the tracking's own motion.
+
+The tracking's displacements (:attr:`Tracking.ddf`, frame voxels, ``label_t(x) = label_ref(x + ddf_t(x))``)
+and its reference label go to :func:`monai_npc.cardiac.strain.strain_from_displacements`: Lagrangian
+circumferential and radial strain of every frame relative to the reference frame, global and per AHA
+segment. The basal rules of ``track`` change the carried labels, never the displacements, so they do
+not change the strain.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from monai_npc.cardiac.strain import Strain, strain_from_displacements
+
+__all__ = ["strain"]
+
+
+def strain(tracking: Any, label: Optional[Any] = None, frame_ms: Optional[float] = None, **kwargs: Any) -> Strain:
+    """Myocardial strain of ``tracking`` (:func:`monai_npc.track`'s result) relative to its reference frame.
+
+    Args:
+        tracking: the tracked cine (:class:`~monai_npc.apps.tracking.track.Tracking`).
+        label: ``(Z, H, W)`` label of the reference frame (1 RV, 2 myocardium, 3 LV) that defines the
+            myocardium, its radial / circumferential directions and the AHA segments; ``None``: the
+            tracking's own reference label (``tracking.labels[tracking.reference_frame]``).
+        frame_ms: time between two frames in ms (time to peak in ms, strain rate in 1/s); ``None``:
+            frames (the cine headers of ACDC carry no time unit).
+        kwargs: of :func:`~monai_npc.cardiac.strain.strain_from_displacements` (``kind``, ``mirrored``...).
+
+    Raises:
+        ValueError: a ``label`` that is not on the cine's grid, a ``frame_ms`` that is not > 0.
+    """
+    ref = tracking.reference_frame
+    reference = tracking.labels[ref] if label is None else np.asarray(label)
+    if reference.shape != tracking.labels.shape[1:]:
+        raise ValueError(f"label of shape {reference.shape} is not on the cine's grid {tracking.labels.shape[1:]} (Z, H, W).")
+    times = None
+    if frame_ms is not None:
+        if not (np.isfinite(frame_ms) and frame_ms > 0):
+            raise ValueError(f"frame_ms (--frame-ms) must be a number > 0 (ms between frames), got {frame_ms}.")
+        times = float(frame_ms) * np.arange(len(tracking.labels))
+    return strain_from_displacements(tracking.ddf, reference, tracking.cine.spacing, ref, times, **kwargs)
