@@ -309,3 +309,27 @@ def test_the_shipped_prior_gives_monais_outputs_without_importing_monai():
     out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_prior_stands_aside_when_it_cannot_read_the_fixed_image():
+    """The fixed frame's contrast inverted (another sequence, say): the prior still agrees with the moving label on the
+    moving image, but its segmentation of the fixed image does not overlap the moving label (mean Dice below
+    PRIOR_MIN_FIXED_AGREEMENT before registration), so it stands aside: a warning naming the number, the summary says
+    why, and the field is the prior-free one. On the original fixed frame it acts, with its overlap recorded."""
+    import monai_npc
+    from monai_npc.apps.registration.label_prior import PRIOR_MIN_AGREEMENT, PRIOR_MIN_FIXED_AGREEMENT
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
+    ed, es, lab = c["image"][0], c["image"][2], c["label"][0]
+    kw = dict(spacing=c["spacing"], refine_iterations=10, threads=1)
+    plain = monai_npc.register(ed, es, moving_label=lab, **kw).summary["label_prior"]
+    assert plain["weight"] == 8.0 and plain["fixed_agreement"] >= PRIOR_MIN_FIXED_AGREEMENT
+    inverted = es.max() - es
+    with pytest.warns(RuntimeWarning, match=r"label prior acdc_heart not used .*fixed image does not overlap the moving label \(mean Dice 0\.\d\d"):
+        reg = monai_npc.register(ed, inverted, moving_label=lab, **kw)
+    summary = reg.summary["label_prior"]
+    assert summary["weight"] == 0.0 and summary["agreement"] >= PRIOR_MIN_AGREEMENT
+    assert summary["fixed_agreement"] < PRIOR_MIN_FIXED_AGREEMENT and "fixed image" in summary["dropped"]
+    assert any("fixed image" in w for w in reg.summary["warnings"])
+    torch.testing.assert_close(reg.ddf, monai_npc.register(ed, inverted, moving_label=lab, label_prior=0.0, **kw).ddf)

@@ -249,7 +249,8 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     overlap, still, grid = result.overlap_percent, result.still, result.grid
     prior_summary = None
     if prior_weight > 0 and (result.prior_label is not None or result.prior_note):  # asked for, with a label to steer
-        prior_summary = {"name": prior_name, "weight": prior_weight, "agreement": result.prior_agreement}
+        prior_summary = {"name": prior_name, "weight": prior_weight, "agreement": result.prior_agreement,
+                         "fixed_agreement": result.prior_fixed_agreement}
         if result.prior_label is None:  # it did not act (result.prior_note says why)
             why = f"label prior {prior_name} not used for moving label {describe_input(moving_label)}: {result.prior_note}. Registered without it."
             prior_summary.update(weight=0.0, dropped=why)

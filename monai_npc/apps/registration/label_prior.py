@@ -12,7 +12,7 @@ from torch import nn
 
 from monai_npc.functional import dice_by_value
 
-__all__ = ["PRIOR_CHECK_SLICES", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "prior_agreement", "fixed_prior", "label_prior_setting"]
+__all__ = ["PRIOR_CHECK_SLICES", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "PRIOR_MIN_FIXED_AGREEMENT", "prior_agreement", "fixed_prior", "label_prior_setting"]
 
 
 #: the label prior acts only when its segmentation of the moving image agrees with the moving label at least this much
@@ -26,6 +26,9 @@ PRIOR_MIN_AGREEMENT = 0.5
 PRIOR_CHECK_SLICES = 3
 
 
+#: ... and only when its segmentation of the fixed slices overlaps the moving label (unregistered: the two frames of one
+#: heart) at least this much (mean Dice over the label's values; calibrated on the validation patients, docs/design_notes.md)
+PRIOR_MIN_FIXED_AGREEMENT = 0.0
 #: ... holding at least this many labelled voxels of the model grid together (else it cannot be judged and does not act)
 PRIOR_MIN_CHECK_VOXELS = 200
 
@@ -41,38 +44,51 @@ def prior_agreement(probabilities: torch.Tensor, label: torch.Tensor) -> Optiona
 
 
 def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, label: torch.Tensor
-                 ) -> Tuple[Optional[torch.Tensor], Optional[float], Optional[str]]:
-    """``(class probabilities (N, K, h, w) of the fixed slices or None, agreement, why not)`` for the label term.
+                 ) -> Tuple[Optional[torch.Tensor], Optional[float], Optional[float], Optional[str]]:
+    """``(class probabilities (N, K, h, w) of the fixed slices or None, agreement on the moving image, overlap on the
+    fixed image, why not)`` for the label term.
 
     First on the moving slices: a label map of another convention (LV = 1, say) would be pulled onto the
     wrong structures, so the prior acts only where it agrees with the moving label on its own image
     (:func:`prior_agreement` on the :data:`PRIOR_CHECK_SLICES` slices with the most label; each costs a
     U-Net pass). The fixed slices are segmented where the moving label has something (the term's
-    region is the label's); elsewhere the probabilities are uniform. ``(None, None, None)``: no labelled slice,
-    nothing for the prior to steer; otherwise ``why not`` says why it does not act.
+    region is the label's); elsewhere the probabilities are uniform. Their segmentation must overlap the moving
+    label there (:data:`PRIOR_MIN_FIXED_AGREEMENT`): a fixed image unlike the prior's training data is segmented
+    wrongly even when the moving one is not. ``(None, None, None, None)``: no labelled slice, nothing for the prior to
+    steer; otherwise ``why not`` says why it does not act.
     """
     n, _, h, w = moving.shape
     area = (label > 0).flatten(1).sum(1).cpu().numpy()
     labelled = np.flatnonzero(area > 0)
     if labelled.size == 0:
-        return None, None, None
+        return None, None, None, None
     if h % 16 or w % 16:
-        return None, None, f"the model grid ({h} x {w}) is not a multiple of 16 on each side, which its U-Net needs"
+        return None, None, None, f"the model grid ({h} x {w}) is not a multiple of 16 on each side, which its U-Net needs"
     check = np.argsort(-area, kind="stable")[: min(PRIOR_CHECK_SLICES, labelled.size)]
     if area[check].sum() < PRIOR_MIN_CHECK_VOXELS:
-        return None, None, (f"too little of the moving label lies in the model grid to check the prior against it "
+        return None, None, None, (f"too little of the moving label lies in the model grid to check the prior against it "
                             f"({int(area[check].sum())} voxels on its fullest slices, at least {PRIOR_MIN_CHECK_VOXELS} needed)")
     agreement = prior_agreement(label_prior.predict(moving[check]), label[check])
     known = label_prior.num_classes - 1
     if agreement is None:
-        return None, None, f"the moving label has none of the values it knows (1-{known})"
+        return None, None, None, f"the moving label has none of the values it knows (1-{known})"
     if agreement < PRIOR_MIN_AGREEMENT:
-        return None, agreement, (f"its segmentation of the moving image does not match the moving label (mean Dice {agreement:.2f} "
+        return None, agreement, None, (f"its segmentation of the moving image does not match the moving label (mean Dice {agreement:.2f} "
                                  f"over the values 1-{known}, at least {PRIOR_MIN_AGREEMENT} needed): the label's values may "
                                  f"follow another convention than the prior's ({_named_values(label_prior)}) or show other anatomy")
+    seen = label_prior.predict(fixed[labelled]).to(moving.device)
+    # then on the fixed slices: the two frames show one heart, so the prior's view of the fixed image must overlap the
+    # moving label where it lies (before any registration); a fixed image unlike the prior's training data (another
+    # contrast, artefacts) gives a segmentation that does not, and the prior would pull the label astray
+    on_fixed = prior_agreement(seen, label[labelled])
+    if on_fixed is None or on_fixed < PRIOR_MIN_FIXED_AGREEMENT:
+        return None, agreement, on_fixed, (f"its segmentation of the fixed image does not overlap the moving label (mean Dice "
+                                 f"{0.0 if on_fixed is None else on_fixed:.2f} before registration, at least {PRIOR_MIN_FIXED_AGREEMENT} "
+                                 f"needed; it agrees {agreement:.2f} with the label on the moving image): the fixed image may be "
+                                 "unlike the images it was trained on (another contrast or sequence, artefacts)")
     prior = torch.full((n, label_prior.num_classes, h, w), 1.0 / label_prior.num_classes, device=moving.device)
-    prior[labelled] = label_prior.predict(fixed[labelled]).to(moving.device)
-    return prior, agreement, None
+    prior[labelled] = seen
+    return prior, agreement, on_fixed, None
 
 
 def _named_values(label_prior: nn.Module) -> str:

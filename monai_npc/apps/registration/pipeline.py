@@ -101,6 +101,8 @@ class PipelineResult:
         prior_agreement: mean Dice of the label prior's segmentation of the moving image against the
             moving label (:func:`prior_agreement`, on the :data:`PRIOR_CHECK_SLICES` slices with the most
             label) when a prior was given, else ``None``; below :data:`PRIOR_MIN_AGREEMENT` the prior did not act.
+        prior_fixed_agreement: mean Dice of its segmentation of the fixed image against the moving label before
+            registration (on the slices the label covers), when it was measured, else ``None``.
         prior_note: why a given prior did not act (:func:`~monai_npc.apps.registration.label_prior.fixed_prior`), else ``None``.
     """
 
@@ -121,6 +123,7 @@ class PipelineResult:
     aligned_label: Optional[sitk.Image] = None
     prior_label: Optional[np.ndarray] = None
     prior_agreement: Optional[float] = None
+    prior_fixed_agreement: Optional[float] = None
     prior_note: Optional[str] = None
 
 
@@ -222,7 +225,7 @@ def run_pipeline(
         still=np.logical_or.reduce([r.still for r in runs]), overlap_percent=overlap,
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
         alignment=alignment, aligned_label=aligned_label, prior_label=rated.prior_label, prior_agreement=rated.prior_agreement,
-        prior_note=rated.prior_note,
+        prior_fixed_agreement=rated.prior_fixed_agreement, prior_note=rated.prior_note,
     )
 
 
@@ -257,6 +260,7 @@ class _GridRun:
     seconds_network: float
     prior_label: Optional[np.ndarray] = None  # (Z, H, W) uint8 on the fixed grid: the label prior's segmentation
     prior_agreement: Optional[float] = None  # the prior against the moving label on the moving image (mean Dice)
+    prior_fixed_agreement: Optional[float] = None  # its fixed-image segmentation against the moving label, unregistered
     prior_note: Optional[str] = None  # why a prior that was given did not act (None: it acted, or had nothing to steer)
 
 
@@ -281,12 +285,12 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     ddf_m, warped_m = torch.zeros(z, 2, h, w), m_t.detach().float().cpu().clone()
     rel_m: Optional[torch.Tensor] = None
     active = np.flatnonzero(~still)
-    lab_t = prior_t = agreement = prior_note = None
+    lab_t = prior_t = agreement = fixed_agreement = prior_note = None
     if moving_label is not None and label_guidance > 0:
         lab = np.concatenate([slices_of(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
         lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
         if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
-            prior_t, agreement, prior_note = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
+            prior_t, agreement, fixed_agreement, prior_note = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
     if active.size:
         d, wp, r = _predict(net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active],
                             label_guidance=label_guidance, fixed_prior=prior_t, prior_weight=prior_weight)
@@ -329,4 +333,4 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     ddf_fixed = torch.cat(ddf_f)
     seen_fixed = np.concatenate(seen) if window else np.ones((ddf_fixed.shape[0],) + tuple(ddf_fixed.shape[2:]), bool)
     return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, ddf_fixed, torch.cat(weights) if window else None,
-                    rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None, agreement, prior_note)
+                    rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None, agreement, fixed_agreement, prior_note)

@@ -1,0 +1,170 @@
+"""The label prior under acquisition shifts: ``register`` with the prior (defaults) and without it (``label_prior=0``)
+when the images are unlike the training data.
+
+    OMP_NUM_THREADS=1 python benchmarks/shift_suite.py [--data-dir ../shared/data/acdc_ssl4mis] [--split val] \\
+        [--shifts none,bias,gamma,contrast,gibbs,spikes,noise,blur,coarse,inverted] [--out runs/shift_suite]
+
+Whole short-axis stacks of the SSL4MIS copy (as ``benchmarks/localisation.py`` builds them) of the validation and
+test patients of ``bundles/npc_acdc/configs/acdc70_split.json`` (26 patients, both directions), never the official
+test split. Each shift is one of MONAI's intensity and artefact transforms with a fixed seed, applied to BOTH
+frames of the pair (another scanner or sequence gives both), except ``inverted``, which inverts the FIXED frame's
+contrast only (the hardest case for a segmentation network of the fixed frame):
+
+- ``bias``: ``RandBiasField`` (coefficient range 0.4); ``gamma``: ``AdjustContrast(gamma=2.0)``;
+  ``contrast``: ``AdjustContrast(gamma=0.5)``; ``gibbs``: ``GibbsNoise(alpha=0.6)``;
+  ``spikes``: ``RandKSpaceSpikeNoise`` (one spike per slice); ``noise``: ``RandGaussianNoise`` (std 0.08 of the range);
+  ``blur``: ``GaussianSmooth(sigma 1.5 voxels in-plane)``; ``coarse``: in-plane resolution halved
+  (``Zoom`` 0.5 then back, linear); ``inverted``: the fixed frame's intensities turned upside down.
+
+Per pair and shift: the moving label carried by ``monai_npc.register(model="acdc")`` with the defaults (the prior
+``acdc_heart``, weight 8) and with ``label_prior=0``, 3-D Dice (RV/Myo/LV mean) against the fixed frame's expert
+label, whether the prior acted and its two checks (``agreement`` on the moving image, ``fixed_agreement``: its
+fixed-image segmentation against the moving label before registration). Rows go to ``OUT/rows.jsonl`` (a rerun
+skips what is there); ``OUT/results.md`` is the table by shift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "acdc_ssl4mis"
+SPLIT = ROOT / "bundles" / "npc_acdc" / "configs" / "acdc70_split.json"
+SHIFTS = ("none", "bias", "gamma", "contrast", "gibbs", "spikes", "noise", "blur", "coarse", "inverted")
+
+
+def shift_transform(name: str, seed: int) -> Callable[[np.ndarray], np.ndarray]:
+    """``(Z, H, W)`` float32 stack -> the shifted stack (MONAI transforms on each slice as a channel-first 2-D image)."""
+    from monai import transforms as mt
+
+    def per_slice(t) -> Callable[[np.ndarray], np.ndarray]:
+        def apply(stack: np.ndarray) -> np.ndarray:
+            if hasattr(t, "set_random_state"):
+                t.set_random_state(seed)
+            return np.stack([np.asarray(t(sl[None]))[0] for sl in stack]).astype(np.float32)
+        return apply
+
+    if name == "none":
+        return lambda s: s
+    if name == "inverted":
+        return lambda s: (s.max() - s).astype(np.float32)
+
+    def scaled(t) -> Callable[[np.ndarray], np.ndarray]:  # on [0, 1], back to the stack's range
+        inner = per_slice(t)
+
+        def apply(stack: np.ndarray) -> np.ndarray:
+            lo, hi = float(stack.min()), float(stack.max())
+            return (inner((stack - lo) / max(hi - lo, 1e-6)) * (hi - lo) + lo).astype(np.float32)
+        return apply
+
+    table = {
+        "bias": lambda: scaled(mt.RandBiasField(coeff_range=(0.3, 0.4), prob=1.0)),
+        "gamma": lambda: scaled(mt.AdjustContrast(gamma=2.0)),
+        "contrast": lambda: scaled(mt.AdjustContrast(gamma=0.5)),
+        "gibbs": lambda: scaled(mt.GibbsNoise(alpha=0.6)),
+        "spikes": lambda: scaled(mt.RandKSpaceSpikeNoise(prob=1.0, intensity_range=(11.0, 12.0))),
+        "noise": lambda: scaled(mt.RandGaussianNoise(prob=1.0, std=0.08)),
+        "blur": lambda: scaled(mt.GaussianSmooth(sigma=1.5)),
+    }
+    if name == "coarse":
+        def coarse(stack: np.ndarray) -> np.ndarray:
+            lo, hi = float(stack.min()), float(stack.max())
+            unit = (stack - lo) / max(hi - lo, 1e-6)
+            out = []
+            for sl in unit:
+                small = np.asarray(mt.Zoom(0.5, mode="area", keep_size=False)(sl[None]))
+                out.append(np.asarray(mt.Resize(sl.shape, mode="bilinear")(small))[0])
+            return (np.stack(out) * (hi - lo) + lo).astype(np.float32)
+        return coarse
+    if name not in table:
+        raise ValueError(f"unknown shift {name!r}; known: {SHIFTS}")
+    return table[name]()
+
+
+def summarise(rows: List[Dict], shifts) -> str:
+    lines = ["| shift | pairs | Dice, defaults (prior) | Dice, label_prior=0 | defaults - off (per pair) | worse by > 0.005 | prior acted | "
+             "fixed_agreement median (min) |", "|---|---|---|---|---|---|---|---|"]
+    for s in shifts:
+        x = [r for r in rows if r["shift"] == s]
+        if not x:
+            continue
+        d = np.array([r["prior"] - r["off"] for r in x])
+        fa = [r["fixed_agreement"] for r in x if r.get("fixed_agreement") is not None]
+        lines.append(f"| {s} | {len(x)} | {np.mean([r['prior'] for r in x]):.4f} | {np.mean([r['off'] for r in x]):.4f} | "
+                     f"{d.mean():+.4f} +- {d.std() / np.sqrt(len(d)):.4f} | {(d < -0.005).sum()} | {sum(r['acted'] for r in x)} / {len(x)} | "
+                     + (f"{np.median(fa):.2f} ({min(fa):.2f})" if fa else "-") + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    p.add_argument("--split", choices=("val", "train"), default="val", help="val: the 26 validation and test patients of acdc70")
+    p.add_argument("--shifts", default=",".join(SHIFTS))
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "shift_suite")
+    p.add_argument("--limit", type=int, default=None, help="first N patients only")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+
+    import SimpleITK as sitk
+    import torch
+    from localisation import as_sitk, dice3, read_stack
+    from tqdm import tqdm
+
+    import monai_npc
+
+    torch.set_num_threads(args.threads)
+    sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
+    split = json.loads(SPLIT.read_text())
+    patients = split["train"] if args.split == "train" else split["val"] + split["test"]
+    patients = patients[: args.limit] if args.limit else patients
+    shifts = [s for s in args.shifts.split(",") if s.strip()]
+    data = args.data_dir / "data" if (args.data_dir / "data").is_dir() else args.data_dir
+    out = args.out / args.split
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "rows.jsonl"
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    done = {(r["patient"], r["direction"], r["shift"]) for r in rows}
+    todo = [(pt, d, s) for pt in patients for s in shifts for d in ("ED->ES", "ES->ED") if (pt, d, s) not in done]
+    stacks: Dict[str, tuple] = {}
+    with log.open("a") as f:
+        for i, (pt, direction, s) in enumerate(tqdm(todo, desc="shifted pairs", unit="pair")):
+            if pt not in stacks:
+                stacks = {pt: (read_stack(data, pt, 1), read_stack(data, pt, 2))}
+            (ed, edl), (es, esl) = stacks[pt]
+            m, ml, fx, fl = (ed, edl, es, esl) if direction == "ED->ES" else (es, esl, ed, edl)
+            seed = zlib.crc32(f"{pt} {direction} {s}".encode())  # the same every run
+            shift = shift_transform(s, seed)
+            m_img = as_sitk(m if s == "inverted" else shift(m.astype(np.float32)))
+            f_img = as_sitk(shift(fx.astype(np.float32)))
+            label = as_sitk(ml.astype(np.float32))
+            row = {"patient": pt, "direction": direction, "shift": s}
+            for key, prior in (("prior", None), ("off", 0)):
+                t0 = time.perf_counter()
+                reg = monai_npc.register(m_img, f_img, model="acdc", moving_label=label, label_prior=prior, threads=args.threads)
+                row[key] = float(np.mean(dice3(sitk.GetArrayFromImage(reg.warped_label), fl)))
+                row["seconds_" + key] = time.perf_counter() - t0
+                if prior is None:
+                    info = reg.summary.get("label_prior") or {}
+                    row.update(acted=bool(info) and info.get("weight", 0) > 0 and "dropped" not in info,
+                               agreement=info.get("agreement"), fixed_agreement=info.get("fixed_agreement"), dropped=info.get("dropped"))
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            rows.append(row)
+    (out / "results.md").write_text(summarise(rows, shifts) + "\n")
+    print(summarise(rows, shifts))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
