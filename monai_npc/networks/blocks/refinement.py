@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import warnings
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from monai_npc.functional.area import carried_area_change
 from monai_npc.functional.label_intensity import intensity_models, label_core, label_intensity_weights, label_onehot, label_region
 from monai_npc.functional.label_prior import label_prior_weights
 from monai_npc.functional.similarity import local_ncc, local_target_stats
@@ -98,6 +99,10 @@ class InstanceRefinement(nn.Module):
             image when ``forward`` gets one (``fixed_prior``; :mod:`~monai_npc.functional.label_prior`:
             each carried label pays ``-log p_label(x)`` on the voxels it covers). A call's
             ``prior_weight`` overrides it.
+        lambda_area, area_values: with a moving label, ``lambda_area`` times the squared relative change of the
+            area each of the label values ``area_values`` covers once carried by the field
+            (:func:`~monai_npc.functional.area.carried_area_change`): the myocardium (ACDC value 2) is nearly
+            incompressible, so its carried area should stay what it was. 0 / empty = off.
 
     Pairs of a batch are independent: the loss is the sum of per-pair losses, so a pair is refined
     exactly as it would be in a batch of one (a slice inside its stack as alone).
@@ -123,6 +128,8 @@ class InstanceRefinement(nn.Module):
         label_model_mix: float = 0.0,
         label_model_erosion: int = 1,
         label_prior_weight: float = 1.0,
+        lambda_area: float = 0.0,
+        area_values: Sequence[int] = (),
     ) -> None:
         super().__init__()
         if int(iterations) < 0:
@@ -150,6 +157,10 @@ class InstanceRefinement(nn.Module):
         if not float(label_prior_weight) >= 0:
             raise ValueError(f"label_prior_weight must be >= 0, got {label_prior_weight}.")
         self.label_prior_weight = float(label_prior_weight)
+        if not float(lambda_area) >= 0:
+            raise ValueError(f"lambda_area must be >= 0, got {lambda_area}.")
+        self.lambda_area = float(lambda_area)
+        self.area_values = tuple(int(v) for v in area_values)
 
     def extra_repr(self) -> str:
         return (f"iterations={self.iterations}, learning_rate={self.learning_rate}, grid_stride={self.grid_stride}, "
@@ -186,6 +197,10 @@ class InstanceRefinement(nn.Module):
             upsample = _linear_upsampler(coarse, full, ddf.dtype, ddf.device)
             prior = fixed_prior.detach().clone() if guided and fixed_prior is not None and mu > 0 else None
             label_term = self._label_term(moving.clone(), fixed.clone(), base, moving_label.clone(), prior, mu) if guided else None
+            kept = None  # the indicators of the labels whose carried area is held (lambda_area)
+            if self.lambda_area > 0 and self.area_values and moving_label is not None:
+                label = moving_label.detach().round().to(torch.int64)
+                kept = torch.cat([(label == v) for v in self.area_values], 1).to(ddf.dtype)
             f_stats = local_target_stats(f, self.window)  # the fixed image's part of the LNCC, once
             for step in range(1, self.iterations + 1):
                 field = base + upsample(v)  # the regularisers see the full-grid field the caller gets
@@ -195,6 +210,8 @@ class InstanceRefinement(nn.Module):
                     loss = loss + smoothness_fold_penalty(field, self.lambda_reg, self.lambda_jac)
                 if label_term is not None:
                     loss = loss + lam * label_term(field)
+                if kept is not None:
+                    loss = loss + self.lambda_area * carried_area_change(kept, field).square().sum(1)
                 # the sum of per-pair losses: each pair's residual gets exactly the gradient (and, Adam being
                 # per element, the steps) it would get alone, so a slice registers the same inside its stack
                 (grad,) = torch.autograd.grad(loss.sum(), v)
