@@ -201,3 +201,48 @@ def test_the_label_prior_tells_when_the_lv_left_the_basal_slice(flip):
     assert z is None and out is not carried and np.array_equal(out, carried)
     with pytest.raises(ValueError, match="one \\(Z, H, W\\) shape"):
         basal_left_by_prior(ref, ref[1:])
+
+
+def test_through_plane_field_makes_the_transform_do_what_the_rule_did():
+    """A 5-slice stack: the basal RV slice cleared (ED->ES) and a basal slice filled (ES->ED) by the rules; the field
+    that through_plane_field returns, written as an ITK transform and resampled with ITK's label-linear interpolation,
+    gives exactly the rule's label; voxels the rules did not touch keep the in-plane field."""
+    import SimpleITK as sitk
+
+    from monai_npc.cardiac.through_plane import apply_basal_ascent, apply_basal_descent, through_plane_field
+    from monai_npc.interop.transforms import displacement_field_transform
+
+    lab = np.zeros((5, 24, 24), np.int32)
+    lab[0:4, 6:12, 4:10] = 1  # RV, basal end at slice 0
+    lab[0:5, 8:18, 10:18] = 3  # LV
+    lab[0:5, 7:19, 9:10] = 2
+    ddf = np.zeros((3, 5, 24, 24))
+    ddf[1] = 0.4  # a small in-plane shift everywhere
+    image = sitk.GetImageFromArray(lab.astype(np.float32))
+    image.SetSpacing((1.5, 1.5, 10.0))
+
+    def carry(field):
+        out = sitk.Resample(sitk.Cast(image, sitk.sitkInt32), image, displacement_field_transform(field, image), sitk.sitkLabelLinear, 0)
+        return sitk.GetArrayFromImage(out)
+
+    carried = carry(ddf)
+    descended = apply_basal_descent(carried, lab, 10.0)
+    assert (descended != carried).any()
+    field = through_plane_field(descended, carried, lab, ddf)
+    np.testing.assert_array_equal(carry(field), descended)
+    untouched = descended == carried
+    np.testing.assert_array_equal(field[:, untouched], ddf[:, untouched])
+    assert (field[0][~untouched] == -1).all()  # one slice beyond the base (outside the stack)
+
+    es = lab.copy()
+    es[0] = 0  # the ES label has nothing on slice 0: the structures re-enter it at ED
+    carried = es.copy()  # the ES label carried by an identity field: nothing on slice 0
+    ascended = apply_basal_ascent(carried, es, 10.0)
+    assert (ascended[0] > 0).any()
+    field = through_plane_field(ascended, carried, es, np.zeros_like(ddf))
+    source = sitk.GetImageFromArray(es.astype(np.float32))
+    source.CopyInformation(image)
+    out = sitk.Resample(sitk.Cast(source, sitk.sitkInt32), image, displacement_field_transform(field, image), sitk.sitkLabelLinear, 0)
+    np.testing.assert_array_equal(sitk.GetArrayFromImage(out), ascended)
+    with pytest.raises(ValueError, match="one structure into another"):
+        through_plane_field(np.where(carried == 3, 1, carried), carried, es, np.zeros_like(ddf))

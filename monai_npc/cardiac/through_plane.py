@@ -56,7 +56,7 @@ from .function import ACDC_STRUCTURES
 
 __all__ = [
     "BASAL_DESCENT_MM", "BASAL_ASCENT_MM", "PRIOR_LEFT_SHARE", "base_end", "basal_left_by_prior", "clear_basal_by_prior", "slab_fractions", "apply_basal_descent", "ascent_fractions",
-    "apply_basal_ascent", "systolic_phase", "diastolic_phase", "volume_error_by_position",
+    "apply_basal_ascent", "systolic_phase", "diastolic_phase", "volume_error_by_position", "through_plane_field",
 ]
 
 #: descent of the base at end-systole in mm per structure name (:data:`ACDC_STRUCTURES`), chosen
@@ -298,3 +298,49 @@ def volume_error_by_position(reference_label: np.ndarray, carried: np.ndarray, t
         error[where] += 100.0 * (float((car[z] == value).sum()) - float((tgt[z] == value).sum())) / volume
     error["basal_left"] = float(not (tgt[ordered[0]] == value).any())
     return error
+
+
+def through_plane_field(edited: np.ndarray, carried: np.ndarray, reference_label: np.ndarray, ddf: np.ndarray) -> np.ndarray:
+    """The displacement that carries the moving label to ``edited``: the in-plane field ``ddf`` with a through-plane
+    component where a basal rule changed the carried label, so that the transform itself does what the rule did.
+
+    Args:
+        edited: ``(Z, H, W)`` the carried label after the basal rules (:func:`apply_basal_descent`,
+            :func:`clear_basal_by_prior`, :func:`apply_basal_ascent`).
+        carried: ``(Z, H, W)`` the label the in-plane field carries (before the rules).
+        reference_label: ``(Z, H, W)`` the moving label on the same grid (it places the base).
+        ddf: ``(3, Z, H, W)`` fixed voxels, MONAI ``Warp`` convention (``label(x + ddf(x))``); channel 0, through-plane, 0.
+
+    Returns:
+        ``(3, Z, H, W)`` (a copy): at a voxel a rule cleared, the field points one slice beyond the labelled stack on
+        the basal side (where the moving label has no structure, or outside the image); at a voxel a rule filled with
+        value ``v``, it points where the nearest slice towards the apex that carries ``v`` there takes it from (that
+        slice's whole displacement, through-plane offset added); elsewhere it is ``ddf``. Resampling the moving label
+        through it (label-linear) gives ``edited``.
+
+    Raises:
+        ValueError: arrays of other shapes, or a change that is neither a clearing nor a filling.
+    """
+    edited, carried, reference = (np.asarray(a) for a in (edited, carried, reference_label))
+    field = np.array(ddf, dtype=np.float64, copy=True)
+    if not (edited.shape == carried.shape == reference.shape == field.shape[1:]) or field.shape[0] != 3:
+        raise ValueError(f"edited {edited.shape}, carried {carried.shape}, reference_label {reference.shape} must share one (Z, H, W) "
+                         f"grid and ddf {field.shape} be (3, Z, H, W).")
+    changed = edited != carried
+    if not changed.any():
+        return field
+    if (changed & (edited != 0) & (carried != 0)).any():
+        raise ValueError("a basal rule may only clear a carried structure or fill background; this one changed one structure into another.")
+    base, step = base_end(reference)
+    cleared = changed & (edited == 0)
+    z = np.arange(field.shape[1], dtype=np.float64)[:, None, None]
+    field[0][cleared] = ((base - step) - z * np.ones(edited.shape))[cleared]  # one slice beyond the base: no label there
+    filled = np.argwhere(changed & (edited != 0))
+    for k, y, x in filled:
+        value = edited[k, y, x]
+        source = next((j for j in range(k + step, edited.shape[0] if step > 0 else -1, step) if carried[j, y, x] == value), None)
+        if source is None:
+            raise ValueError(f"voxel {(int(k), int(y), int(x))} was filled with {int(value)}, which no slice towards the apex carries there.")
+        field[:, k, y, x] = field[:, source, y, x]
+        field[0, k, y, x] += source - k
+    return field

@@ -114,10 +114,16 @@ class Registration:
                 self.moving_label, self.fixed, self.transform, self.label_sigma)
         return self._lazy["warped_label"]
 
-    @warped_label.setter
-    def warped_label(self, image: Optional[sitk.Image]) -> None:
-        """Replace the warped label (e.g. after a through-plane correction on the fixed grid)."""
-        self._lazy["warped_label"] = image
+    def set_field(self, ddf: np.ndarray) -> None:
+        """Replace the displacement (``(D, *S)`` fixed voxels, e.g. with a through-plane component added,
+        :func:`monai_npc.cardiac.through_plane.through_plane_field`); the transform, the warped image and the warped
+        label are then built from the new field: every output stays what the written transform does."""
+        ddf = np.asarray(ddf, dtype=np.float64)
+        if ddf.shape != tuple(self.ddf.shape):
+            raise ValueError(f"the new field {ddf.shape} must have the shape of the old one {tuple(self.ddf.shape)}.")
+        self.ddf_array = ddf
+        self.ddf = torch.from_numpy(ddf).float()
+        self._lazy.clear()
 
     def save(self, out: Union[PathLike, OutputFolder], overview: bool = True) -> Dict[str, Any]:
         """Write :data:`OUTPUTS` into ``out`` all or nothing and return the summary written to ``summary.json``.

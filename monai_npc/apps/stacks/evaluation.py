@@ -18,7 +18,7 @@ from torch import nn
 from monai_npc.data.io import read_sitk_file
 from monai_npc.utils import as_json, changed_settings
 
-from .pairs import basal_descent_label, demons_pair, register_pair
+from .pairs import basal_descent_label, demons_pair, descend_registration, register_pair
 from .report import BUCKETS, group_figure, results_table, summarise
 from .runs import load_model, nanmean, one_line, progress_bar, skip_record, status_file
 from .studies import STRUCTURES, Study, StudyPair, find_studies, read_phase, read_phase_label
@@ -99,17 +99,18 @@ def _evaluate_pair(
         t0 = time.perf_counter()
         if method == "npc":
             reg = register_pair(pair, net, model_name=name, device=device, threads=threads, field_of_view=field_of_view)
+            if basal_descent:  # the basal rules as a through-plane part of the transform: its label is what is scored
+                descend_registration(pair, reg)
             seconds = time.perf_counter() - t0
             warped = sitk.GetArrayFromImage(reg.warped_label)
             folding = float(reg.summary["folding_percent"])
-            prior = None if reg.prior_label is None else sitk.GetArrayFromImage(reg.prior_label)
         else:
             with use_threads(threads):
                 warped, ddf = demons_pair(moving, fixed, sitk.Cast(moving_label, sitk.sitkInt16), **demons)
                 seconds = time.perf_counter() - t0
             folding = float(folding_percent(ddf).mean())
-        if basal_descent:
-            warped = basal_descent_label(pair, warped, initial, fixed, prior if method == "npc" else None)
+        if basal_descent and method != "npc":  # demons: the same rules on its carried label (it has no label prior)
+            warped = basal_descent_label(pair, warped, initial, fixed)
         rows.append({**base, "method": method, "seconds": seconds, "folding_percent": folding, **label_metrics(warped, target, spacing)})
     return rows
 

@@ -57,22 +57,29 @@ def _basal_moves(pair: StudyPair, warped: np.ndarray, reference: np.ndarray, fix
 
 
 def descend_registration(pair: StudyPair, reg: Any) -> None:
-    """:func:`basal_descent_label` applied to ``reg.warped_label`` in place (recorded in ``reg.summary``)."""
+    """The basal rules of :func:`basal_descent_label` made part of ``reg``'s transform (in place): a through-plane
+    component of the field where a rule clears or fills a basal slice
+    (:func:`monai_npc.cardiac.through_plane.through_plane_field`), so that ``reg.warped_label``, ``transform.h5``
+    and the displacement all say the same; recorded in ``reg.summary["basal_descent"]`` with the share of the
+    labelled voxels on which the transform's label equals the rule's (``rule_agreement``)."""
     if reg.warped_label is None or pair.moving.label is None or pair.direction not in ("ED->ES", "ES->ED"):
         return
+    from monai_npc.cardiac.through_plane import through_plane_field
+
     on_fixed = reg.warped_label  # on the fixed grid
     # the moving label as register read it, on the fixed grid
     reference = sitk.GetArrayFromImage(sitk.Resample(reg.moving_label, on_fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
     warped = sitk.GetArrayFromImage(on_fixed)
     prior = None if reg.prior_label is None else sitk.GetArrayFromImage(reg.prior_label)
     new, lv_left = _basal_moves(pair, warped, reference, on_fixed, prior)
-    if new is warped:
+    if new is warped or reg.ddf_array is None or reg.ddf_array.shape[0] != 3:
         return
-    image = sitk.GetImageFromArray(new.astype(warped.dtype))
-    image.CopyInformation(on_fixed)
-    reg.warped_label = image
+    reg.set_field(through_plane_field(new, warped, reference, reg.ddf_array))
+    carried = sitk.GetArrayFromImage(reg.warped_label)
+    labelled = (carried > 0) | (new > 0)
     key = "cleared_voxels" if pair.direction == "ED->ES" else "filled_voxels"
-    reg.summary["basal_descent"] = {key: int((warped != new).sum()), "direction": pair.direction, "module": "monai_npc.cardiac.through_plane"}
+    reg.summary["basal_descent"] = {key: int((warped != new).sum()), "direction": pair.direction, "module": "monai_npc.cardiac.through_plane",
+                                    "in_transform": True, "rule_agreement": float((carried == new)[labelled].mean()) if labelled.any() else 1.0}
     if prior is not None and pair.direction == "ED->ES":  # the slice the label prior found the LV gone from (or None)
         reg.summary["basal_descent"]["lv_left_slice"] = lv_left
 
