@@ -28,7 +28,7 @@ PRIOR_CHECK_SLICES = 3
 
 #: ... and only when its segmentation of the fixed slices overlaps the moving label (unregistered: the two frames of one
 #: heart) at least this much (mean Dice over the label's values; calibrated on the validation patients, docs/design_notes.md)
-PRIOR_MIN_FIXED_AGREEMENT = 0.0
+PRIOR_MIN_FIXED_AGREEMENT = 0.25
 #: ... holding at least this many labelled voxels of the model grid together (else it cannot be judged and does not act)
 PRIOR_MIN_CHECK_VOXELS = 200
 
