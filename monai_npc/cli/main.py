@@ -91,5 +91,16 @@ def error_line(err: BaseException) -> str:
     return " ".join(line.strip() for line in text.strip().splitlines() if line.strip())
 
 
+def entry_point() -> None:
+    """The ``monai-npc`` console script: :func:`main`, then exit. Before exiting, every object is moved out of the
+    garbage collector's reach (``gc.freeze``): the interpreter's last collection over torch's objects costs a
+    command about 0.4 s and frees nothing the exit would not free anyway (atexit handlers and flushing still run)."""
+    import gc
+
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()
