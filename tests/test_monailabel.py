@@ -229,6 +229,9 @@ def test_track_task(tmp_path):
     assert lv[frame] == pytest.approx(np.sum(truth[frame] == 3) * voxel_ml)  # the given frame keeps its label
     assert f["lv_ef"] == pytest.approx(100 * (lv.max() - lv.min()) / lv.max()) and 10 < f["lv_ef"] < 70
     assert f["lv_mass_g"] > 0 and "info_cfg" not in params
+    strain = params["strain"]  # the myocardial strain of the tracked motion (monai_npc.strain)
+    assert strain["circumferential"]["peak"] < 0 and np.isfinite(strain["radial"]["peak"]) and len(strain["segments"]) == 16
+    assert strain["units"] == {"strain": "%", "time": "frame"}
     json.dumps(params)  # MONAI Label sends it to the client as JSON
     assert sorted(p.name for p in results.iterdir()) == [Path(label_file).name]
 
