@@ -363,3 +363,23 @@ def test_track_out_is_replaced_as_a_whole(cine, tmp_path):
     with pytest.raises(ValueError, match=r"holds files that are not outputs of a previous run \(notes.txt\)"):
         track_to_folder(path, label, out, 0, **kw)
     assert (out / "notes.txt").read_text() == "mine" and not list(tmp_path.glob(".out.tmp-*"))
+
+
+def test_a_two_frame_cine_is_register():
+    """track([ED, ES], ED_label) is one register(ED, ES, moving_label=ED_label) with register's settings: the same
+    carried label and field; with the basal rules on a 3-slice stack they are a through-plane part of that field,
+    so the carried label is what the field does, for every scheme."""
+    c = cardiac_cine(frames=5, size=64, levels=(0.15, 0.4, 0.65), spacing=(8.0, 2.0, 2.0), seed=2)
+    pair = np.stack([c["image"][0], c["image"][2]])
+    res = track_schemes(pair, c["label"][0], 0, ("anchored", "direct"), spacing=c["spacing"], threads=1, progress=False, basal_descent=False)
+    reg = monai_npc.register(pair[0], pair[1], moving_label=c["label"][0], spacing=c["spacing"], threads=1)
+    for r in res.values():
+        assert r.registrations == 1 and r.settings["pair"]["label_prior"] == reg.summary["label_prior"]
+        np.testing.assert_array_equal(r.labels[1], sitk.GetArrayFromImage(reg.warped_label))
+        torch.testing.assert_close(r.ddf[1], reg.ddf.float())
+        assert r.labels[0].tolist() == c["label"][0].tolist() and float(r.ddf[0].abs().max()) == 0.0
+    ruled = track_schemes(pair, c["label"][0], 0, ("anchored",), spacing=c["spacing"], threads=1, progress=False)["anchored"]
+    info = ruled.settings["pair"]["basal_descent"]
+    if info is not None:  # the rules changed something: a through-plane field that does exactly that
+        assert info["in_transform"] and info["rule_agreement"] == 1.0 and float(ruled.ddf[1][0].abs().max()) >= 1.0
+    assert ruled.strain.peak["circumferential"] < 0

@@ -56,7 +56,7 @@ from .function import ACDC_STRUCTURES
 
 __all__ = [
     "BASAL_DESCENT_MM", "BASAL_ASCENT_MM", "PRIOR_LEFT_SHARE", "base_end", "basal_left_by_prior", "clear_basal_by_prior", "slab_fractions", "apply_basal_descent", "ascent_fractions",
-    "apply_basal_ascent", "systolic_phase", "diastolic_phase", "volume_error_by_position", "through_plane_field",
+    "apply_basal_ascent", "systolic_phase", "diastolic_phase", "volume_error_by_position", "through_plane_field", "basal_rules",
 ]
 
 #: descent of the base at end-systole in mm per structure name (:data:`ACDC_STRUCTURES`), chosen
@@ -344,3 +344,21 @@ def through_plane_field(edited: np.ndarray, carried: np.ndarray, reference_label
         field[:, k, y, x] = field[:, source, y, x]
         field[0, k, y, x] += source - k
     return field
+
+
+def basal_rules(direction: str, carried: np.ndarray, reference_label: np.ndarray, slice_spacing_mm: float,
+                prior_label: Optional[np.ndarray] = None) -> Tuple[np.ndarray, Optional[int]]:
+    """The basal rules of an ED/ES pair of short-axis stacks: ``(label, the slice the prior found the LV gone from)``.
+
+    ``"ED->ES"``: the basal RV slices the base leaves cleared (:func:`apply_basal_descent`) and, with the label
+    prior's segmentation of the ES frame (``prior_label``), the LV and myocardium of the most basal LV slice when the
+    prior finds the LV gone (:func:`clear_basal_by_prior`); ``"ES->ED"``: the basal slices the structures re-enter
+    filled (:func:`apply_basal_ascent`). Any other direction, fewer than 3 slices or an empty reference: ``carried``
+    as it is (the same object) and ``None``.
+    """
+    carried = np.asarray(carried)
+    if direction not in ("ED->ES", "ES->ED") or carried.ndim != 3 or carried.shape[0] < 3 or not (np.asarray(reference_label) > 0).any():
+        return carried, None
+    if direction == "ES->ED":
+        return apply_basal_ascent(carried, reference_label, slice_spacing_mm), None
+    return clear_basal_by_prior(apply_basal_descent(carried, reference_label, slice_spacing_mm), reference_label, prior_label)

@@ -8,7 +8,8 @@
 - :mod:`.localize`: the heart window found from the two images alone;
 - :mod:`.grids`: model grids on the fixed image;
 - :mod:`.label_prior`: the label prior's part (its setting, its check, its probabilities of the fixed slices);
-- :mod:`.files`: :func:`register_files` / :func:`register_batch`, the Python face of ``monai-npc register``.
+- :mod:`.files`: :func:`register_files` / :func:`register_batch`, the Python face of ``monai-npc register``;
+- :mod:`.through_plane`: the basal rules of an ED/ES pair as a through-plane part of the transform.
 
 Names are imported on first use (``import monai_npc.apps.registration.align`` does not load the network code).
 """
@@ -24,5 +25,6 @@ _EXPORTS = {
                "PREPROCESSING", "FIELDS_OF_VIEW"),
     "pipeline": ("run_pipeline", "PipelineResult", "LABEL_GUIDANCE"),
     "files": ("register_files", "register_batch", "read_pairs_csv", "duplicate_outs", "BATCH_COLUMNS"),
+    "through_plane": ("basal_through_plane",),
 }
 __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -10,6 +10,8 @@ import torch
 from torch import nn
 
 from monai_npc.apps.registration.api import register
+from monai_npc.apps.registration.through_plane import basal_through_plane
+from monai_npc.cardiac.through_plane import basal_rules
 
 from .studies import StudyPair
 
@@ -46,42 +48,17 @@ def basal_descent_label(pair: StudyPair, warped: np.ndarray, reference: np.ndarr
 def _basal_moves(pair: StudyPair, warped: np.ndarray, reference: np.ndarray, fixed: sitk.Image,
                  prior_label: Optional[np.ndarray] = None) -> Tuple[np.ndarray, Optional[int]]:
     """:func:`basal_descent_label` and the slice the label prior found the LV gone from (``None``: none, or no prior)."""
-    if pair.direction not in ("ED->ES", "ES->ED") or fixed.GetDimension() != 3 or warped.shape[0] < 3 or not (np.asarray(reference) > 0).any():
+    if fixed.GetDimension() != 3:
         return warped, None
-    from monai_npc.cardiac.through_plane import apply_basal_ascent, apply_basal_descent, clear_basal_by_prior
-
-    if pair.direction == "ES->ED":
-        return apply_basal_ascent(warped, reference, fixed.GetSpacing()[2]), None
-    descended = apply_basal_descent(warped, reference, fixed.GetSpacing()[2])
-    return clear_basal_by_prior(descended, reference, prior_label)  # no prior: nothing cleared
+    return basal_rules(pair.direction, warped, reference, fixed.GetSpacing()[2], prior_label)
 
 
 def descend_registration(pair: StudyPair, reg: Any) -> None:
-    """The basal rules of :func:`basal_descent_label` made part of ``reg``'s transform (in place): a through-plane
-    component of the field where a rule clears or fills a basal slice
-    (:func:`monai_npc.cardiac.through_plane.through_plane_field`), so that ``reg.warped_label``, ``transform.h5``
-    and the displacement all say the same; recorded in ``reg.summary["basal_descent"]`` with the share of the
-    labelled voxels on which the transform's label equals the rule's (``rule_agreement``)."""
-    if reg.warped_label is None or pair.moving.label is None or pair.direction not in ("ED->ES", "ES->ED"):
-        return
-    from monai_npc.cardiac.through_plane import through_plane_field
-
-    on_fixed = reg.warped_label  # on the fixed grid
-    # the moving label as register read it, on the fixed grid
-    reference = sitk.GetArrayFromImage(sitk.Resample(reg.moving_label, on_fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
-    warped = sitk.GetArrayFromImage(on_fixed)
-    prior = None if reg.prior_label is None else sitk.GetArrayFromImage(reg.prior_label)
-    new, lv_left = _basal_moves(pair, warped, reference, on_fixed, prior)
-    if new is warped or reg.ddf_array is None or reg.ddf_array.shape[0] != 3:
-        return
-    reg.set_field(through_plane_field(new, warped, reference, reg.ddf_array))
-    carried = sitk.GetArrayFromImage(reg.warped_label)
-    labelled = (carried > 0) | (new > 0)
-    key = "cleared_voxels" if pair.direction == "ED->ES" else "filled_voxels"
-    reg.summary["basal_descent"] = {key: int((warped != new).sum()), "direction": pair.direction, "module": "monai_npc.cardiac.through_plane",
-                                    "in_transform": True, "rule_agreement": float((carried == new)[labelled].mean()) if labelled.any() else 1.0}
-    if prior is not None and pair.direction == "ED->ES":  # the slice the label prior found the LV gone from (or None)
-        reg.summary["basal_descent"]["lv_left_slice"] = lv_left
+    """The basal rules of :func:`basal_descent_label` made part of ``reg``'s transform (in place,
+    :func:`monai_npc.apps.registration.through_plane.basal_through_plane`): ``reg.warped_label``, ``transform.h5``
+    and the displacement all say the same; recorded in ``reg.summary["basal_descent"]``."""
+    if pair.moving.label is not None:
+        basal_through_plane(reg, pair.direction)
 
 
 def _unit_slices(array: np.ndarray) -> np.ndarray:

@@ -26,9 +26,9 @@ filled (:mod:`~monai_npc.cardiac.through_plane`; ``basal_descent``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -36,17 +36,19 @@ import SimpleITK as sitk
 import torch
 
 from monai_npc.apps.registration.api import register
-from monai_npc.cardiac.function import ACDC_STRUCTURES, cardiac_function, volume_curves
+from monai_npc.cardiac.function import cardiac_function, volume_curves
 from monai_npc.cardiac.through_plane import BASAL_ASCENT_MM, BASAL_DESCENT_MM, apply_basal_ascent, apply_basal_descent, diastolic_phase, systolic_phase
-from monai_npc.functional import dice_by_value
 from monai_npc.functional.label_warp import indicator_tensor, warp_indicators, warp_label
 from monai_npc.functional.warp import compose
 
 from .cine import Cine, label_frame, read_cine, read_frame_label
+from .pair import track_pair
+from .progress import progress_bar
+from .result import Tracking, label_dice
 from .schemes import DEFAULT_SCHEME, SCHEMES
 
 if TYPE_CHECKING:  # the strain code (and scipy) load only when strain is asked for
-    from monai_npc.cardiac.strain import Strain
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -64,79 +66,6 @@ TRACK_REFINE_ITERATIONS = 10
 #: in-plane Gaussian width (voxels) of each label before it is carried to a frame (:func:`warp_label`), as
 #: ``register``'s ``label_sigma`` for ``acdc``: smoother carried outlines (docs/design_notes.md, "apps/tracking")
 LABEL_SIGMA = 1.0
-
-
-def label_dice(a: np.ndarray, b: np.ndarray, structures: Dict[str, int] = ACDC_STRUCTURES) -> Dict[str, float]:
-    """3-D Dice per structure (NaN when absent from both)."""
-    dice = dice_by_value(a, b, list(structures.values()))
-    return {name: float("nan") if dice[v] is None else dice[v] for name, v in structures.items()}
-
-
-@dataclass
-class Tracking:
-    """The result of :func:`track`.
-
-    Attributes:
-        labels: ``(T, Z, H, W)`` int32, the reference label carried to every frame (cine grid).
-        ddf: ``(T, 3, Z, H, W)`` float32 frame voxels, ``label_t(x) = label_ref(x + ddf[t](x))``
-            (MONAI Warp convention; channel 0, through-plane, is zero).
-        volumes: ``{"lv", "rv", "myo"}`` -> ``(T,)`` mL per frame.
-        function: :func:`~monai_npc.cardiac.function.cardiac_function` of ``volumes``
-            (ED/ES from the LV curve; EDV/ESV/SV mL, EF %, LV mass g).
-        reference_frame: the frame whose label was given (0-based).
-        scheme: the tracking scheme.
-        drift: Dice per structure of the reference label carried once round the cycle by the
-            consecutive-frame chain, against itself (``sequential`` / ``bidirectional`` / ``average``;
-            ``anchored``: its anchored chain; 1 = no drift), else ``None``.
-        seconds: wall time; ``seconds_per_frame`` = seconds / (T - 1).
-        cine: the input.
-    """
-
-    labels: np.ndarray
-    ddf: torch.Tensor
-    volumes: Dict[str, np.ndarray]
-    function: Dict[str, float]
-    reference_frame: int
-    scheme: str
-    drift: Optional[Dict[str, float]]
-    seconds: float
-    cine: Cine = field(repr=False)
-    registrations: int = 0
-    #: the networks the registrations used: ``{"consecutive frames" | "further apart": {model, num_steps, refine_iterations}}``
-    settings: Dict[str, Dict[str, Any]] = field(default_factory=dict)
-    _lazy: Dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @property
-    def strain(self) -> "Strain":
-        """Myocardial strain of this motion relative to the reference frame, with the tracking's own reference
-        label (:func:`monai_npc.strain`, whose options this leaves at their defaults); computed once."""
-        if "strain" not in self._lazy:
-            from .strain import strain
-
-            self._lazy["strain"] = strain(self)
-        return self._lazy["strain"]
-
-    @property
-    def seconds_per_frame(self) -> float:
-        return self.seconds / max(len(self.cine) - 1, 1)
-
-    @property
-    def label_image(self) -> sitk.Image:
-        """The tracked labels as a 4-D ``sitk.Image`` (uint8, int32 beyond 255) with the cine's geometry."""
-        small = self.labels.min(initial=0) >= 0 and self.labels.max(initial=0) < 256
-        return self.cine.to_4d(self.labels.astype(np.uint8 if small else np.int32))
-
-    @property
-    def summary(self) -> Dict[str, Any]:
-        """JSON-ready figures: function, ED/ES, drift, volumes per frame, timings."""
-        return {
-            "cine": self.cine.source, "frames": len(self.cine), "reference_frame": self.reference_frame,
-            "scheme": self.scheme, "function": self.function, "drift_dice": self.drift,
-            "volumes_ml": {k: v.tolist() for k, v in self.volumes.items()},
-            "registrations": self.registrations, "registration_settings": self.settings,
-            "seconds": self.seconds, "seconds_per_frame": self.seconds_per_frame,
-            "convention": "ddf in frame voxels, label_t(x) = label_ref(x + ddf_t(x)); frames 0-based",
-        }
 
 
 class _Fields:
@@ -342,14 +271,6 @@ def _anchored(data: Cine, ref: int, ref_label: np.ndarray, model: Any, device: A
     return _Fields(data, {True: (net, name)}, kwargs, progress, None, guided), anchor
 
 
-def _bar(progress: bool, total: int, desc: str):
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="frame")
-
-
 def track(
     cine: Any,
     label: Any,
@@ -368,6 +289,11 @@ def track(
     **register_kwargs: Any,
 ) -> Tracking:
     """Carry the label of one frame of a 4-D short-axis cine to every frame.
+
+    A cine of two frames (an ED/ES pair) is one :func:`monai_npc.register` of the reference frame onto the other with
+    the label, register's settings and the basal rules as part of its field (:mod:`~monai_npc.apps.tracking.pair`):
+    ``track([ED, ES], ED_label)`` carries the label as ``register(ED, ES, moving_label=ED_label)`` does, whatever the
+    scheme (a network given as a module, or a ``basal_descent`` mapping, takes the general path).
 
     Args:
         cine: a 4-D file (NIfTI ``(X, Y, Z, T)``), a cine DICOM folder, a 4-D ``sitk.Image``, a
@@ -453,6 +379,11 @@ def track_schemes(
             raise ValueError(f"scheme {s!r} is not one of {SCHEMES}.")
     data, ref, ref_label = _prepare(cine, label, reference_frame, spacing)
     descent = _descent(basal_descent, ref_label.shape[0])
+    if len(data) == 2 and not isinstance(model, torch.nn.Module) and not isinstance(basal_descent, Mapping):
+        # two frames (an ED/ES pair) are one registration: register's own, so that track([ED, ES]) is register(ED, ES)
+        pair = track_pair(data, ref, ref_label, model, any(descent), refine_iterations, num_steps, label_guidance, ed_frame, es_frame, progress,
+                     register_kwargs)
+        return {s: dataclasses.replace(pair, scheme=s, _lazy={}) for s in schemes}
     device = register_kwargs.get("device") or "cpu"
     # consecutive frames get tracking's settings, registrations across more frames (direct, average) register's
     nears = [True] + ([False] if any(s in ("direct", "average") for s in schemes) else [])
@@ -466,7 +397,7 @@ def track_schemes(
     if "bidirectional" in schemes:
         needed |= {(t, (t - 1) % frames) for t in range(frames)}
     total = sum(m != f for m, f in needed) + (frames if "anchored" in schemes else 0)  # anchored: its own consecutive registrations
-    bar = _bar(progress, total, f"track ({', '.join(schemes)})")
+    bar = progress_bar(progress, total, f"track ({', '.join(schemes)})")
     cache: Dict[Tuple[int, int], Tuple[torch.Tensor, float]] = {}
     try:
         guided = (ref, ref_label) if float(label_guidance) > 0 else None

@@ -1,0 +1,57 @@
+"""A two-frame cine (an ED/ES pair) tracked as one registration: ``track([ED, ES])`` is ``register(ED, ES)``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Optional
+
+import numpy as np
+import SimpleITK as sitk
+import torch
+
+from monai_npc.apps.registration.api import register
+from monai_npc.apps.registration.through_plane import basal_through_plane
+from monai_npc.cardiac.function import ACDC_STRUCTURES, cardiac_function, volume_curves
+
+from .cine import Cine
+from .progress import progress_bar
+from .result import Tracking
+
+__all__ = ["track_pair"]
+
+
+def track_pair(data: Cine, ref: int, ref_label: np.ndarray, model: Any, descent: bool, refine_iterations: Optional[int],
+          num_steps: Optional[int], label_guidance: float, ed_frame, es_frame, progress: bool, register_kwargs: Dict[str, Any]) -> Tracking:
+    """A two-frame cine as one :func:`monai_npc.register` of the reference frame onto the other with the reference label
+    (register's settings for the model, its label-guided refinement and label prior), the basal rules (``descent``)
+    as a through-plane part of the field (:func:`~monai_npc.apps.registration.through_plane.basal_through_plane`:
+    ED->ES when the carried LV is smaller than the reference's, else ES->ED); the carried label is the registration's
+    ``warped_label``."""
+    t0 = time.perf_counter()
+    other = 1 - ref
+    label_image = sitk.GetImageFromArray(np.asarray(ref_label, dtype=np.int16))
+    label_image.CopyInformation(data.frames[ref])
+    kwargs = dict(register_kwargs)
+    if float(label_guidance) > 0:
+        kwargs["label_guidance"] = float(label_guidance)
+    bar = progress_bar(progress, 1, "track (one pair)")
+    reg = register(data.frames[ref], data.frames[other], model=model, moving_label=label_image, refine_iterations=refine_iterations,
+                   num_steps=num_steps, **kwargs)
+    if bar is not None:
+        bar.update()
+        bar.close()
+    carried = sitk.GetArrayFromImage(reg.warped_label).astype(ref_label.dtype)
+    if descent:
+        lv = ACDC_STRUCTURES["lv"]
+        basal_through_plane(reg, "ED->ES" if (carried == lv).sum() < (ref_label == lv).sum() else "ES->ED")
+        carried = sitk.GetArrayFromImage(reg.warped_label).astype(ref_label.dtype)
+    labels = np.stack([ref_label, carried] if ref == 0 else [carried, ref_label])
+    field = reg.ddf.float() if reg.ddf.shape[0] == 3 else torch.cat([torch.zeros_like(reg.ddf[:1]), reg.ddf], 0).float()
+    ddf = torch.stack([torch.zeros_like(field), field] if ref == 0 else [field, torch.zeros_like(field)])
+    volumes = volume_curves(labels, data.spacing)
+    steps = reg.summary.get("steps") or {}
+    settings = {"pair": {"model": reg.summary["model"], "num_steps": steps.get("num_steps"), "refine_iterations": steps.get("refine_iterations"),
+                         "label_guidance": reg.summary.get("label_guidance"), "label_prior": reg.summary.get("label_prior"),
+                         "basal_descent": reg.summary.get("basal_descent")}}
+    return Tracking(labels=labels, ddf=ddf, volumes=volumes, function=cardiac_function(volumes, ed_frame, es_frame), reference_frame=ref,
+                    scheme="pair", drift=None, seconds=time.perf_counter() - t0, cine=data, registrations=1, settings=settings)
