@@ -65,6 +65,19 @@ def read_stack(data: Path, patient: str, frame: int) -> Tuple[np.ndarray, np.nda
     return np.stack(images).astype(np.float32), np.stack(labels).astype(np.int32)
 
 
+def split_patients(split: str, limit=None) -> List[str]:
+    """The patients of ``bundles/npc_acdc/configs/acdc70_split.json``: ``"train"`` (44) or ``"val"`` (its validation and
+    test patients, 26), the first ``limit`` of them when given."""
+    table = json.loads(SPLIT.read_text())
+    patients = table["train"] if split == "train" else table["val"] + table["test"]
+    return patients[:limit] if limit else patients
+
+
+def resumed_rows(log: Path) -> List[dict]:
+    """The rows a previous run appended to ``log`` (JSON lines; none when it does not exist)."""
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+
+
 def as_sitk(array: np.ndarray):
     import SimpleITK as sitk
 

@@ -39,7 +39,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "acdc_ssl4mis"
-SPLIT = ROOT / "bundles" / "npc_acdc" / "configs" / "acdc70_split.json"
 SHIFTS = ("none", "bias", "gamma", "contrast", "gibbs", "spikes", "noise", "blur", "coarse", "inverted")
 
 
@@ -118,22 +117,20 @@ def main(argv=None) -> int:
 
     import SimpleITK as sitk
     import torch
-    from localisation import as_sitk, dice3, read_stack
+    from localisation import as_sitk, dice3, read_stack, resumed_rows, split_patients
     from tqdm import tqdm
 
     import monai_npc
 
     torch.set_num_threads(args.threads)
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
-    split = json.loads(SPLIT.read_text())
-    patients = split["train"] if args.split == "train" else split["val"] + split["test"]
-    patients = patients[: args.limit] if args.limit else patients
+    patients = split_patients(args.split, args.limit)
     shifts = [s for s in args.shifts.split(",") if s.strip()]
     data = args.data_dir / "data" if (args.data_dir / "data").is_dir() else args.data_dir
     out = args.out / args.split
     out.mkdir(parents=True, exist_ok=True)
     log = out / "rows.jsonl"
-    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    rows = resumed_rows(log)
     done = {(r["patient"], r["direction"], r["shift"]) for r in rows}
     todo = [(pt, d, s) for pt in patients for s in shifts for d in ("ED->ES", "ES->ED") if (pt, d, s) not in done]
     stacks: Dict[str, tuple] = {}

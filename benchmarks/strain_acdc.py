@@ -28,7 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "acdc_ssl4mis"
-SPLIT = ROOT / "bundles" / "npc_acdc" / "configs" / "acdc70_split.json"
 GROUPS = ("NOR", "MINF", "DCM", "HCM", "RV")
 
 
@@ -75,7 +74,7 @@ def main(argv=None) -> int:
 
     import SimpleITK as sitk
     import torch
-    from localisation import acdc_training_group, as_sitk, read_stack
+    from localisation import acdc_training_group, as_sitk, read_stack, resumed_rows, split_patients
     from tqdm import tqdm
 
     import monai_npc
@@ -84,15 +83,13 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
-    split = json.loads(SPLIT.read_text())
-    patients = split["train"] if args.split == "train" else split["val"] + split["test"]
-    patients = patients[: args.limit] if args.limit else patients
+    patients = split_patients(args.split, args.limit)
     methods = [m for m in args.methods.split(",") if m]
     data = args.data_dir / "data" if (args.data_dir / "data").is_dir() else args.data_dir
     out = args.out / args.split
     out.mkdir(parents=True, exist_ok=True)
     log = out / "rows.jsonl"
-    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    rows = resumed_rows(log)
     done = {(r["patient"], r["method"]) for r in rows}
     with log.open("a") as f:
         for pt in tqdm(patients, desc="patients", unit="patient"):
