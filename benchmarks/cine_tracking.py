@@ -147,8 +147,13 @@ def main(argv=None) -> int:
     p.add_argument("--phantoms", type=int, default=3)
     p.add_argument("--refine", type=int, default=None, help="refinement steps of every registration (default: track's)")
     p.add_argument("--steps", type=int, default=None, help="ODE steps of every registration (default: track's)")
+    p.add_argument("--flip", type=int, default=None, help="flip ensemble of the consecutive-frame registrations (default: track's)")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.flip is not None:
+        from monai_npc.apps.tracking import track as track_module
+
+        track_module.TRACK_FLIP_ENSEMBLE = args.flip
     import SimpleITK as sitk
     import torch
 

@@ -111,13 +111,14 @@ def test_tracking_model_settings():
     """Shipped weights get tracking's ODE and refinement steps (or the caller's); a network is used as it is."""
     from monai_npc.apps.registration.models import model_profile
     from monai_npc.apps.registration.models import resolve_model
-    from monai_npc.apps.tracking.track import TRACK_NUM_STEPS, TRACK_REFINE_ITERATIONS, tracking_model
+    from monai_npc.apps.tracking.track import TRACK_FLIP_ENSEMBLE, TRACK_NUM_STEPS, TRACK_REFINE_ITERATIONS, tracking_model
 
     net, name = tracking_model("acdc")
     assert name == "acdc" and net.ode.num_steps == TRACK_NUM_STEPS == 4 and net.ode.steps_per_stage == [2, 2]
     assert net.refiner.iterations == TRACK_REFINE_ITERATIONS == 10 and net.refiner.grid_stride == 4  # the weights' grid
     assert model_profile(net).field_of_view == "heart"  # consecutive frames: a heart window per slice
-    assert net.flip_codes == [0] and model_profile(net).taper == 12  # no flip ensemble between consecutive frames
+    assert TRACK_FLIP_ENSEMBLE == 2 and net.flip_codes == [0, 3]  # consecutive frames: the pair and the pair turned by 180 degrees
+    assert model_profile(net).taper == 12
     net, _ = tracking_model("acdc", refine_iterations=3, num_steps=7)
     assert net.ode.steps_per_stage == [4, 3] and net.refiner.iterations == 3
     pair, _ = resolve_model("acdc")  # register's pair settings (apps.registration.register_settings), not tracking's

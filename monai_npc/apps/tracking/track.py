@@ -63,6 +63,10 @@ __all__ = [
 TRACK_NUM_STEPS = 4
 #: test-time refinement steps of each registration when tracking loads NPC weights (``acdc``: 50 for pairs)
 TRACK_REFINE_ITERATIONS = 10
+#: the learned field of each consecutive-frame registration averaged with that of the pair turned by 180 degrees (as
+#: ``register`` does for ``acdc`` pairs): the network's small systematic displacement on nearly still pairs cancels
+#: instead of adding up along the chain (docs/design_notes.md, "apps/tracking"); ``None``: the weights' own setting
+TRACK_FLIP_ENSEMBLE: Optional[int] = 2
 #: in-plane Gaussian width (voxels) of each label before it is carried to a frame (:func:`warp_label`), as
 #: ``register``'s ``label_sigma`` for ``acdc``: smoother carried outlines (docs/design_notes.md, "apps/tracking")
 LABEL_SIGMA = 1.0
@@ -202,7 +206,10 @@ def tracking_model(
         # coarser grid registered consecutive frames worse, docs/design_notes.md); phase correlation has no steps to set
         refine_iterations = TRACK_REFINE_ITERATIONS if refine_iterations is None else refine_iterations
         num_steps = TRACK_NUM_STEPS if num_steps is None else num_steps
-    return resolve_model(model, device, refine_iterations, num_steps, register_defaults=not consecutive)
+    net, name = resolve_model(model, device, refine_iterations, num_steps, register_defaults=not consecutive)
+    if consecutive and TRACK_FLIP_ENSEMBLE is not None and hasattr(net, "set_flip_ensemble"):
+        net.set_flip_ensemble(TRACK_FLIP_ENSEMBLE)
+    return net, name
 
 
 def _prepare(cine: Any, label: Any, reference_frame: Optional[int], spacing) -> Tuple[Cine, int, np.ndarray]:
