@@ -59,6 +59,16 @@ def summarise(rows: List[Dict], methods) -> str:
             ef = [r["lv_ef"] for r in x]
             lines.append(f"| {m} | {spearman([r['gcs'] for r in x], ef):+.2f} | {spearman([r['grs'] for r in x], ef):+.2f} | "
                          f"{np.median([abs(r['myo_ratio'] - 1) for r in x]):.3f} |")
+    pairs = {(r["patient"], r["method"]): r for r in rows}
+    both = [(pairs[(pt, "npc")], pairs[(pt, "npc-reverse")]) for pt, m in pairs if m == "npc" and (pt, "npc-reverse") in pairs]
+    if len(both) > 2:
+        lines.append("")
+        lines.append("| reproducibility: ED -> ES vs ES -> ED registration, the same ED-referenced strain | patients | mean abs difference | "
+                     "Spearman between the two |")
+        lines.append("|---|---|---|---|")
+        for k, name in (("gcs", "peak GCS"), ("grs", "peak GRS")):
+            a, b = np.array([x[k] for x, _ in both]), np.array([y[k] for _, y in both])
+            lines.append(f"| {name} | {len(both)} | {np.abs(a - b).mean():.1f} points (mean {a.mean():.1f} vs {b.mean():.1f}) | {spearman(a, b):+.2f} |")
     return "\n".join(lines)
 
 
@@ -66,7 +76,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     p.add_argument("--split", choices=("val", "train"), default="val")
-    p.add_argument("--methods", default="npc,demons")
+    p.add_argument("--methods", default="npc,demons", help="npc, demons, npc-reverse (ES registered onto ED, the strain "
+                   "of the same ED-referenced motion from the other direction)")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "strain_acdc")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--threads", type=int, default=1)
@@ -102,14 +113,19 @@ def main(argv=None) -> int:
             voxel = float(np.prod(spacing)) / 1000.0
             lv_ed, lv_es = (edl == 3).sum() * voxel, (esl == 3).sum() * voxel
             for m in todo:
+                convention = "to_reference"
                 if m == "npc":
                     reg = monai_npc.register(moving, fixed, model="acdc", moving_label=label, threads=args.threads)
                     ddf, carried = reg.ddf.numpy(), sitk.GetArrayFromImage(reg.warped_label)
+                elif m == "npc-reverse":  # ES registered onto ED with the ES label: the field maps ED points to ES points
+                    reg = monai_npc.register(fixed, moving, model="acdc", moving_label=as_sitk(esl.astype(np.float32)), threads=args.threads)
+                    ddf, convention = reg.ddf.numpy(), "from_reference"
+                    carried = esl  # not a carried label: its volume and Dice columns are the expert's
                 else:
                     carried, d2 = demons_pair(moving, fixed, sitk.Cast(label, sitk.sitkInt16))
                     ddf = np.concatenate([np.zeros_like(d2[:, :1].numpy()), d2.numpy()], 1).transpose(1, 0, 2, 3)
                 ddfs = np.stack([np.zeros_like(ddf), ddf])  # (2, 3, Z, H, W): ED (the reference) and ES
-                st = strain_from_displacements(ddfs, edl, spacing, 0)
+                st = strain_from_displacements(ddfs, edl, spacing, 0, convention=convention)
                 myo_ed, myo_es = (edl == 2).sum(), (carried == 2).sum()
                 row = {"patient": pt, "group": acdc_training_group(pt), "method": m, "gcs": float(st.peak["circumferential"]),
                        "grs": float(st.peak["radial"]), "lv_ef": float(100 * (lv_ed - lv_es) / lv_ed),
