@@ -42,15 +42,9 @@ def basal_descent_label(pair: StudyPair, warped: np.ndarray, reference: np.ndarr
     the structures re-enter in diastole filled (:func:`~monai_npc.cardiac.through_plane.apply_basal_ascent`).
     Other pairs (plain ``moving->fixed`` pairs, single slices) are returned as they are.
     """
-    return _basal_moves(pair, warped, reference, fixed, prior_label)[0]
-
-
-def _basal_moves(pair: StudyPair, warped: np.ndarray, reference: np.ndarray, fixed: sitk.Image,
-                 prior_label: Optional[np.ndarray] = None) -> Tuple[np.ndarray, Optional[int]]:
-    """:func:`basal_descent_label` and the slice the label prior found the LV gone from (``None``: none, or no prior)."""
     if fixed.GetDimension() != 3:
-        return warped, None
-    return basal_rules(pair.direction, warped, reference, fixed.GetSpacing()[2], prior_label)
+        return warped
+    return basal_rules(pair.direction, warped, reference, fixed.GetSpacing()[2], prior_label)[0]
 
 
 def descend_registration(pair: StudyPair, reg: Any) -> None:

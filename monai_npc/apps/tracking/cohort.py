@@ -235,8 +235,7 @@ def _request(study: CohortRow, net: Any, name: str, scheme: str, register_kwargs
         frame, _ = label_frame(study.cine, study.label, study.label_frame)
     except (OSError, ValueError):
         return None
-    return tracking_request(study.cine, study.label, frame, scheme, net, model_name=name, **register_kwargs,
-                            **({"strain": True, "frame_ms": strain["frame_ms"]} if strain["strain"] else {}))
+    return tracking_request(study.cine, study.label, frame, scheme, net, model_name=name, **strain, **register_kwargs)
 
 
 def _gather(rows: List[Dict[str, Any]], world_size: int) -> List[Dict[str, Any]]:

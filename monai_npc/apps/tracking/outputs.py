@@ -21,7 +21,7 @@ import csv
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
 import SimpleITK as sitk
 
@@ -30,6 +30,9 @@ from monai_npc.utils import as_json
 
 from .strain_outputs import STRAIN_OUTPUTS
 from .track import Tracking
+
+if TYPE_CHECKING:
+    from monai_npc.cardiac.strain import Strain
 
 __all__ = ["TRACK_OUTPUTS", "ALL_OUTPUTS", "strain_peaks", "tracking_request", "write_tracking", "track_to_folder"]
 
@@ -52,16 +55,13 @@ def _write_csv(tracking: Tracking, path: Path) -> None:
 ALL_OUTPUTS = tuple(TRACK_OUTPUTS.values()) + tuple(STRAIN_OUTPUTS.values())
 
 
-def strain_peaks(tracking: Tracking, frame_ms: Optional[float] = None) -> Dict[str, Any]:
-    """The global strain figures of ``function.json`` and a cohort row: peak circumferential / radial strain (%),
-    their frames and times to peak."""
-    from .strain import strain
-
-    st = tracking.strain if frame_ms is None else strain(tracking, frame_ms=frame_ms)
+def strain_peaks(st: "Strain") -> Dict[str, Any]:
+    """The global figures of a :class:`~monai_npc.cardiac.strain.Strain` that ``function.json`` and a cohort row
+    carry: peak circumferential / radial strain (%), their frames and times to peak."""
+    glob = st.summary["global"]
     out: Dict[str, Any] = {"units": {"strain": "%", "time": st.time_unit}}
     for k in st.peak:
-        out[k] = {"peak": st.summary["global"][k]["peak"], "peak_frame": st.peak_frame[k],
-                  "time_to_peak": st.summary["global"][k]["time_to_peak"]}
+        out[k] = {"peak": glob[k]["peak"], "peak_frame": st.peak_frame[k], "time_to_peak": glob[k]["time_to_peak"]}
     return out
 
 
@@ -69,10 +69,12 @@ def strain_peaks(tracking: Tracking, frame_ms: Optional[float] = None) -> Dict[s
 _NOT_SETTINGS = ("device", "threads", "progress", "model_name")
 
 
-def tracking_request(cine: Any, label: Any, label_frame: int, scheme: str, model: Any, **track_kwargs: Any) -> Dict[str, Any]:
+def tracking_request(cine: Any, label: Any, label_frame: int, scheme: str, model: Any, strain: bool = False,
+                     frame_ms: Optional[float] = None, **track_kwargs: Any) -> Dict[str, Any]:
     """What a tracking run was asked for, JSON-ready: the inputs (absolute paths, or how an in-memory
     input is named), the label's frame, the scheme, the model and the settings that change the result
-    (not ``device``, ``threads`` or ``progress``). ``function.json`` records it as ``request``; a
+    (not ``device``, ``threads`` or ``progress``; ``strain`` and ``frame_ms`` when strain is asked for).
+    ``function.json`` records it as ``request``; a
     cohort study is done only when its folder holds the same request
     (:func:`~monai_npc.apps.tracking.cohort.study_done`)."""
     from monai_npc.interop.inputs import describe_input
@@ -81,6 +83,8 @@ def tracking_request(cine: Any, label: Any, label_frame: int, scheme: str, model
         return os.path.abspath(x) if isinstance(x, (str, os.PathLike)) else describe_input(x)
 
     settings = {k: v for k, v in track_kwargs.items() if k not in _NOT_SETTINGS}
+    if strain:
+        settings.update(strain=True, frame_ms=frame_ms)
     model_name = model if isinstance(model, str) and not os.path.exists(model) else track_kwargs.get("model_name") or name(model)
     request = {"cine": name(cine), "label": name(label), "label_frame": int(label_frame), "scheme": scheme, "model": model_name,
                "settings": settings}
@@ -114,7 +118,7 @@ def write_tracking(tracking: Tracking, out: Union[str, os.PathLike, RunFolder], 
             from .strain_outputs import write_strain
 
             result = tracking.strain if frame_ms is None else strain_of(tracking, frame_ms=frame_ms)
-            summary["strain"] = strain_peaks(tracking, frame_ms)
+            summary["strain"] = strain_peaks(result)
             names.update({f"strain_{k}": v for k, v in write_strain(result, folder, figures=figure).items()})
             names = {k: os.path.basename(v) for k, v in names.items()}
         summary["outputs"] = names
@@ -159,8 +163,7 @@ def track_to_folder(
         info = info_frames(str(cine)) if isinstance(cine, (str, os.PathLike)) else None
         scheme = scheme or DEFAULT_SCHEME
         result = track(cine, label, label_frame, scheme, model, progress=progress, **track_kwargs)
-        request = tracking_request(cine, label, result.reference_frame, scheme, model, **track_kwargs,
-                                   **({"strain": True, "frame_ms": frame_ms} if strain else {}))
+        request = tracking_request(cine, label, result.reference_frame, scheme, model, strain, frame_ms, **track_kwargs)
     except BaseException:
         folder.discard()
         raise

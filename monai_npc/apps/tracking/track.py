@@ -194,7 +194,7 @@ def tracking_model(
 ) -> Tuple[torch.nn.Module, str]:
     """``(network, name)`` that :func:`track` registers two frames with. NPC weights by name or file
     get ``num_steps`` ODE steps and ``refine_iterations`` refinement steps; ``None``:
-    :data:`TRACK_NUM_STEPS` and :data:`TRACK_REFINE_ITERATIONS` for ``consecutive`` frames,
+    :data:`TRACK_NUM_STEPS` and :data:`TRACK_REFINE_ITERATIONS` (and the :data:`TRACK_FLIP_ENSEMBLE`) for ``consecutive`` frames,
     ``register``'s for frames further apart (:func:`monai_npc.apps.registration.models.register_settings`; 6 and
     40 for ``acdc``: ``direct`` registers the reference onto every frame, up to the whole motion of
     the cycle). A network is used as it is (:func:`monai_npc.apps.registration.models.resolve_model`)."""

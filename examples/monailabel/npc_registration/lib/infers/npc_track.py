@@ -131,7 +131,7 @@ class NPCTrack(NPCInferTask):
         if request.get("strain", True) not in (False, "false", "False", 0, "0"):
             from monai_npc.apps.tracking.outputs import strain_peaks
 
-            params["strain"] = strain_peaks(result)
+            params["strain"] = strain_peaks(result.strain)
             params["strain"]["segments"] = result.strain.summary["segments"]
         if info:
             found = result.function
