@@ -3,6 +3,7 @@
 from .dihedral import DIHEDRAL_INVERSE, dihedral, dihedral_field
 from .encoding import positional_encoding
 from .intensity import minmax_slices, robust_unit
+from .label_fusion import FUSION_MIN_AGREEMENT, fuse_by_slice, slice_agreement
 from .label_warp import indicator_tensor, label_indicators, warp_indicators, warp_label
 from .filter_pairs import fourier_filter_pairs, pair_responses, patch_norm_statistics, same_padding, unit_normalize_filters
 from .overlap import dice_by_value
@@ -19,6 +20,9 @@ from .warp import compose, identity_grid, jacobian_determinant, sample_at, warp_
 
 __all__ = [
     "dice_by_value",
+    "FUSION_MIN_AGREEMENT",
+    "fuse_by_slice",
+    "slice_agreement",
     "DIHEDRAL_INVERSE",
     "dihedral",
     "dihedral_field",

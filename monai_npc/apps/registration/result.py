@@ -13,6 +13,7 @@ import numpy as np
 import SimpleITK as sitk
 import torch
 
+from monai_npc.functional.label_fusion import FUSION_MIN_AGREEMENT, fuse_by_slice
 from monai_npc.interop.label_resample import resample_label
 from monai_npc.interop.transforms import displacement_field_transform, write_ants_warp, write_slicer_transform
 from monai_npc.io_safety import HDF5_LOCK, RunFolder
@@ -26,6 +27,7 @@ PathLike = Union[str, os.PathLike]
 OUTPUTS: Dict[str, str] = {
     "warped": "warped.nii.gz",
     "warped_label": "warped_label.nii.gz",
+    "fused_label": "fused_label.nii.gz",
     "transform": "transform.h5",
     "displacement": "displacement.nii.gz",
     "transform_slicer": "transform_slicer.h5",
@@ -73,8 +75,13 @@ class Registration:
             (``summary["label_prior"]``), else ``None``. Not the registration's result: what the
             refinement was steered by (:mod:`monai_npc.functional.label_prior`), and what
             :func:`monai_npc.cardiac.through_plane.basal_left_by_prior` reads.
+        fused_label: when the prior acted, an estimate of the fixed image's label of its own
+            (:func:`~monai_npc.functional.label_fusion.fuse_by_slice`): the prior's segmentation on the slices
+            where it agrees with ``warped_label`` (mean Dice >= 0.5), ``warped_label`` on the others (uint8
+            ``sitk.Image``); ``None`` otherwise. Not what the transform does (``warped_label`` is): the best label
+            ``register`` returns when there is one; ``summary["fused_label"]`` records the slices it took from the prior.
 
-    ``transform``, ``warped`` and ``warped_label`` are built on first use (then kept): a caller
+    ``transform``, ``warped``, ``warped_label`` and ``fused_label`` are built on first use (then kept): a caller
     that needs only ``ddf``, such as :func:`monai_npc.track` over a cine, does not pay for them.
     """
 
@@ -113,6 +120,22 @@ class Registration:
             self._lazy["warped_label"] = None if self.moving_label is None else resample_label(
                 self.moving_label, self.fixed, self.transform, self.label_sigma)
         return self._lazy["warped_label"]
+
+    @property
+    def fused_label(self) -> Optional[sitk.Image]:
+        if "fused_label" not in self._lazy:
+            self._lazy["fused_label"] = None
+            if self.prior_label is not None and self.warped_label is not None:
+                fused, taken = fuse_by_slice(sitk.GetArrayViewFromImage(self.warped_label), sitk.GetArrayViewFromImage(self.prior_label))
+                image = sitk.GetImageFromArray(fused)
+                image.CopyInformation(self.fixed)
+                self._lazy["fused_label"] = image
+                self.summary["fused_label"] = {
+                    "what": "the label prior's segmentation on the slices where it agrees with warped_label, warped_label elsewhere; "
+                            "not the transform's label", "module": "monai_npc.functional.label_fusion",
+                    "min_agreement": FUSION_MIN_AGREEMENT, "slices_from_prior": [int(z) for z in np.flatnonzero(taken)],
+                    "slices": int(taken.size)}
+        return self._lazy["fused_label"]
 
     def set_field(self, ddf: np.ndarray) -> None:
         """Replace the displacement (``(D, *S)`` fixed voxels, e.g. with a through-plane component added,
@@ -161,6 +184,8 @@ class Registration:
         put("warped", image(self.warped))
         if self.warped_label is not None:
             put("warped_label", image(compact_label(self.warped_label)))
+        if self.fused_label is not None:
+            put("fused_label", image(compact_label(self.fused_label)))
         with HDF5_LOCK:
             put("transform", lambda p: sitk.WriteTransform(self.transform, str(p)))
             if self.fixed.GetDimension() == 2:

@@ -8,7 +8,10 @@ infer tasks do, one result file plus JSON params:
   when the moving image has no label map, the warped moving image (``result: "image"``); a
   temporary NIfTI file on the fixed image's grid, which the server streams back and then deletes;
 - the params: the registration summary (model, Dice before/after when a fixed label is given,
-  folding %, Jacobian minimum, displacement in mm, reliability, seconds, warnings).
+  folding %, Jacobian minimum, displacement in mm, reliability, seconds, warnings) and, when the label
+  prior acted, ``fused_label_file``: a second temporary NIfTI file holding ``Registration.fused_label`` (the
+  prior's outlines on the slices where it agrees with the carried label; not what the transform does), which
+  the caller deletes as well.
 
 Request keys (MONAI Label merges the client's ``params`` into the request):
 
@@ -112,6 +115,7 @@ class NPCRegistration(NPCInferTask):
         except (ValueError, TypeError) as err:  # unreadable files, 2-D vs 3-D, no overlap, label off its grid...
             raise RequestError(422, str(err)) from None
 
+        fused = reg.fused_label  # the prior's outlines where it agrees with the transform's label (None: it did not act)
         summary = dict(reg.summary)  # JSON-ready: what summary.json holds
         if request.get("output_dir"):
             if not os.path.isabs(str(request["output_dir"])):
@@ -124,6 +128,8 @@ class NPCRegistration(NPCInferTask):
             summary["outputs"] = saved["outputs"]
         result_image = compact_label(reg.warped_label) if reg.warped_label is not None else reg.warped  # uint8, as warped_label.nii.gz
         label_file = self._write_result(result_image)
+        if fused is not None:  # an estimate of its own, not the transform's label: a second file, named in the params
+            summary["fused_label_file"] = self._write_result(compact_label(fused))
         summary.update(
             result="label" if reg.warped_label is not None else "image",
             label_names=self.labels,
