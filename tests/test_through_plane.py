@@ -126,6 +126,8 @@ def test_track_applies_descent_on_stacks_only():
     np.testing.assert_array_equal(on.labels[0], off.labels[0])
     np.testing.assert_array_equal(on.labels[es] == 3, off.labels[es] == 3)
     assert on.function["rv_esv"] < off.function["rv_esv"]
+    _labels_are_the_fields(on)
+    assert es in on.settings["basal rules in the transform"]["frames"] and float(on.ddf[es, 0].abs().max()) >= 1.0
     two = track(c["image"][:, :2], c["label"][0][:2], 0, **kw)  # 2 slices: auto is off
     assert (two.labels[es, base] == 1).sum() > 50
 
@@ -148,6 +150,24 @@ def test_track_from_es_fills_the_basal_slice_at_ed():
     np.testing.assert_array_equal(on.labels[es], off.labels[es])
     np.testing.assert_array_equal(on.labels[:, base] == 3, off.labels[:, base] == 3)  # the LV holds that slice already
     assert on.function["rv_edv"] > off.function["rv_edv"]
+    _labels_are_the_fields(on)
+    assert 0 in on.settings["basal rules in the transform"]["frames"]
+
+
+def _labels_are_the_fields(tracking):
+    """Every frame's label is the reference label carried by that frame's field (through-plane channel included):
+    trilinear indicators as track smooths them, the largest wins; the rules edit no label afterwards."""
+    from monai_npc.apps.tracking.track import LABEL_SIGMA
+    from monai_npc.functional.label_warp import indicator_tensor, warp_indicators_volume
+
+    ref = tracking.labels[tracking.reference_frame]
+    values = [int(v) for v in np.unique(ref) if v]
+    indicators = indicator_tensor(ref, values, LABEL_SIGMA)
+    for t in range(len(tracking.labels)):
+        if t != tracking.reference_frame:
+            carried = warp_indicators_volume(*indicators, tracking.ddf[t])
+            labelled = (carried > 0) | (tracking.labels[t] > 0)
+            assert (carried == tracking.labels[t])[labelled].mean() >= 0.999, t
 
 
 @pytest.mark.parametrize("flip", [False, True])

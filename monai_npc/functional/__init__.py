@@ -4,7 +4,7 @@ from .dihedral import DIHEDRAL_INVERSE, dihedral, dihedral_field
 from .encoding import positional_encoding
 from .intensity import minmax_slices, robust_unit
 from .label_fusion import FUSION_MIN_AGREEMENT, fuse_by_slice, slice_agreement
-from .label_warp import indicator_tensor, label_indicators, warp_indicators, warp_label
+from .label_warp import indicator_tensor, label_indicators, warp_indicators, warp_indicators_volume, warp_label
 from .filter_pairs import fourier_filter_pairs, pair_responses, patch_norm_statistics, same_padding, unit_normalize_filters
 from .overlap import dice_by_value
 from .interaction import interaction_features, pair_interaction, pair_residual, polar_features
@@ -59,5 +59,6 @@ __all__ = [
     "label_indicators",
     "indicator_tensor",
     "warp_indicators",
+    "warp_indicators_volume",
     "warp_label",
 ]

@@ -14,7 +14,7 @@ import torch
 from .gaussian import gaussian_filter_nearest
 from .warp import warp_image
 
-__all__ = ["label_indicators", "indicator_tensor", "warp_indicators", "warp_label"]
+__all__ = ["label_indicators", "indicator_tensor", "warp_indicators", "warp_indicators_volume", "warp_label"]
 
 
 def label_indicators(label: np.ndarray, values: Sequence[int], sigma: float = 0.0) -> Tuple[np.ndarray, np.ndarray]:
@@ -48,6 +48,16 @@ def warp_indicators(values: np.ndarray, indicators: torch.Tensor, ddf: torch.Ten
     prob[:, 0] += 1e-3  # ties (outside the image: all 0) go to background
     # argmax over the last, contiguous axis: faster on the CPU than over axis 1 (same result)
     return values[prob.movedim(1, -1).contiguous().argmax(-1).numpy()]
+
+
+def warp_indicators_volume(values: np.ndarray, indicators: torch.Tensor, ddf: torch.Tensor) -> np.ndarray:
+    """The label of :func:`indicator_tensor` (``indicators`` ``(Z, C, H, W)``) sampled at ``x + ddf(x)`` with a field
+    that also moves through the slices (``ddf`` ``(3, Z, H, W)`` voxels, channel 0 along Z): each indicator
+    interpolated trilinearly, the largest wins; 0 outside. Where channel 0 is 0 it equals :func:`warp_indicators`
+    of the in-plane channels."""
+    prob = warp_image(indicators.transpose(0, 1)[None], ddf[None].float(), "bilinear", "zeros")[0]  # (C, Z, H, W)
+    prob[0] += 1e-3  # ties (outside the image: all 0) go to background
+    return values[prob.movedim(0, -1).contiguous().argmax(-1).numpy()]
 
 
 def warp_label(label: np.ndarray, ddf: torch.Tensor, values: Sequence[int], sigma: float = 0.0) -> np.ndarray:

@@ -33,8 +33,8 @@ class Tracking:
     Attributes:
         labels: ``(T, Z, H, W)`` int32, the reference label carried to every frame (cine grid).
         ddf: ``(T, 3, Z, H, W)`` float32 frame voxels, ``label_t(x) = label_ref(x + ddf[t](x))``
-            (MONAI Warp convention; channel 0, through-plane, is zero except where the basal rules of a two-frame
-            cine are part of the field).
+            (MONAI Warp convention; channel 0, through-plane, is zero except where the basal rules are part of the
+            field: ``labels[t]`` is the reference label carried by ``ddf[t]``, nothing edits it afterwards).
         volumes: ``{"lv", "rv", "myo"}`` -> ``(T,)`` mL per frame.
         function: :func:`~monai_npc.cardiac.function.cardiac_function` of ``volumes``
             (ED/ES from the LV curve; EDV/ESV/SV mL, EF %, LV mass g).

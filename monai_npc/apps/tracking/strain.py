@@ -3,8 +3,9 @@
 The tracking's displacements (:attr:`Tracking.ddf`, frame voxels, ``label_t(x) = label_ref(x + ddf_t(x))``)
 and its reference label go to :func:`monai_npc.cardiac.strain.strain_from_displacements`: Lagrangian
 circumferential and radial strain of every frame relative to the reference frame, global and per AHA
-segment. The basal rules of ``track`` change the carried labels, never the displacements, so they do
-not change the strain.
+segment. The basal rules of ``track`` are a through-plane part of the field (channel 0, which strain ignores);
+from an ED reference they only clear basal slices, which leaves the in-plane displacements and so the strain as
+they were (from an ES reference the slices they fill take the in-plane motion of the slice below).
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ Labels are warped as one-hot maps with linear interpolation, then ``argmax`` (sm
 contours and volumes than nearest neighbour). The default scheme was chosen by measurement
 (docs/tracking.md). With the ED frame as reference, the basal slices a structure leaves as the
 base descends are then cleared; with the ES frame, those it re-enters as the base rises are
-filled (:mod:`~monai_npc.cardiac.through_plane`; ``basal_descent``).
+filled (:mod:`~monai_npc.cardiac.through_plane`; ``basal_descent``), as a through-plane part of
+each frame's field: every carried label is what its field does to the reference label.
 """
 
 from __future__ import annotations
@@ -246,16 +247,11 @@ def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _F
     per_frame, cycle = scheme_fields(fields, scheme, ref, len(data), anchor)
     indicators = indicator_tensor(ref_label, values, LABEL_SIGMA)  # smoothed once for every frame
     labels = np.stack([ref_label if t == ref else warp_indicators(*indicators, f) for t, f in enumerate(per_frame)])
+    ddf = torch.stack([torch.cat([torch.zeros_like(f[:, :1]), f], 1).permute(1, 0, 2, 3) for f in per_frame]).float()  # (T, 3, Z, H, W)
+    through_plane = None
     if any(descent) and values:
-        # the phase of each frame from the in-plane LV curve: towards ES from an ED reference (the
-        # base descends), towards ED from an ES reference (it rises); the other is all 0
-        lv = volume_curves(labels, data.spacing)["lv"]
-        down, up = systolic_phase(lv, ref), diastolic_phase(lv, ref)
-        labels = np.stack([apply_basal_ascent(apply_basal_descent(lab, ref_label, data.spacing[0], d, descent[0]), ref_label, data.spacing[0], u,
-                                              descent[1])
-                           for lab, d, u in zip(labels, down, up)])
+        labels, through_plane = _basal_rules_in_field(labels, ddf, ref_label, ref, data.spacing, descent, indicators)
     drift = label_dice(warp_indicators(*indicators, cycle), ref_label) if cycle is not None else None
-    ddf = torch.stack([torch.cat([torch.zeros_like(f[:, :1]), f], 1).permute(1, 0, 2, 3) for f in per_frame])  # (T, 3, Z, H, W)
     volumes = volume_curves(labels, data.spacing)
     function = cardiac_function(volumes, ed_frame, es_frame)
     # registration seconds of every pair the scheme uses (also those cached by another scheme) + composition
@@ -263,7 +259,36 @@ def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _F
     seconds = fields.seconds + (time.perf_counter() - t0) - new
     return Tracking(labels=labels, ddf=ddf.float(), volumes=volumes, function=function, reference_frame=ref, scheme=scheme,
                     drift=drift, seconds=seconds, cine=data, registrations=sum(k[0] != k[1] for k in fields.used),
-                    settings=dict(fields.settings(), **({} if anchor is None else {"anchored to the reference": anchor.settings})))
+                    settings=dict(fields.settings(), **({} if anchor is None else {"anchored to the reference": anchor.settings}),
+                                  **({} if through_plane is None else {"basal rules in the transform": through_plane})))
+
+
+def _basal_rules_in_field(labels: np.ndarray, ddf: torch.Tensor, ref_label: np.ndarray, ref: int, spacing: Sequence[float],
+                          descent: Tuple[Mapping[str, float], Mapping[str, float]], indicators: Tuple[np.ndarray, torch.Tensor]
+                          ) -> Tuple[np.ndarray, Dict[str, Any]]:
+    """The basal rules of every frame made part of its field (``ddf`` ``(T, 3, Z, H, W)``, changed in place):
+    ``(labels, what the settings record)``. The phase of each frame comes from the in-plane LV curve: towards ES from
+    an ED reference (the base descends: basal slices cleared), towards ED from an ES reference (it rises: filled);
+    where a rule changes a frame's label, :func:`~monai_npc.cardiac.through_plane.through_plane_field` gives the field
+    that does the same and the frame's label is the reference label carried by that field (trilinear, as every
+    other frame's): nothing edits a label afterwards."""
+    from monai_npc.cardiac.through_plane import through_plane_field
+    from monai_npc.functional.label_warp import warp_indicators_volume
+
+    lv = volume_curves(labels, spacing)["lv"]
+    down, up = systolic_phase(lv, ref), diastolic_phase(lv, ref)
+    out, agreement, changed = labels.copy(), [], []
+    for t, (lab, d, u) in enumerate(zip(labels, down, up)):
+        edited = apply_basal_ascent(apply_basal_descent(lab, ref_label, spacing[0], d, descent[0]), ref_label, spacing[0], u, descent[1])
+        if t == ref or not (edited != lab).any():
+            continue
+        ddf[t] = torch.from_numpy(through_plane_field(edited, lab, ref_label, ddf[t].double().numpy())).float()
+        out[t] = warp_indicators_volume(*indicators, ddf[t]).astype(labels.dtype)
+        labelled = (out[t] > 0) | (edited > 0)
+        agreement.append(float((out[t] == edited)[labelled].mean()) if labelled.any() else 1.0)
+        changed.append(t)
+    return out, {"frames": changed, "rule_agreement_min": min(agreement) if agreement else None,
+                 "module": "monai_npc.cardiac.through_plane"}
 
 
 def _anchored(data: Cine, ref: int, ref_label: np.ndarray, model: Any, device: Any, refine_iterations: Optional[int], num_steps: Optional[int],

@@ -1,0 +1,227 @@
+"""The README's results table in one command: every method on the same whole-stack ED/ES pairs, each row naming the
+parts that produced it, by pathology group, with LV / RV EF from the carried ES label.
+
+    OMP_NUM_THREADS=1 python benchmarks/results_table.py                                   # validation (default)
+    OMP_NUM_THREADS=1 python benchmarks/results_table.py --shard 0/2 & ... --shard 1/2     # two processes, then
+    OMP_NUM_THREADS=1 python benchmarks/results_table.py                                   # once more: the table
+    OMP_NUM_THREADS=1 python benchmarks/results_table.py --data-dir ../shared/data/acdc_official_test --out runs/results_table_test
+
+Pairs: by default the 26 validation and test patients of ``bundles/npc_acdc/configs/acdc70_split.json`` in the SSL4MIS
+copy (whole stacks as ``benchmarks/localisation.py`` builds them: no spacing stored, 10 mm slices assumed; EF is a
+ratio, so it does not depend on it); with ``--data-dir`` a folder of studies in the official ACDC layout (native
+spacing, ``Group:`` of Info.cfg). The official test split is for final reporting only: run it once, at the end of a
+piece of work. Both directions, ED->ES and ES->ED; only the moving label is ever given.
+
+Rows (``--methods``), each scored as 3-D Dice (RV/Myo/LV mean) against the fixed frame's expert label:
+
+- ``initial``: no registration (the moving label on the fixed grid);
+- ``demons``: SimpleITK fast symmetric-forces demons, 200 iterations, slice by slice, images only; the label carried
+  by its field as NPC's is (:func:`monai_npc.apps.stacks.pairs.demons_pair`);
+- ``demons+helpers``: the same field, then the basal rules (with the label prior's LV rule) applied to its label
+  and the result fused with the label prior (:func:`monai_npc.functional.label_fusion.fuse_by_slice`): every helper NPC
+  gets, applied after the fact (demons has no place for them inside its transform);
+- ``npc-images``: ``register(moving, fixed)`` with no label: the images, the network and its image-only refinement;
+  the moving label enters only when the written transform is applied to it (ITK label-linear);
+- ``npc-label``: ``register(..., moving_label=, label_prior=0)`` + the basal rules in the transform;
+- ``npc-label-prior``: ``register``'s defaults (moving label + label prior ``acdc_heart``) + the basal rules in the
+  transform, its ``warped_label`` (the transform's label): what the bundle writes as ``warped_label.nii.gz``;
+- ``npc-fused``: the same run's ``fused_label``;
+- ``prior-alone``: the label prior's own segmentation of the fixed frame (``Registration.prior_label``: the slices the
+  moving label covers, the heart window), no registration.
+
+Rows go to ``OUT/rows.jsonl`` (reruns skip what is there; ``--shard i/n`` takes every n-th patient);
+``OUT/results.md`` holds the table by group and the EF table (ED->ES pairs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "acdc_ssl4mis"
+GROUPS = ("DCM", "HCM", "MINF", "NOR", "RV")
+#: row -> the parts that produced it (printed in the table)
+METHODS: Dict[str, str] = {
+    "initial": "no registration",
+    "demons": "SimpleITK demons 200 it., slice by slice, images only",
+    "demons+helpers": "demons + basal rules (prior's LV rule) + fused with the label prior (label edits after the field)",
+    "npc-images": "NPC `acdc`, images only (network + image-only refinement); label through transform.h5",
+    "npc-label": "NPC + moving label in the refinement + basal rules in the transform; no prior",
+    "npc-label-prior": "NPC defaults: moving label + label prior + basal rules in the transform (warped_label)",
+    "npc-fused": "the same run's fused_label (prior's outlines where it agrees with warped_label)",
+    "prior-alone": "label prior `acdc_heart` segmenting the fixed frame (slices the moving label covers), no registration",
+}
+
+
+def pairs(data_dir: Path, official: bool, shard: Tuple[int, int]) -> Iterator[Tuple[str, str, str, Any, Any, Any, np.ndarray]]:
+    """``(patient, group, direction, moving, fixed, moving_label (sitk), fixed_label (Z, H, W))`` of every pair."""
+    import SimpleITK as sitk
+
+    if official:
+        from monai_npc.apps.stacks.studies import find_studies, read_phase, read_phase_label
+        from monai_npc.data.io.sitk_file import read_sitk_file
+
+        studies = [s for s in find_studies(data_dir) if s.error is None][shard[0]::shard[1]]
+        for s in studies:
+            for p in s.pairs:
+                fixed = read_phase(p.fixed, "fixed image")
+                yield (s.name, s.group, p.direction, read_phase(p.moving, "moving image"), fixed,
+                       sitk.Cast(read_sitk_file(Path(p.moving.label), "moving label"), sitk.sitkInt32),
+                       read_phase_label(p.fixed.label, fixed, "fixed label"))
+        return
+    from localisation import acdc_training_group, as_sitk, read_stack, split_patients
+
+    data = data_dir / "data" if (data_dir / "data").is_dir() else data_dir
+    for pt in split_patients("val")[shard[0]::shard[1]]:
+        (ed, edl), (es, esl) = read_stack(data, pt, 1), read_stack(data, pt, 2)
+        for direction, (m, ml, f, fl) in (("ED->ES", (ed, edl, es, esl)), ("ES->ED", (es, esl, ed, edl))):
+            yield pt, acdc_training_group(pt), direction, as_sitk(m), as_sitk(f), sitk.Cast(as_sitk(ml), sitk.sitkInt32), fl.astype(np.int16)
+
+
+def dice3(a: np.ndarray, b: np.ndarray) -> List[float]:
+    return [float(2 * ((a == v) & (b == v)).sum() / max(int((a == v).sum() + (b == v).sum()), 1)) for v in (1, 2, 3)]
+
+
+def run_pair(moving, fixed, moving_label, direction: str, methods: Sequence[str], threads: int) -> Dict[str, Tuple[np.ndarray, float]]:
+    """``{method: (label on the fixed grid (Z, H, W), seconds)}``."""
+    import SimpleITK as sitk
+
+    import monai_npc
+    from monai_npc.apps.registration.through_plane import basal_through_plane
+    from monai_npc.apps.stacks.pairs import demons_pair
+    from monai_npc.cardiac.through_plane import basal_rules
+    from monai_npc.functional.label_fusion import fuse_by_slice
+    from monai_npc.interop.label_resample import resample_label
+    from monai_npc.runtime import use_threads
+
+    arr = sitk.GetArrayFromImage
+    out: Dict[str, Tuple[np.ndarray, float]] = {}
+    reference = arr(sitk.Resample(moving_label, fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
+    out["initial"] = (reference, 0.0)
+    kw = dict(model="acdc", threads=threads)
+    prior = None
+    if {"npc-label-prior", "npc-fused", "prior-alone", "demons+helpers"} & set(methods):
+        t0 = time.perf_counter()
+        reg = monai_npc.register(moving, fixed, moving_label=moving_label, **kw)
+        basal_through_plane(reg, direction)
+        seconds = time.perf_counter() - t0
+        out["npc-label-prior"] = (arr(reg.warped_label), seconds)
+        prior = None if reg.prior_label is None else arr(reg.prior_label)
+        fused = reg.fused_label
+        out["npc-fused"] = (arr(fused) if fused is not None else arr(reg.warped_label), seconds)
+        out["prior-alone"] = (prior if prior is not None else np.zeros_like(reference), 0.0)
+    if "npc-label" in methods:
+        t0 = time.perf_counter()
+        reg = monai_npc.register(moving, fixed, moving_label=moving_label, label_prior=0, **kw)
+        basal_through_plane(reg, direction)
+        out["npc-label"] = (arr(reg.warped_label), time.perf_counter() - t0)
+    if "npc-images" in methods:
+        t0 = time.perf_counter()
+        reg = monai_npc.register(moving, fixed, **kw)
+        out["npc-images"] = (arr(resample_label(moving_label, fixed, reg.transform, reg.label_sigma)), time.perf_counter() - t0)
+    if {"demons", "demons+helpers"} & set(methods):
+        t0 = time.perf_counter()
+        with use_threads(threads):
+            carried, _ = demons_pair(moving, fixed, sitk.Cast(moving_label, sitk.sitkInt16), iterations=200, smoothing=1.5)
+        seconds = time.perf_counter() - t0
+        out["demons"] = (carried, seconds)
+        helped = basal_rules(direction, carried, reference, fixed.GetSpacing()[2], prior)[0] if fixed.GetDimension() == 3 else carried
+        out["demons+helpers"] = (fuse_by_slice(helped, prior)[0] if prior is not None else helped, seconds)
+    return {m: out[m] for m in methods if m in out}
+
+
+def ejection_fraction(ed: np.ndarray, es: np.ndarray, value: int) -> float:
+    """EF (%) of structure ``value`` from an ED and an ES label map of one voxel size."""
+    edv = float((ed == value).sum())
+    return 100.0 * (edv - float((es == value).sum())) / edv if edv else float("nan")
+
+
+def table(rows: List[Dict[str, Any]], methods: Sequence[str]) -> str:
+    groups = [g for g in GROUPS if any(r["group"] == g for r in rows)] + ["all"]
+    lines = ["| row | what produced it | " + " | ".join(groups) + " | pairs above demons | s / pair |",
+             "|---|---|" + "---|" * (len(groups) + 2)]
+    for m in methods:
+        x = [r for r in rows if m in r["dice"]]
+        if not x:
+            continue
+        cells = [f"{np.mean([np.mean(r['dice'][m]) for r in x if g == 'all' or r['group'] == g]):.3f}" for g in groups]
+        above = sum(np.mean(r["dice"][m]) > np.mean(r["dice"]["demons"]) for r in x if "demons" in r["dice"])
+        lines.append(f"| `{m}` | {METHODS[m]} | " + " | ".join(cells) + f" | {above} / {len(x)} | {np.mean([r['seconds'][m] for r in x]):.1f} |")
+    n = len({r['patient'] for r in rows})
+    lines += ["", f"3-D Dice, mean of RV / Myo / LV, {len(rows)} pairs of {n} patients (both directions), by pathology group.", "",
+              "| row | LV EF MAE | LV EF bias | RV EF MAE | RV EF bias |", "|---|---|---|---|---|"]
+    ed_es = [r for r in rows if r["direction"] == "ED->ES"]
+    for m in methods:
+        x = [r for r in ed_es if m in r["ef"]]
+        if not x or m == "initial":
+            continue
+        cells = []
+        for s in ("lv", "rv"):
+            err = np.array([r["ef"][m][s] - r["ef"]["expert"][s] for r in x])
+            cells += [f"{np.nanmean(np.abs(err)):.1f}", f"{np.nanmean(err):+.1f}"]
+        lines.append(f"| `{m}` | " + " | ".join(cells) + " |")
+    lines += ["", f"EF in points, from the ED expert label and the carried ES label, against the expert ED + ES labels; {len(ed_es)} ED->ES pairs."]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", type=Path, default=None, help="official ACDC layout (default: the SSL4MIS validation patients)")
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "results_table")
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--shard", default="0/1", help="i/n: every n-th patient from the i-th")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+
+    import SimpleITK as sitk
+    import torch
+    from tqdm import tqdm
+
+    from monai_npc.runtime import silence_third_party
+
+    silence_third_party()
+    torch.set_num_threads(args.threads)
+    sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
+    sitk.ProcessObject.SetGlobalWarningDisplay(False)
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        p.error(f"unknown --methods {sorted(unknown)}; known: {list(METHODS)}")
+    i, n = (int(v) for v in args.shard.split("/"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = args.out / "rows.jsonl"
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    done = {(r["patient"], r["direction"]) for r in rows}
+    data = args.data_dir or DEFAULT_DATA
+    with log.open("a") as f:
+        for pt, group, direction, moving, fixed, moving_label, target in tqdm(pairs(data, args.data_dir is not None, (i, n)), desc="pairs", unit="pair"):
+            if (pt, direction) in done:
+                continue
+            labels = run_pair(moving, fixed, moving_label, direction, methods, args.threads)
+            row = {"patient": pt, "group": group, "direction": direction,
+                   "dice": {m: dice3(lab, target) for m, (lab, _) in labels.items()},
+                   "seconds": {m: s for m, (_, s) in labels.items()}}
+            if direction == "ED->ES":
+                ed = sitk.GetArrayFromImage(moving_label)
+                row["ef"] = {m: {s: ejection_fraction(ed, lab, v) for s, v in (("lv", 3), ("rv", 1))} for m, (lab, _) in labels.items()}
+                row["ef"]["expert"] = {s: ejection_fraction(ed, target, v) for s, v in (("lv", 3), ("rv", 1))}
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            rows.append(row)
+    text = table(rows, methods)
+    (args.out / "results.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
