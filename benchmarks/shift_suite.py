@@ -20,7 +20,8 @@ Per pair and shift: the moving label carried by ``monai_npc.register(model="acdc
 ``acdc_heart``, weight 8) and with ``label_prior=0``, 3-D Dice (RV/Myo/LV mean) against the fixed frame's expert
 label, whether the prior acted and its two checks (``agreement`` on the moving image, ``fixed_agreement``: its
 fixed-image segmentation against the moving label before registration). Rows go to ``OUT/rows.jsonl`` (a rerun
-skips what is there); ``OUT/results.md`` is the table by shift.
+skips what is there); ``OUT/results.md`` is the table by shift, then the best label `register` returns (``fused_label`` where the prior acted) and
+the EF bias of both settings by shift (ED->ES pairs). ``--shard i/n`` splits the patients between processes.
 """
 
 from __future__ import annotations
@@ -108,6 +109,21 @@ def summarise(rows: List[Dict], shifts, gate: float) -> str:
         lines.append(f"| {s} | {len(x)} | {off.mean():.4f} | {np.mean([r['prior'] for r in x]):.4f} | {gated.mean():.4f} | "
                      f"{d.mean():+.4f} +- {d.std() / np.sqrt(len(d)):.4f} | {(d < -0.005).sum()} | {sum(low)} / {sum(bool(r.get('acted')) for r in x)} | "
                      + (f"{np.median(fa):.2f} ({min(fa):.2f})" if fa else "-") + " |")
+    lines += ["", "The best label `register` returns (`fused_label` where the prior acted, else `warped_label`) and LV / RV EF "
+              "bias (points, ED->ES pairs: the ED expert label and the carried ES label against the expert ED + ES labels):", "",
+              "| shift | Dice, fused or warped | fused - off | LV EF bias, off | LV EF bias, defaults | RV EF bias, off | RV EF bias, defaults |",
+              "|---|---|---|---|---|---|---|"]
+    for s in shifts:
+        x = [r for r in rows if r["shift"] == s and "fused" in r]
+        if not x:
+            continue
+        best = np.array([r["fused"] for r in x])
+        cells = [f"{best.mean():.4f}", f"{(best - np.array([r['off'] for r in x])).mean():+.4f}"]
+        ef = [r for r in x if "ef_off" in r]
+        for k in ("lv", "rv"):
+            for key in ("off", "prior"):
+                cells.append(f"{np.nanmean([r['ef_' + key][k] - r['ef_expert'][k] for r in ef]):+.1f}" if ef else "-")
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -119,18 +135,21 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "shift_suite")
     p.add_argument("--limit", type=int, default=None, help="first N patients only")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--shard", default="0/1", help="i/n: every n-th patient from the i-th (run n processes, then once more for the table)")
     args = p.parse_args(argv)
 
     import SimpleITK as sitk
     import torch
     from localisation import as_sitk, dice3, read_stack, resumed_rows, split_patients
+    from results_table import ejection_fraction
     from tqdm import tqdm
 
     import monai_npc
 
     torch.set_num_threads(args.threads)
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
-    patients = split_patients(args.split, args.limit)
+    i, n = (int(v) for v in args.shard.split("/"))
+    patients = split_patients(args.split, args.limit)[i::n]
     shifts = [s for s in args.shifts.split(",") if s.strip()]
     data = args.data_dir / "data" if (args.data_dir / "data").is_dir() else args.data_dir
     out = args.out / args.split
@@ -155,9 +174,15 @@ def main(argv=None) -> int:
             for key, prior in (("prior", None), ("off", 0)):
                 t0 = time.perf_counter()
                 reg = monai_npc.register(m_img, f_img, model="acdc", moving_label=label, label_prior=prior, threads=args.threads)
-                row[key] = float(np.mean(dice3(sitk.GetArrayFromImage(reg.warped_label), fl)))
+                carried = sitk.GetArrayFromImage(reg.warped_label)
+                row[key] = float(np.mean(dice3(carried, fl)))
                 row["seconds_" + key] = time.perf_counter() - t0
+                if direction == "ED->ES":  # EF (%) from the ED expert label and the carried ES label
+                    row["ef_" + key] = {s_: ejection_fraction(ml, carried, v) for s_, v in (("lv", 3), ("rv", 1))}
+                    row["ef_expert"] = {s_: ejection_fraction(ml, fl, v) for s_, v in (("lv", 3), ("rv", 1))}
                 if prior is None:
+                    fused = reg.fused_label  # the best label register returns (the transform's when the prior stood aside)
+                    row["fused"] = row[key] if fused is None else float(np.mean(dice3(sitk.GetArrayFromImage(fused), fl)))
                     info = reg.summary.get("label_prior") or {}
                     row.update(acted=bool(info) and info.get("weight", 0) > 0 and "dropped" not in info,
                                agreement=info.get("agreement"), fixed_agreement=info.get("fixed_agreement"), dropped=info.get("dropped"))
