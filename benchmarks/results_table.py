@@ -27,7 +27,8 @@ Rows (``--methods``), each scored as 3-D Dice (RV/Myo/LV mean) against the fixed
   transform, its ``warped_label`` (the transform's label): what the bundle writes as ``warped_label.nii.gz``;
 - ``npc-fused``: the same run's ``fused_label``;
 - ``prior-alone``: the label prior's own segmentation of the fixed frame (``Registration.prior_label``: the slices the
-  moving label covers, the heart window), no registration.
+  moving label covers, the heart window; where the prior stood aside, the same with its last check off), no
+  registration; ``demons+helpers`` uses the same.
 
 Rows go to ``OUT/rows.jsonl`` (reruns skip what is there; ``--shard i/n`` takes every n-th patient);
 ``OUT/results.md`` holds the table by group and the EF table (ED->ES pairs).
@@ -115,7 +116,8 @@ def run_pair(moving, fixed, moving_label, direction: str, methods: Sequence[str]
         basal_through_plane(reg, direction)
         seconds = time.perf_counter() - t0
         out["npc-label-prior"] = (arr(reg.warped_label), seconds)
-        prior = None if reg.prior_label is None else arr(reg.prior_label)
+        prior_image = prior_segmentation(reg, moving, fixed, moving_label, kw)
+        prior = None if prior_image is None else arr(prior_image)
         fused = reg.fused_label
         out["npc-fused"] = (arr(fused) if fused is not None else arr(reg.warped_label), seconds)
         out["prior-alone"] = (prior if prior is not None else np.zeros_like(reference), 0.0)
@@ -137,6 +139,22 @@ def run_pair(moving, fixed, moving_label, direction: str, methods: Sequence[str]
         helped = basal_rules(direction, carried, reference, fixed.GetSpacing()[2], prior)[0] if fixed.GetDimension() == 3 else carried
         out["demons+helpers"] = (fuse_by_slice(helped, prior)[0] if prior is not None else helped, seconds)
     return {m: out[m] for m in methods if m in out}
+
+
+def prior_segmentation(reg, moving, fixed, moving_label, kw: Dict[str, Any]):
+    """The label prior's own segmentation of the fixed frame: ``reg.prior_label``, or, where the prior stood aside in
+    ``reg`` (the network's field already carried the label onto it: ``label_prior.aside``), the same call's with that
+    last check off (what the prior sees does not depend on whether it steers)."""
+    if reg.prior_label is not None or "aside" not in (reg.summary.get("label_prior") or {}):
+        return reg.prior_label
+    import monai_npc
+    import monai_npc.apps.registration.label_prior as label_prior
+
+    keep, label_prior.PRIOR_MIN_GAP = label_prior.PRIOR_MIN_GAP, float("-inf")
+    try:
+        return monai_npc.register(moving, fixed, moving_label=moving_label, **kw).prior_label
+    finally:
+        label_prior.PRIOR_MIN_GAP = keep
 
 
 def ejection_fraction(ed: np.ndarray, es: np.ndarray, value: int) -> float:

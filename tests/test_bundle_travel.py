@@ -142,7 +142,8 @@ def test_zipped_copy_runs_inference_from_its_own_folder(bundle, tmp_path, monkey
             assert pair["model_grid"]["field_of_view"] == "heart-stack" and pair["folding_percent"] < 1.0
             # the label prior comes from the installed package by name (the bundle does not carry it)
             prior = pair["label_prior"]
-            assert prior["name"] == "acdc_heart" and prior["weight"] > 0 and 0.5 < prior["agreement"] <= 1.0
+            assert prior["name"] == "acdc_heart" and 0.5 < prior["agreement"] <= 1.0
+            assert prior["weight"] > 0 or "aside" in prior  # acted, or judged the phantom's transform as good as itself
             assert (out / "patient101" / folder / "warped_label.nii.gz").is_file()
     else:
         metrics = json.loads((out / "metrics.json").read_text())

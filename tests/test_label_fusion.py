@@ -46,7 +46,7 @@ def test_fuse_by_slice_takes_the_segmentation_where_it_agrees_and_the_registrati
         fuse_by_slice(registered, segmented, 1.5)
 
 
-def test_register_returns_a_fused_label_of_its_own_when_the_prior_acts(tmp_path):
+def test_register_returns_a_fused_label_of_its_own_when_the_prior_acts(tmp_path, prior_always_acts):
     import SimpleITK as sitk
 
     import monai_npc

@@ -118,7 +118,7 @@ def test_the_shipped_acdc_prior_loads_and_is_not_a_model_name():
     assert lv.sum() > 0 and lv[r >= 20].sum() < 0.1 * lv.sum()
 
 
-def test_register_uses_the_weights_prior_with_a_moving_label():
+def test_register_uses_the_weights_prior_with_a_moving_label(prior_always_acts):
     import monai_npc
     from monai_npc.data.phantom_cine import cardiac_cine
 
@@ -154,7 +154,7 @@ def test_register_uses_the_weights_prior_with_a_moving_label():
         monai_npc.register(ed[0], es[0], model="camus", moving_label=lab[0], label_prior=1.0, threads=1)
 
 
-def test_cli_label_prior(tmp_path, capsys):
+def test_cli_label_prior(tmp_path, capsys, prior_always_acts):
     import json
 
     import SimpleITK as sitk
@@ -180,7 +180,7 @@ def test_cli_label_prior(tmp_path, capsys):
     assert "label_prior (--label-prior) must be a finite number >= 0" in err and "Traceback" not in err
 
 
-def test_a_label_of_another_convention_is_not_pulled_by_the_prior():
+def test_a_label_of_another_convention_is_not_pulled_by_the_prior(prior_always_acts):
     """The same moving label with RV and LV swapped (M&Ms numbers them LV 1, RV 3): the prior's segmentation of the
     moving image disagrees with it (mean Dice below PRIOR_MIN_AGREEMENT), so it does not act: a warning naming the
     label and the number, the summary says why, and the field is the prior-free one."""
@@ -311,7 +311,7 @@ def test_the_shipped_prior_gives_monais_outputs_without_importing_monai():
     assert out.stdout.strip() == "[]"
 
 
-def test_the_prior_stands_aside_when_it_cannot_read_the_fixed_image():
+def test_the_prior_stands_aside_when_it_cannot_read_the_fixed_image(prior_always_acts):
     """The fixed frame's contrast inverted (another sequence, say): the prior still agrees with the moving label on the
     moving image, but its segmentation of the fixed image does not overlap the moving label (mean Dice below
     PRIOR_MIN_FIXED_AGREEMENT before registration), so it stands aside: a warning naming the number, the summary says
@@ -333,3 +333,44 @@ def test_the_prior_stands_aside_when_it_cannot_read_the_fixed_image():
     assert summary["fixed_agreement"] < PRIOR_MIN_FIXED_AGREEMENT and "fixed image" in summary["dropped"]
     assert any("fixed image" in w for w in reg.summary["warnings"])
     torch.testing.assert_close(reg.ddf, monai_npc.register(ed, inverted, moving_label=lab, label_prior=0.0, **kw).ddf)
+
+
+def test_the_prior_stands_aside_where_the_transform_already_agrees_with_it():
+    """Its last check, on the network's own field: where the label that field carries agrees with the prior's
+    segmentation of the fixed image about as well as the prior agrees with the moving label on the moving image, the
+    prior cannot tell the transform's errors from its own and stands aside (a note with both numbers, no warning, the
+    prior-free field); where the carried label is far from it, it acts."""
+    import warnings
+
+    import monai_npc
+    from monai_npc.apps.registration.label_prior import PRIOR_MIN_GAP, carried_prior_check
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    label = torch.zeros(2, 1, 32, 32)
+    label[:, :, 8:20, 8:20] = 3.0
+    label[:, :, 12:16, 12:16] = 0.0  # not on the prior's LV: 16 of 144 voxels
+    prior = torch.zeros(2, 4, 32, 32)
+    prior[:, 0] = 1.0
+    prior[:, 0, 8:20, 8:20], prior[:, 3, 8:20, 8:20] = 0.0, 1.0
+    still = torch.zeros(2, 2, 32, 32)
+    on_carried, why = carried_prior_check(prior, 0.95, label, still)
+    assert on_carried == pytest.approx(2 * 128 / (128 + 144)) and "0.94" in why and f"{PRIOR_MIN_GAP}" in why
+    assert carried_prior_check(prior, on_carried + PRIOR_MIN_GAP, label, still) == (pytest.approx(on_carried), None)
+    shifted = still.clone()
+    shifted[:, 1] = 6.0  # the label carried 6 voxels along the columns: Dice 0.44 with the prior
+    on_shifted, why = carried_prior_check(prior, 0.95, label, shifted)
+    assert why is None and on_shifted < 0.95 - PRIOR_MIN_GAP
+    assert carried_prior_check(prior, 0.95, torch.zeros_like(label), still) == (None, None)  # nothing to carry
+    # register: on the phantom the network's field is as good as the prior can judge
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
+    ed, es, lab = c["image"][0], c["image"][2], c["label"][0]
+    kw = dict(spacing=c["spacing"], refine_iterations=10, threads=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        reg = monai_npc.register(ed, es, moving_label=lab, **kw)
+    summary = reg.summary["label_prior"]
+    assert summary["weight"] == 0.0 and summary["agreement"] - summary["carried_agreement"] < PRIOR_MIN_GAP
+    assert f"{summary['carried_agreement']:.2f}" in summary["aside"] and "dropped" not in summary
+    assert not any("stood aside" in w for w in reg.summary["warnings"])
+    assert reg.prior_label is None and reg.fused_label is None
+    torch.testing.assert_close(reg.ddf, monai_npc.register(ed, es, moving_label=lab, label_prior=0.0, **kw).ddf)

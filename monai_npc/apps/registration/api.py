@@ -165,8 +165,11 @@ def register(
             one the weights' register settings name (``acdc``: ``acdc_heart``, weight 8; docs/design_notes.md,
             "Register settings of the shipped models"). ``None``: that setting (0 for models that name none);
             0 = off. It acts only where its segmentation of the moving image agrees with the moving label
-            (else a warning, and the summary's ``label_prior.dropped`` says why). Set above 0 without a
-            ``moving_label``: a warning.
+            and its segmentation of the fixed image overlaps it (else a warning, and the summary's
+            ``label_prior.dropped`` says why), and where the label the network's own field carries is further
+            from its segmentation of the fixed image than the moving label is from its segmentation of the moving
+            image (else it stands aside without a warning: ``label_prior.aside``, with ``carried_agreement``).
+            Set above 0 without a ``moving_label``: a warning.
 
     Raises:
         FileNotFoundError: a missing image, label or weights file.
@@ -250,8 +253,11 @@ def _register(moving, fixed, model, moving_label, fixed_label, spacing, moving_s
     prior_summary = None
     if prior_weight > 0 and (result.prior_label is not None or result.prior_note):  # asked for, with a label to steer
         prior_summary = {"name": prior_name, "weight": prior_weight, "agreement": result.prior_agreement,
-                         "fixed_agreement": result.prior_fixed_agreement}
-        if result.prior_label is None:  # it did not act (result.prior_note says why)
+                         "fixed_agreement": result.prior_fixed_agreement, "carried_agreement": result.prior_carried_agreement}
+        if result.prior_label is None and result.prior_carried_agreement is not None:  # judged, and not needed: a note only
+            why = f"label prior {prior_name} stood aside: {result.prior_note}. Registered without it."
+            prior_summary.update(weight=0.0, aside=why)  # not a warning: nothing is wrong with the input
+        elif result.prior_label is None:  # it could not act (result.prior_note says why)
             why = f"label prior {prior_name} not used for moving label {describe_input(moving_label)}: {result.prior_note}. Registered without it."
             prior_summary.update(weight=0.0, dropped=why)
             notes.append(why)

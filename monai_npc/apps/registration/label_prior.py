@@ -10,9 +10,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from monai_npc.functional import dice_by_value
+from monai_npc.functional import dice_by_value, warp_image
 
-__all__ = ["PRIOR_CHECK_SLICES", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "PRIOR_MIN_FIXED_AGREEMENT", "prior_agreement", "fixed_prior", "label_prior_setting"]
+__all__ = ["PRIOR_CHECK_SLICES", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "PRIOR_MIN_FIXED_AGREEMENT", "PRIOR_MIN_GAP",
+           "prior_agreement", "fixed_prior", "carried_prior_check", "label_prior_setting"]
 
 
 #: the label prior acts only when its segmentation of the moving image agrees with the moving label at least this much
@@ -31,6 +32,14 @@ PRIOR_CHECK_SLICES = 3
 PRIOR_MIN_FIXED_AGREEMENT = 0.25
 #: ... holding at least this many labelled voxels of the model grid together (else it cannot be judged and does not act)
 PRIOR_MIN_CHECK_VOXELS = 200
+
+
+#: ... and only when the label carried by the network's own field (before the refinement) disagrees with its segmentation
+#: of the fixed image by at least this much more than the prior disagrees with the moving label on the moving image
+#: (mean Dice): where the transform already agrees with the prior about as well as the prior agrees with an expert's
+#: label, the prior cannot tell the transform's errors from its own and would pull the label towards its own outlines
+#: (calibrated on the validation patients and the quickstart phantoms, docs/design_notes.md)
+PRIOR_MIN_GAP = 0.04
 
 
 def prior_agreement(probabilities: torch.Tensor, label: torch.Tensor) -> Optional[float]:
@@ -89,6 +98,33 @@ def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tenso
     prior = torch.full((n, label_prior.num_classes, h, w), 1.0 / label_prior.num_classes, device=moving.device)
     prior[labelled] = seen
     return prior, agreement, on_fixed, None
+
+
+def carried_prior_check(prior: torch.Tensor, agreement: float, label: torch.Tensor, ddf: torch.Tensor
+                        ) -> Tuple[Optional[float], Optional[str]]:
+    """``(agreement of the carried label with the prior on the fixed slices, why the prior stands aside or None)``.
+
+    Args:
+        prior: ``(N, K, h, w)`` class probabilities of the fixed slices (:func:`fixed_prior`).
+        agreement: the prior against the moving label on the moving image (mean Dice, :func:`fixed_prior`).
+        label: ``(N, 1, h, w)`` moving label.
+        ddf: ``(N, 2, h, w)`` the network's field (voxels), before the refinement the prior would steer.
+
+    The prior helps where the transform's label is further from its segmentation of the fixed image than the prior is
+    from an expert's label (its error on the moving image): it acts only when ``agreement - carried``
+    is at least :data:`PRIOR_MIN_GAP`.
+    """
+    labelled = (label > 0).flatten(1).any(1)
+    if not bool(labelled.any()):
+        return None, None
+    carried = warp_image(label[labelled].to(ddf.dtype), ddf[labelled], "nearest", "zeros")
+    on_carried = prior_agreement(prior[labelled], carried)
+    if on_carried is None or agreement - on_carried >= PRIOR_MIN_GAP:
+        return on_carried, None
+    return on_carried, (f"the label carried by the network's field already agrees with its segmentation of the fixed image "
+                        f"(mean Dice {on_carried:.2f}) about as well as it agrees with the moving label on the moving image "
+                        f"({agreement:.2f}; it acts when the first is at least {PRIOR_MIN_GAP} lower): it could not correct the "
+                        "transform, only pull the label towards its own outlines")
 
 
 def _named_values(label_prior: nn.Module) -> str:

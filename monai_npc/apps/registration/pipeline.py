@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import SimpleITK as sitk
@@ -29,7 +29,7 @@ from monai_npc.interop.transforms import displacement_field_transform
 
 from .align import RigidAlignment, rigid_in_plane
 from .grids import constant_slices, given_centres, heart_grid, inside_grid, slice_images, slices_of
-from .label_prior import fixed_prior
+from .label_prior import carried_prior_check, fixed_prior
 from .localize import motion_centre
 from .models import ModelProfile
 
@@ -45,21 +45,33 @@ def _net_dtype(net: nn.Module) -> torch.dtype:
 
 @torch.inference_mode()
 def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: int = 16, moving_label: Optional[torch.Tensor] = None,
-             label_guidance: float = 0.0, fixed_prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0):
-    """``(Z, 1, h, w)`` pairs -> ``ddf (Z, 2, h, w)`` (model voxels), ``warped``, ``reliability (Z, 1, h, w)`` or ``None``.
+             label_guidance: float = 0.0, fixed_prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0,
+             prior_check: Optional[Callable[[torch.Tensor], Optional[str]]] = None):
+    """``(Z, 1, h, w)`` pairs -> ``ddf (Z, 2, h, w)`` (model voxels), ``warped``, ``reliability (Z, 1, h, w)`` or ``None``,
+    why the prior stood aside (``None``: it acted or was not given).
 
     Each slice is one independent pair of the batch (chunks of ``chunk`` slices). ``moving_label``
     ``(Z, 1, h, w)`` with ``label_guidance`` > 0 reaches the refinement's label-guided term (NPC only),
-    and with it ``fixed_prior`` ``(Z, K, h, w)`` (class probabilities of ``fixed``) weighted by ``prior_weight``.
+    and with it ``fixed_prior`` ``(Z, K, h, w)`` (class probabilities of ``fixed``) weighted by ``prior_weight``,
+    unless ``prior_check`` (given the network's fields of all slices, before any refinement) says why not.
     """
+    guided = hasattr(net, "register") and moving_label is not None and bool(label_guidance)
+    prior = fixed_prior if guided and fixed_prior is not None and prior_weight > 0 else None
+    chunks = [slice(start, start + chunk) for start in range(0, moving.shape[0], chunk)]
+    fields = [net.network_field(moving[c], fixed[c], True) for c in chunks] if hasattr(net, "network_field") else None
+    aside = None
+    if prior is not None and prior_check is not None and fields is not None:
+        aside = prior_check(torch.cat([f[0] for f in fields]))
+        prior = None if aside else prior
     ddfs, warps, rels = [], [], []
-    for start in range(0, moving.shape[0], chunk):
-        m, f = moving[start : start + chunk], fixed[start : start + chunk]
+    for i, c in enumerate(chunks):
+        m, f = moving[c], fixed[c]
         if hasattr(net, "register"):
-            guide = {} if moving_label is None or not label_guidance else {
-                "moving_label": moving_label[start : start + chunk], "lambda_label": float(label_guidance)}
-            if guide and fixed_prior is not None and prior_weight > 0:
-                guide.update(fixed_prior=fixed_prior[start : start + chunk], prior_weight=float(prior_weight))
+            guide = {"moving_label": moving_label[c], "lambda_label": float(label_guidance)} if guided else {}
+            if prior is not None:
+                guide.update(fixed_prior=prior[c], prior_weight=float(prior_weight))
+            if fields is not None:
+                guide["field"] = fields[i]
             warped, ddf, diagnostics = net.register(m, f, return_diagnostics=True, **guide)
             if diagnostics:
                 last = diagnostics[-1]
@@ -70,7 +82,7 @@ def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: i
         ddfs.append(ddf.float())
         warps.append(warped.float())
     rel = torch.cat(rels).float() if rels and len(rels) == len(ddfs) else None
-    return torch.cat(ddfs), torch.cat(warps), rel
+    return torch.cat(ddfs), torch.cat(warps), rel, aside
 
 
 @dataclass
@@ -103,6 +115,8 @@ class PipelineResult:
             label) when a prior was given, else ``None``; below :data:`PRIOR_MIN_AGREEMENT` the prior did not act.
         prior_fixed_agreement: mean Dice of its segmentation of the fixed image against the moving label before
             registration (on the slices the label covers), when it was measured, else ``None``.
+        prior_carried_agreement: mean Dice of its segmentation of the fixed image against the moving label carried by
+            the network's field (:func:`~monai_npc.apps.registration.label_prior.carried_prior_check`), or ``None``.
         prior_note: why a given prior did not act (:func:`~monai_npc.apps.registration.label_prior.fixed_prior`), else ``None``.
     """
 
@@ -125,6 +139,7 @@ class PipelineResult:
     prior_agreement: Optional[float] = None
     prior_fixed_agreement: Optional[float] = None
     prior_note: Optional[str] = None
+    prior_carried_agreement: Optional[float] = None
 
 
 def run_pipeline(
@@ -226,6 +241,7 @@ def run_pipeline(
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
         alignment=alignment, aligned_label=aligned_label, prior_label=rated.prior_label, prior_agreement=rated.prior_agreement,
         prior_fixed_agreement=rated.prior_fixed_agreement, prior_note=rated.prior_note,
+        prior_carried_agreement=rated.prior_carried_agreement,
     )
 
 
@@ -262,6 +278,7 @@ class _GridRun:
     prior_agreement: Optional[float] = None  # the prior against the moving label on the moving image (mean Dice)
     prior_fixed_agreement: Optional[float] = None  # its fixed-image segmentation against the moving label, unregistered
     prior_note: Optional[str] = None  # why a prior that was given did not act (None: it acted, or had nothing to steer)
+    prior_carried_agreement: Optional[float] = None  # its fixed-image segmentation against the label the network's field carries
 
 
 def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image]], window: bool, profile: ModelProfile, device,
@@ -285,15 +302,25 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     ddf_m, warped_m = torch.zeros(z, 2, h, w), m_t.detach().float().cpu().clone()
     rel_m: Optional[torch.Tensor] = None
     active = np.flatnonzero(~still)
-    lab_t = prior_t = agreement = fixed_agreement = prior_note = None
+    lab_t = prior_t = agreement = fixed_agreement = prior_note = carried_agreement = None
     if moving_label is not None and label_guidance > 0:
         lab = np.concatenate([slices_of(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
         lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
         if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
             prior_t, agreement, fixed_agreement, prior_note = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
     if active.size:
-        d, wp, r = _predict(net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active],
-                            label_guidance=label_guidance, fixed_prior=prior_t, prior_weight=prior_weight)
+        carried = {}
+
+        def check(ddf: torch.Tensor) -> Optional[str]:  # the prior's last check, on the network's own field
+            carried["agreement"], why = carried_prior_check(prior_t, agreement, lab_t[active], ddf)
+            return why
+
+        d, wp, r, aside = _predict(net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active],
+                                   label_guidance=label_guidance, fixed_prior=prior_t, prior_weight=prior_weight,
+                                   prior_check=check if prior_t is not None else None)
+        carried_agreement = carried.get("agreement")
+        if aside:
+            prior_t, prior_note = None, aside
         ddf_m[active], warped_m[active] = d.cpu(), wp.cpu()
         if r is not None:
             rel_m = torch.zeros(z, 1, h, w)
@@ -333,4 +360,5 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     ddf_fixed = torch.cat(ddf_f)
     seen_fixed = np.concatenate(seen) if window else np.ones((ddf_fixed.shape[0],) + tuple(ddf_fixed.shape[2:]), bool)
     return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, ddf_fixed, torch.cat(weights) if window else None,
-                    rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None, agreement, fixed_agreement, prior_note)
+                    rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None, agreement, fixed_agreement, prior_note,
+                    carried_agreement)

@@ -242,29 +242,38 @@ class NPCNet(nn.Module):
         return out / len(self.flip_codes)
 
     @torch.jit.ignore
-    def register(
-        self, moving: torch.Tensor, fixed: torch.Tensor, return_diagnostics: bool = False,
-        moving_label: Optional[torch.Tensor] = None, lambda_label: Optional[float] = None,
-        fixed_prior: Optional[torch.Tensor] = None, prior_weight: Optional[float] = None,
-    ) -> Tuple[torch.Tensor, torch.Tensor, List[Dict[str, torch.Tensor]]]:
-        """Register ``moving`` onto ``fixed`` (each ``(B, 1, *S)``).
-
-        ``moving_label`` ``(B, 1, *S)`` (integer label map of ``moving``) and ``lambda_label`` reach the
-        test-time refinement's label-guided term (:class:`~monai_npc.networks.blocks.InstanceRefinement`),
-        and with them ``fixed_prior`` ``(B, K, *S)`` (class probabilities of ``fixed``, e.g.
-        :class:`~monai_npc.networks.nets.label_prior.LabelPrior`) and its ``prior_weight``.
-
-        Returns ``(warped, ddf, diagnostics)``: the warped moving image, the displacement in voxels
-        and, when ``return_diagnostics``, one dict per ODE step (``residual``, ``mask``, ``ddf``, ``stage``).
-        """
+    def network_field(self, moving: torch.Tensor, fixed: torch.Tensor, return_diagnostics: bool = False
+                      ) -> Tuple[torch.Tensor, List[Dict[str, torch.Tensor]]]:
+        """The network's own field of ``moving`` onto ``fixed`` (each ``(B, 1, *S)``), before the test-time refinement:
+        ``(ddf (B, D, *S) in voxels, diagnostics)`` (the flip ensemble's mean in eval mode; diagnostics as in :meth:`register`)."""
         moving, fixed = self._as_input(moving), self._as_input(fixed)
         self._check(torch.cat([moving, fixed], 1))
         if len(self.flip_codes) > 1 and not self.training:  # one batched pass; diagnostics: the untransformed member's
             b = moving.shape[0]
             ddf, diagnostics = self.ode.integrate(*self._flip_batch(moving, fixed), return_diagnostics)
             diagnostics = [{k: (v[:b] if v.dim() > 0 else v) for k, v in d.items()} for d in diagnostics]
-            ddf = self._mean_over_flips(ddf, b)
-        else:
-            ddf, diagnostics = self.ode.integrate(moving, fixed, return_diagnostics)
+            return self._mean_over_flips(ddf, b), diagnostics
+        return self.ode.integrate(moving, fixed, return_diagnostics)
+
+    @torch.jit.ignore
+    def register(
+        self, moving: torch.Tensor, fixed: torch.Tensor, return_diagnostics: bool = False,
+        moving_label: Optional[torch.Tensor] = None, lambda_label: Optional[float] = None,
+        fixed_prior: Optional[torch.Tensor] = None, prior_weight: Optional[float] = None,
+        field: Optional[Tuple[torch.Tensor, List[Dict[str, torch.Tensor]]]] = None,
+    ) -> Tuple[torch.Tensor, torch.Tensor, List[Dict[str, torch.Tensor]]]:
+        """Register ``moving`` onto ``fixed`` (each ``(B, 1, *S)``).
+
+        ``moving_label`` ``(B, 1, *S)`` (integer label map of ``moving``) and ``lambda_label`` reach the
+        test-time refinement's label-guided term (:class:`~monai_npc.networks.blocks.InstanceRefinement`),
+        and with them ``fixed_prior`` ``(B, K, *S)`` (class probabilities of ``fixed``, e.g.
+        :class:`~monai_npc.networks.nets.label_prior.LabelPrior`) and its ``prior_weight``. ``field``: what
+        :meth:`network_field` already gave for these images (the refinement starts from it; no second pass).
+
+        Returns ``(warped, ddf, diagnostics)``: the warped moving image, the displacement in voxels
+        and, when ``return_diagnostics``, one dict per ODE step (``residual``, ``mask``, ``ddf``, ``stage``).
+        """
+        ddf, diagnostics = self.network_field(moving, fixed, return_diagnostics) if field is None else field
+        moving, fixed = self._as_input(moving), self._as_input(fixed)
         ddf = self.refiner(moving, fixed, ddf, moving_label, lambda_label, fixed_prior, prior_weight)
         return warp_image(moving, ddf, "bilinear", "border"), ddf, diagnostics
