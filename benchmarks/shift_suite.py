@@ -2,7 +2,7 @@
 when the images are unlike the training data.
 
     OMP_NUM_THREADS=1 python benchmarks/shift_suite.py [--data-dir ../shared/data/acdc_ssl4mis] [--split val] \\
-        [--shifts none,bias,gamma,contrast,gibbs,spikes,noise,blur,coarse,inverted] [--out runs/shift_suite]
+        [--shifts none,bias,gamma,contrast,gibbs,spikes,noise,blur,coarse,inverted] [--phantoms 16] [--out runs/shift_suite]
 
 Whole short-axis stacks of the SSL4MIS copy (as ``benchmarks/localisation.py`` builds them) of the validation and
 test patients of ``bundles/npc_acdc/configs/acdc70_split.json`` (26 patients, both directions), never the official
@@ -23,6 +23,8 @@ fixed-image segmentation against the moving label before registration, ``carried
 label the network's field carries, ``aside`` / ``dropped``: why it did not act). Rows go to ``OUT/rows.jsonl`` (a rerun
 skips what is there); ``OUT/results.md`` is the table by shift, then the best label `register` returns (``fused_label`` where the prior acted) and
 the EF bias of both settings by shift (ED->ES pairs). ``--shard i/n`` splits the patients between processes.
+``--phantoms N`` adds the quickstart's cardiac phantom pairs (seeds 0..N-1; the quickstart itself registers 0-7),
+another kind of image altogether, as the row ``phantoms``.
 """
 
 from __future__ import annotations
@@ -127,6 +129,52 @@ def summarise(rows: List[Dict], shifts) -> str:
     return "\n".join(lines)
 
 
+def prior_fields(info: Dict) -> Dict:
+    """What the prior did, from ``summary["label_prior"]``: acted, its checks' numbers, why it did not act."""
+    return dict(acted=bool(info) and info.get("weight", 0) > 0, agreement=info.get("agreement"), fixed_agreement=info.get("fixed_agreement"),
+                carried_agreement=info.get("carried_agreement"), aside=info.get("aside"), dropped=info.get("dropped"))
+
+
+def phantom_rows(log: Path, done, n: int) -> List[Dict]:
+    """The quickstart's cardiac phantom pairs (``monai_npc.data.phantoms.cardiac_pair``, 128 x 128, 1.5 mm, ED -> ES),
+    seeds ``0 .. n-1`` not in ``done``, with the prior (defaults) and without; appended to ``log``."""
+    import SimpleITK as sitk
+
+    from localisation import dice3
+
+    import monai_npc
+    from monai_npc.data.phantoms import cardiac_pair
+
+    rows = []
+    with log.open("a") as f:
+        for seed in range(n):
+            name = f"phantom{seed}"
+            if name in done:
+                continue
+            pair = cardiac_pair(128, seed=seed)
+            images = []
+            for key in ("moving", "fixed", "moving_label"):
+                image = sitk.GetImageFromArray(pair[key].astype(np.float32))
+                image.SetSpacing((1.5, 1.5))
+                images.append(image)
+            row = {"patient": name, "direction": "ED->ES", "shift": "phantoms"}
+            for key, prior in (("prior", None), ("off", 0)):
+                t0 = time.perf_counter()
+                reg = monai_npc.register(*images[:2], model="acdc", moving_label=images[2], label_prior=prior, threads=1)
+                carried = sitk.GetArrayFromImage(reg.warped_label)
+                row[key] = float(np.mean(dice3(carried, pair["fixed_label"])))
+                row["seconds_" + key] = time.perf_counter() - t0
+                if prior is None:
+                    info = reg.summary.get("label_prior") or {}
+                    fused = reg.fused_label
+                    row["fused"] = row[key] if fused is None else float(np.mean(dice3(sitk.GetArrayFromImage(fused), pair["fixed_label"])))
+                    row.update(prior_fields(info))
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            rows.append(row)
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
@@ -135,6 +183,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "shift_suite")
     p.add_argument("--limit", type=int, default=None, help="first N patients only")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--phantoms", type=int, default=16, help="also the cardiac phantom pairs of the quickstart, seeds 0..N-1 "
+                   "(0: none; the quickstart registers seeds 0-7); rows with shift 'phantoms', run by shard 0")
     p.add_argument("--shard", default="0/1", help="i/n: every n-th patient from the i-th (run n processes, then once more for the table)")
     args = p.parse_args(argv)
 
@@ -148,8 +198,8 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
-    i, n = (int(v) for v in args.shard.split("/"))
-    patients = split_patients(args.split, args.limit)[i::n]
+    shard, n = (int(v) for v in args.shard.split("/"))
+    patients = split_patients(args.split, args.limit)[shard::n]
     shifts = [s for s in args.shifts.split(",") if s.strip()]
     data = args.data_dir / "data" if (args.data_dir / "data").is_dir() else args.data_dir
     out = args.out / args.split
@@ -184,12 +234,13 @@ def main(argv=None) -> int:
                     fused = reg.fused_label  # the best label register returns (the transform's when the prior stood aside)
                     row["fused"] = row[key] if fused is None else float(np.mean(dice3(sitk.GetArrayFromImage(fused), fl)))
                     info = reg.summary.get("label_prior") or {}
-                    row.update(acted=bool(info) and info.get("weight", 0) > 0, agreement=info.get("agreement"),
-                               fixed_agreement=info.get("fixed_agreement"), carried_agreement=info.get("carried_agreement"),
-                               aside=info.get("aside"), dropped=info.get("dropped"))
+                    row.update(prior_fields(info))
             f.write(json.dumps(row) + "\n")
             f.flush()
             rows.append(row)
+    if args.phantoms and shard == 0:
+        rows += phantom_rows(log, {r["patient"] for r in rows if r["shift"] == "phantoms"}, args.phantoms)
+        shifts.append("phantoms")
     text = summarise(rows, shifts)
     (out / "results.md").write_text(text + "\n")
     print(text)

@@ -46,15 +46,23 @@ def test_fuse_by_slice_takes_the_segmentation_where_it_agrees_and_the_registrati
         fuse_by_slice(registered, segmented, 1.5)
 
 
-def test_register_returns_a_fused_label_of_its_own_when_the_prior_acts(tmp_path, prior_always_acts):
+def test_register_returns_a_fused_label_of_its_own_when_the_prior_acts(tmp_path, prior_always_acts, monkeypatch):
     import SimpleITK as sitk
 
     import monai_npc
+    import monai_npc.apps.registration.result as result
     from monai_npc.data.phantom_cine import cardiac_cine
 
     c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
     ed, es, lab = c["image"][0], c["image"][2], c["label"][0]
     kw = dict(spacing=c["spacing"], refine_iterations=10, threads=1)
+    # the prior reproduces the phantom's own labels less well than FUSION_MIN_PRIOR_AGREEMENT: no fused label, and why
+    plain = monai_npc.register(ed, es, moving_label=lab, **kw)
+    agreement = plain.summary["label_prior"]["agreement"]
+    assert plain.prior_label is not None and agreement < result.FUSION_MIN_PRIOR_AGREEMENT and plain.fused_label is None
+    assert plain.summary["fused_label"]["made"] is False and f"{agreement:.2f}" in plain.summary["fused_label"]["why"]
+    assert "fused_label" not in plain.save(tmp_path / "plain")["outputs"]
+    monkeypatch.setattr(result, "FUSION_MIN_PRIOR_AGREEMENT", agreement - 0.01)
     reg = monai_npc.register(ed, es, moving_label=lab, **kw)
     fused = reg.fused_label
     assert fused is not None and fused.GetSize() == reg.fixed.GetSize() and fused.GetOrigin() == reg.fixed.GetOrigin()

@@ -16,12 +16,19 @@ import numpy as np
 
 from .overlap import dice_by_value
 
-__all__ = ["FUSION_MIN_AGREEMENT", "slice_agreement", "fuse_by_slice"]
+__all__ = ["FUSION_MIN_AGREEMENT", "FUSION_MIN_PRIOR_AGREEMENT", "slice_agreement", "fuse_by_slice"]
 
 
 #: a slice takes the segmentation network's outlines when it agrees at least this much with the registration's
 #: label there (mean Dice over the structures either holds; chosen on the validation patients, docs/design_notes.md)
 FUSION_MIN_AGREEMENT = 0.5
+
+
+#: ... and a fused map is made at all only when the network reproduces the user's own labels at least this well where
+#: both are known (mean Dice against the moving label on the moving image): fusing puts its outlines in place of the
+#: transform's, so a network that draws them otherwise (another convention, images unlike its training data) must not
+#: (docs/design_notes.md, "functional/label_fusion.py")
+FUSION_MIN_PRIOR_AGREEMENT = 0.88
 
 
 def slice_agreement(a: np.ndarray, b: np.ndarray) -> float:

@@ -13,7 +13,7 @@ import numpy as np
 import SimpleITK as sitk
 import torch
 
-from monai_npc.functional.label_fusion import FUSION_MIN_AGREEMENT, fuse_by_slice
+from monai_npc.functional.label_fusion import FUSION_MIN_AGREEMENT, FUSION_MIN_PRIOR_AGREEMENT, fuse_by_slice
 from monai_npc.interop.label_resample import resample_label
 from monai_npc.interop.transforms import displacement_field_transform, write_ants_warp, write_slicer_transform
 from monai_npc.io_safety import HDF5_LOCK, RunFolder
@@ -75,7 +75,9 @@ class Registration:
             (``summary["label_prior"]``), else ``None``. Not the registration's result: what the
             refinement was steered by (:mod:`monai_npc.functional.label_prior`), and what
             :func:`monai_npc.cardiac.through_plane.basal_left_by_prior` reads.
-        fused_label: when the prior acted, an estimate of the fixed image's label of its own
+        fused_label: when the prior acted and agrees with the moving label on the moving image at least
+            :data:`~monai_npc.functional.label_fusion.FUSION_MIN_PRIOR_AGREEMENT` (else ``summary["fused_label"]``
+            says why there is none), an estimate of the fixed image's label of its own
             (:func:`~monai_npc.functional.label_fusion.fuse_by_slice`): the prior's segmentation on the slices
             where it agrees with ``warped_label`` (mean Dice >= 0.5), ``warped_label`` on the others (uint8
             ``sitk.Image``); ``None`` otherwise. Not what the transform does (``warped_label`` is): the best label
@@ -125,7 +127,12 @@ class Registration:
     def fused_label(self) -> Optional[sitk.Image]:
         if "fused_label" not in self._lazy:
             self._lazy["fused_label"] = None
-            if self.prior_label is not None and self.warped_label is not None:
+            agreement = (self.summary.get("label_prior") or {}).get("agreement")
+            if self.prior_label is not None and agreement is not None and agreement < FUSION_MIN_PRIOR_AGREEMENT:
+                self.summary["fused_label"] = {"made": False, "why": (
+                    f"the label prior agrees {agreement:.2f} with the moving label on the moving image, at least "
+                    f"{FUSION_MIN_PRIOR_AGREEMENT} needed for its outlines to replace the transform's")}
+            elif self.prior_label is not None and self.warped_label is not None:
                 fused, taken = fuse_by_slice(sitk.GetArrayViewFromImage(self.warped_label), sitk.GetArrayViewFromImage(self.prior_label))
                 image = sitk.GetImageFromArray(fused)
                 image.CopyInformation(self.fixed)
@@ -133,7 +140,7 @@ class Registration:
                 self.summary["fused_label"] = {
                     "what": "the label prior's segmentation on the slices where it agrees with warped_label, warped_label elsewhere; "
                             "not the transform's label", "module": "monai_npc.functional.label_fusion",
-                    "min_agreement": FUSION_MIN_AGREEMENT, "slices_from_prior": [int(z) for z in np.flatnonzero(taken)],
+                    "min_agreement": FUSION_MIN_AGREEMENT, "min_prior_agreement": FUSION_MIN_PRIOR_AGREEMENT, "slices_from_prior": [int(z) for z in np.flatnonzero(taken)],
                     "slices": int(taken.size)}
         return self._lazy["fused_label"]
 
