@@ -175,6 +175,7 @@ def test_cli_label_prior(tmp_path, capsys, prior_always_acts):
         assert main(base + ["--label-prior", weight, "--out", str(out)]) == 0
         got = json.loads((out / "summary.json").read_text())["label_prior"]
         assert got == expected if expected is None else {k: got[k] for k in expected} == expected
+        assert ("label prior acdc_heart acted" in capsys.readouterr().out) == (expected is not None)
     assert main(base + ["--label-prior", "-1", "--out", str(tmp_path / "bad")]) == 1
     err = capsys.readouterr().err
     assert "label_prior (--label-prior) must be a finite number >= 0" in err and "Traceback" not in err

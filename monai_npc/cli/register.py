@@ -162,11 +162,18 @@ def run(args: argparse.Namespace) -> int:
         aligned = f"; not aligned rigidly: {turn['dropped']}"
     else:
         aligned = ""
+    prior = s.get("label_prior") or {}
+    if prior.get("weight", 0) > 0:
+        helped = f"; label prior {prior['name']} acted" + (", fused_label written" if "fused_label" in s["outputs"] else "")
+    elif prior.get("aside"):
+        helped = f"; label prior {prior['name']} stood aside (summary.json: label_prior.aside)"
+    else:
+        helped = ""  # not asked for, or dropped with a warning already printed
     if not getattr(args, "quiet", False):
         moving = args.moving + (f" [{args.moving_select}]" if args.moving_select else "")
         fixed = args.fixed + (f" [{args.fixed_select}]" if args.fixed_select else "")
         print(
             f"registered {moving} -> {fixed} with {s['model']} in {s['seconds']:.2f} s: "
-            f"folding {s['folding_percent']:.2f} %{dice}{aligned}; wrote {len(s['outputs'])} files to {args.out}"
+            f"folding {s['folding_percent']:.2f} %{dice}{aligned}{helped}; wrote {len(s['outputs'])} files to {args.out}"
         )
     return 0
