@@ -414,3 +414,21 @@ def test_camus_is_a_named_model_equal_to_the_bundle():
     for (name, a), b in zip(camus.state_dict().items(), from_bundle.state_dict().values()):
         assert torch.equal(a, b), name  # camus.pt is an export of the shipped bundle weights
     assert from_bundle.config == camus.config
+
+
+def test_network_field_is_register_before_its_refinement():
+    """``register(field=network_field(...))`` is ``register`` (the refinement starts from the network's own field, so a
+    caller that looks at that field first pays no second pass); without refinement steps it is that field."""
+    net = NPCNet(**dict(SMALL, refine_iterations=3)).eval()
+    net.set_flip_ensemble(2)
+    g = torch.Generator().manual_seed(0)
+    m, f = torch.rand(2, 1, 32, 32, generator=g), torch.rand(2, 1, 32, 32, generator=g)
+    with torch.no_grad():
+        ddf, diagnostics = net.network_field(m, f, True)
+        assert ddf.shape == (2, 2, 32, 32) and len(diagnostics) == SMALL["num_steps"]
+        assert torch.allclose(ddf, net._integrate_ensemble(m, f))
+    warped, refined, diag = net.register(m, f, True)
+    warped2, refined2, diag2 = net.register(m, f, True, field=(ddf, diagnostics))
+    assert torch.equal(refined, refined2) and torch.equal(warped, warped2)
+    assert not torch.equal(refined, ddf)  # three refinement steps moved it
+    assert all(torch.equal(a["residual"], b["residual"]) for a, b in zip(diag, diag2))
