@@ -150,14 +150,49 @@ def prior_fields(info: Dict) -> Dict:
                 carried_agreement=info.get("carried_agreement"), aside=info.get("aside"), dropped=info.get("dropped"))
 
 
+def score_settings(row: Dict, moving, fixed, label, fixed_label: np.ndarray, threads: int, moving_label: np.ndarray = None,
+                   direction: str = None) -> None:
+    """Fill ``row`` with ``register(model="acdc")`` of ``moving`` onto ``fixed`` (SimpleITK images, ``label`` the moving
+    label) with the prior (defaults, key ``prior``) and without (``off``): 3-D Dice against ``fixed_label``, seconds,
+    the best label returned (``fused``) and what the prior did; with ``direction`` (a stack pair) also the same after
+    the basal rules in the transform (``*_rules``) and, ED->ES, the EF of both from ``moving_label``."""
+    from localisation import dice3
+    from results_table import ejection_fraction
+
+    import SimpleITK as sitk
+
+    import monai_npc
+    from monai_npc.apps.registration.through_plane import basal_through_plane
+
+    def ef(carried: np.ndarray) -> Dict[str, float]:  # EF (%) from the ED expert label and a carried ES label
+        return {s_: ejection_fraction(moving_label, carried, v) for s_, v in (("lv", 3), ("rv", 1))}
+
+    for key, prior in (("prior", None), ("off", 0)):
+        t0 = time.perf_counter()
+        reg = monai_npc.register(moving, fixed, model="acdc", moving_label=label, label_prior=prior, threads=threads)
+        carried = sitk.GetArrayFromImage(reg.warped_label)
+        row[key] = float(np.mean(dice3(carried, fixed_label)))
+        row["seconds_" + key] = time.perf_counter() - t0
+        if direction == "ED->ES":
+            row["ef_" + key], row["ef_expert"] = ef(carried), ef(fixed_label)
+        if prior is None:
+            fused = reg.fused_label  # the best label register returns (the transform's when the prior stood aside)
+            row["fused"] = row[key] if fused is None else float(np.mean(dice3(sitk.GetArrayFromImage(fused), fixed_label)))
+            row.update(prior_fields(reg.summary.get("label_prior") or {}))
+        if direction is None:
+            continue
+        basal_through_plane(reg, direction)  # the basal rules in the transform, as the bundle and the README's table run it
+        ruled = sitk.GetArrayFromImage(reg.warped_label)
+        row[key + "_rules"] = float(np.mean(dice3(ruled, fixed_label)))
+        if direction == "ED->ES":
+            row["ef_" + key + "_rules"] = ef(ruled)
+
+
 def phantom_rows(log: Path, done, n: int) -> List[Dict]:
     """The quickstart's cardiac phantom pairs (``monai_npc.data.phantoms.cardiac_pair``, 128 x 128, 1.5 mm, ED -> ES),
     seeds ``0 .. n-1`` not in ``done``, with the prior (defaults) and without; appended to ``log``."""
     import SimpleITK as sitk
 
-    from localisation import dice3
-
-    import monai_npc
     from monai_npc.data.phantoms import cardiac_pair
 
     rows = []
@@ -173,17 +208,7 @@ def phantom_rows(log: Path, done, n: int) -> List[Dict]:
                 image.SetSpacing((1.5, 1.5))
                 images.append(image)
             row = {"patient": name, "direction": "ED->ES", "shift": "phantoms"}
-            for key, prior in (("prior", None), ("off", 0)):
-                t0 = time.perf_counter()
-                reg = monai_npc.register(*images[:2], model="acdc", moving_label=images[2], label_prior=prior, threads=1)
-                carried = sitk.GetArrayFromImage(reg.warped_label)
-                row[key] = float(np.mean(dice3(carried, pair["fixed_label"])))
-                row["seconds_" + key] = time.perf_counter() - t0
-                if prior is None:
-                    info = reg.summary.get("label_prior") or {}
-                    fused = reg.fused_label
-                    row["fused"] = row[key] if fused is None else float(np.mean(dice3(sitk.GetArrayFromImage(fused), pair["fixed_label"])))
-                    row.update(prior_fields(info))
+            score_settings(row, *images, pair["fixed_label"], 1)
             f.write(json.dumps(row) + "\n")
             f.flush()
             rows.append(row)
@@ -205,12 +230,8 @@ def main(argv=None) -> int:
 
     import SimpleITK as sitk
     import torch
-    from localisation import as_sitk, dice3, read_stack, resumed_rows, split_patients
-    from results_table import ejection_fraction
+    from localisation import as_sitk, read_stack, resumed_rows, split_patients
     from tqdm import tqdm
-
-    import monai_npc
-    from monai_npc.apps.registration.through_plane import basal_through_plane
 
     torch.set_num_threads(args.threads)
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
@@ -226,7 +247,7 @@ def main(argv=None) -> int:
     todo = [(pt, d, s) for pt in patients for s in shifts for d in ("ED->ES", "ES->ED") if (pt, d, s) not in done]
     stacks: Dict[str, tuple] = {}
     with log.open("a") as f:
-        for i, (pt, direction, s) in enumerate(tqdm(todo, desc="shifted pairs", unit="pair")):
+        for pt, direction, s in tqdm(todo, desc="shifted pairs", unit="pair"):
             if pt not in stacks:
                 stacks = {pt: (read_stack(data, pt, 1), read_stack(data, pt, 2))}
             (ed, edl), (es, esl) = stacks[pt]
@@ -237,25 +258,7 @@ def main(argv=None) -> int:
             f_img = as_sitk(shift(fx.astype(np.float32)))
             label = as_sitk(ml.astype(np.float32))
             row = {"patient": pt, "direction": direction, "shift": s}
-            for key, prior in (("prior", None), ("off", 0)):
-                t0 = time.perf_counter()
-                reg = monai_npc.register(m_img, f_img, model="acdc", moving_label=label, label_prior=prior, threads=args.threads)
-                carried = sitk.GetArrayFromImage(reg.warped_label)
-                row[key] = float(np.mean(dice3(carried, fl)))
-                row["seconds_" + key] = time.perf_counter() - t0
-                if direction == "ED->ES":  # EF (%) from the ED expert label and the carried ES label
-                    row["ef_" + key] = {s_: ejection_fraction(ml, carried, v) for s_, v in (("lv", 3), ("rv", 1))}
-                    row["ef_expert"] = {s_: ejection_fraction(ml, fl, v) for s_, v in (("lv", 3), ("rv", 1))}
-                if prior is None:
-                    fused = reg.fused_label  # the best label register returns (the transform's when the prior stood aside)
-                    row["fused"] = row[key] if fused is None else float(np.mean(dice3(sitk.GetArrayFromImage(fused), fl)))
-                    info = reg.summary.get("label_prior") or {}
-                    row.update(prior_fields(info))
-                basal_through_plane(reg, direction)  # the basal rules in the transform, as the bundle and the README's table run it
-                ruled = sitk.GetArrayFromImage(reg.warped_label)
-                row[key + "_rules"] = float(np.mean(dice3(ruled, fl)))
-                if direction == "ED->ES":
-                    row["ef_" + key + "_rules"] = {s_: ejection_fraction(ml, ruled, v) for s_, v in (("lv", 3), ("rv", 1))}
+            score_settings(row, m_img, f_img, label, fl, args.threads, ml, direction)
             f.write(json.dumps(row) + "\n")
             f.flush()
             rows.append(row)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import SimpleITK as sitk
@@ -46,22 +46,24 @@ def _net_dtype(net: nn.Module) -> torch.dtype:
 @torch.inference_mode()
 def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: int = 16, moving_label: Optional[torch.Tensor] = None,
              label_guidance: float = 0.0, fixed_prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0,
-             prior_check: Optional[Callable[[torch.Tensor], Optional[str]]] = None):
+             prior_agreement: Optional[float] = None):
     """``(Z, 1, h, w)`` pairs -> ``ddf (Z, 2, h, w)`` (model voxels), ``warped``, ``reliability (Z, 1, h, w)`` or ``None``,
-    why the prior stood aside (``None``: it acted or was not given).
+    the prior's agreement with the label the network's field carries (``None``: not judged), why it stood aside
+    (``None``: it acted or was not given).
 
     Each slice is one independent pair of the batch (chunks of ``chunk`` slices). ``moving_label``
     ``(Z, 1, h, w)`` with ``label_guidance`` > 0 reaches the refinement's label-guided term (NPC only),
     and with it ``fixed_prior`` ``(Z, K, h, w)`` (class probabilities of ``fixed``) weighted by ``prior_weight``,
-    unless ``prior_check`` (given the network's fields of all slices, before any refinement) says why not.
+    unless :func:`carried_prior_check` (given ``prior_agreement`` and the network's fields of all slices, before any
+    refinement) says why not.
     """
     guided = hasattr(net, "register") and moving_label is not None and bool(label_guidance)
     prior = fixed_prior if guided and fixed_prior is not None and prior_weight > 0 else None
     chunks = [slice(start, start + chunk) for start in range(0, moving.shape[0], chunk)]
     fields = [net.network_field(moving[c], fixed[c], True) for c in chunks] if hasattr(net, "network_field") else None
-    aside = None
-    if prior is not None and prior_check is not None and fields is not None:
-        aside = prior_check(torch.cat([f[0] for f in fields]))
+    carried = aside = None
+    if prior is not None and prior_agreement is not None and fields is not None:
+        carried, aside = carried_prior_check(prior, prior_agreement, moving_label, torch.cat([f[0] for f in fields]))
         prior = None if aside else prior
     ddfs, warps, rels = [], [], []
     for i, c in enumerate(chunks):
@@ -82,7 +84,7 @@ def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: i
         ddfs.append(ddf.float())
         warps.append(warped.float())
     rel = torch.cat(rels).float() if rels and len(rels) == len(ddfs) else None
-    return torch.cat(ddfs), torch.cat(warps), rel, aside
+    return torch.cat(ddfs), torch.cat(warps), rel, carried, aside
 
 
 @dataclass
@@ -309,16 +311,9 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
         if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
             prior_t, agreement, fixed_agreement, prior_note = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
     if active.size:
-        carried = {}
-
-        def check(ddf: torch.Tensor) -> Optional[str]:  # the prior's last check, on the network's own field
-            carried["agreement"], why = carried_prior_check(prior_t, agreement, lab_t[active], ddf)
-            return why
-
-        d, wp, r, aside = _predict(net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active],
-                                   label_guidance=label_guidance, fixed_prior=prior_t, prior_weight=prior_weight,
-                                   prior_check=check if prior_t is not None else None)
-        carried_agreement = carried.get("agreement")
+        d, wp, r, carried_agreement, aside = _predict(
+            net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active], label_guidance=label_guidance,
+            fixed_prior=prior_t, prior_weight=prior_weight, prior_agreement=agreement)
         if aside:
             prior_t, prior_note = None, aside
         ddf_m[active], warped_m[active] = d.cpu(), wp.cpu()
