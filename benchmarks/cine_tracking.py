@@ -84,7 +84,8 @@ def real_case(folder: Path, refine, out_dir: Path, steps=None) -> Dict[str, obje
     ed_arr = sitk.GetArrayFromImage(sitk.ReadImage(str(ed_gt)))
     results = track_schemes(folder / f"{name}_4d.nii.gz", ed_gt, ed, threads=1, refine_iterations=refine, num_steps=steps)
     first = next(iter(results.values()))
-    expert = cardiac_function(volume_curves(np.stack([ed_arr, es_gt]), first.cine.spacing), ed=0, es=1)
+    expert_volumes = volume_curves(np.stack([ed_arr, es_gt]), first.cine.spacing)
+    expert, expert_myo_es = cardiac_function(expert_volumes, ed=0, es=1), expert_volumes["myo"][1]
     out = {"case": name, "ed_info": ed, "es_info": es, "expert": expert, "frames": len(first.cine), "schemes": {}}
     images = first.cine.arrays()
     for scheme, r in results.items():
@@ -95,6 +96,11 @@ def real_case(folder: Path, refine, out_dir: Path, steps=None) -> Dict[str, obje
             "lv_ef_error": at_info["lv_ef"] - expert["lv_ef"], "rv_ef_error": at_info["rv_ef"] - expert["rv_ef"],
             "drift": r.drift, "volumes_ml": {k: v.tolist() for k, v in r.volumes.items()},
             "seconds_per_frame": r.seconds_per_frame, "registrations": r.registrations,
+            # the carried myocardium through the cycle against its reference volume, and at ES against the expert's
+            "myo_ratio_median_abs": float(np.median(np.abs(r.volumes["myo"] / r.volumes["myo"][ed] - 1.0))),
+            "myo_ratio_max_abs": float(np.max(np.abs(r.volumes["myo"] / r.volumes["myo"][ed] - 1.0))),
+            "myo_es_ml": float(r.volumes["myo"][es]), "myo_es_expert_ml": float(expert_myo_es),
+            "peak_gcs": float(r.strain.peak["circumferential"]), "peak_grs": float(r.strain.peak["radial"]),
         }
         function_figure(r.volumes, r.function["ed_frame"], r.function["es_frame"], images, r.labels,
                         out_dir / f"{name}_{scheme}.png", title=f"{name}: {scheme} tracking from ED (frame {ed})")
@@ -128,12 +134,15 @@ def summarise(out_dir: Path) -> str:
         e = c["expert"]
         lines += [f"## {c['case']} ({c['frames']} frames; Info.cfg ED {c['ed_info']}, ES {c['es_info']} (0-based); "
                   f"expert LV EF {e['lv_ef']:.1f} %, RV EF {e['rv_ef']:.1f} %)", "",
-                  "| scheme | ES found | ES Dice LV / RV / Myo | LV EF (err) | RV EF (err) | drift (cycle Dice) | s/frame |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| scheme | ES found | ES Dice LV / RV / Myo | LV EF (err) | RV EF (err) | drift (cycle Dice) | s/frame | "
+                  "myocardium / ED, median (max) abs change over the cycle | ES myocardium mL (expert) | peak GCS / GRS % |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for s, r in c["schemes"].items():
             d, f = r["dice_es"], r["function_at_info"]
+            extra = (f" {100 * r['myo_ratio_median_abs']:.1f} % ({100 * r['myo_ratio_max_abs']:.1f} %) | {r['myo_es_ml']:.1f} ({r['myo_es_expert_ml']:.1f}) | "
+                     f"{r['peak_gcs']:.1f} / {r['peak_grs']:+.1f} |" if "peak_gcs" in r else " - | - | - |")
             lines.append(f"| {s} | {r['es_found']} | {d['lv']:.3f} / {d['rv']:.3f} / {d['myo']:.3f} | {f['lv_ef']:.1f} ({r['lv_ef_error']:+.1f}) | "
-                         f"{f['rv_ef']:.1f} ({r['rv_ef_error']:+.1f}) | {_drift(r['drift'])} | {r['seconds_per_frame']:.1f} |")
+                         f"{f['rv_ef']:.1f} ({r['rv_ef_error']:+.1f}) | {_drift(r['drift'])} | {r['seconds_per_frame']:.1f} |" + extra)
         lines.append("")
     text = "\n".join(lines) + "\n"
     (out_dir / "results.md").write_text(text)

@@ -1,26 +1,43 @@
-"""Myocardial strain of ACDC ED -> ES pairs from the registration's field, by pathology group, against the expert LV EF.
+"""Myocardial strain of ACDC hearts from the registration's field, by pathology group, against the expert LV EF.
 
     OMP_NUM_THREADS=1 python benchmarks/strain_acdc.py [--data-dir ../shared/data/acdc_ssl4mis] [--split val] \\
         [--methods npc,demons] [--out runs/strain_acdc]
+    OMP_NUM_THREADS=1 python benchmarks/strain_acdc.py --data-dir ../shared/data/acdc_official_test \\
+        --methods npc,demons,npc-reverse,cine-direct [--shard 0/2] --out runs/strain_acdc_test      # final reporting only
 
-Whole short-axis stacks of the SSL4MIS copy (as ``benchmarks/localisation.py`` builds them) of the validation and
-test patients of ``bundles/npc_acdc/configs/acdc70_split.json`` (26 patients; never the official test split). For
-each patient the ED frame is registered onto the ES frame with its expert ED label (``npc``:
-``monai_npc.register(model="acdc")`` with its defaults; ``demons``: :func:`monai_npc.apps.stacks.demons_pair`, 200
-iterations) and the field, as a two-frame tracking (frame 0 = ED, the reference), gives the strain through
-:func:`monai_npc.cardiac.strain.strain_from_displacements` (the same code for both methods): peak global
-circumferential (GCS) and radial (GRS) strain at ES. The expert LV EF comes from the ED and ES expert labels; the
-carried myocardium's volume ratio ES / ED against the expert's. Rows go to ``OUT/rows.jsonl`` (a rerun skips what
-is there), ``OUT/results.md`` is the table by group with Spearman's rank correlation of GCS / GRS with the LV EF.
+Data: by default whole short-axis stacks of the SSL4MIS copy (as ``benchmarks/localisation.py`` builds them) of the
+validation and test patients of ``bundles/npc_acdc/configs/acdc70_split.json`` (26 patients); with ``--data-dir`` a
+folder in the official ACDC layout (``Info.cfg`` with ED, ES and Group; native spacing; the 4-D cine beside the
+frames). The official test split is for final reporting only: run it once, at the end of a piece of work.
+
+Methods, each giving peak global circumferential (GCS) and radial (GRS) strain through
+:func:`monai_npc.cardiac.strain.strain_from_displacements` (the same code for every method):
+
+- ``npc``: the ED frame registered onto the ES frame with its expert ED label (``monai_npc.register(model="acdc")``
+  with its defaults), the field read as a two-frame tracking (frame 0 = ED, the reference);
+- ``demons``: the same pair with :func:`monai_npc.apps.stacks.demons_pair` (200 iterations);
+- ``npc-reverse``: the ES frame registered onto the ED frame with its expert ES label; that field maps ED points to
+  their ES points, so it gives the same ED-referenced strain from the other direction (its volume and Dice columns
+  are the expert's);
+- ``cine-SCHEME`` (official layout only): the whole 4-D cine tracked from the ED expert label with
+  ``monai_npc.track(..., scheme=SCHEME)`` (its defaults otherwise), the strain of the tracking through the cycle
+  (peaks over every frame); also the carried myocardium's volume through the cycle against ED (median and largest
+  |ratio - 1|), its Dice at the ES frame of Info.cfg and the LV EF at Info.cfg's frames.
+
+The expert LV EF comes from the ED and ES expert labels; the carried myocardium's volume ratio ES / ED against the
+expert's. Rows go to ``OUT/rows.jsonl`` (a rerun skips what is there; ``--shard i/n`` takes every n-th patient),
+``OUT/results.md`` is the table by group (mean, sd and a bootstrap 95 % interval of the mean) with Spearman's rank
+correlation of GCS / GRS with the LV EF.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -29,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "acdc_ssl4mis"
 GROUPS = ("NOR", "MINF", "DCM", "HCM", "RV")
+BOOTSTRAP = 2000  # resamples of the bootstrap interval of a group mean
 
 
 def spearman(a, b) -> float:
@@ -37,8 +55,15 @@ def spearman(a, b) -> float:
     return float(spearmanr(a, b).statistic)
 
 
+def bootstrap_interval(values, seed: int = 0) -> Tuple[float, float]:
+    """95 % percentile interval of the mean of ``values`` over :data:`BOOTSTRAP` resamples (fixed seed)."""
+    x = np.asarray(values, float)
+    means = np.random.default_rng(seed).choice(x, (BOOTSTRAP, x.size)).mean(1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
 def summarise(rows: List[Dict], methods) -> str:
-    lines = ["| method | group | patients | peak GCS % (mean +- sd) | peak GRS % | myocardium ES/ED, carried (expert) | "
+    lines = ["| method | group | patients | peak GCS % (mean +- sd) [95 % CI] | peak GRS % [95 % CI] | myocardium ES/ED, carried (expert) | "
              "carried ES Dice myo |", "|---|---|---|---|---|---|---|"]
     for m in methods:
         x = [r for r in rows if r["method"] == m]
@@ -47,11 +72,12 @@ def summarise(rows: List[Dict], methods) -> str:
             if not y:
                 continue
             gcs, grs = np.array([r["gcs"] for r in y]), np.array([r["grs"] for r in y])
-            lines.append(f"| {m} | {g} | {len(y)} | {gcs.mean():.1f} +- {gcs.std():.1f} | {grs.mean():.1f} +- {grs.std():.1f} | "
-                         f"{np.median([r['myo_ratio'] for r in y]):.3f} ({np.median([r['myo_ratio_expert'] for r in y]):.3f}) | "
+            (c0, c1), (r0, r1) = bootstrap_interval(gcs), bootstrap_interval(grs)
+            lines.append(f"| {m} | {g} | {len(y)} | {gcs.mean():.1f} +- {gcs.std():.1f} [{c0:.1f}, {c1:.1f}] | {grs.mean():.1f} +- {grs.std():.1f} "
+                         f"[{r0:.1f}, {r1:.1f}] | {np.median([r['myo_ratio'] for r in y]):.3f} ({np.median([r['myo_ratio_expert'] for r in y]):.3f}) | "
                          f"{np.mean([r['dice_myo'] for r in y]):.3f} |")
     lines.append("")
-    lines.append("| method | Spearman(GCS, LV EF) | Spearman(GRS, LV EF) | median abs(myocardium ratio - 1), carried |")
+    lines.append("| method | Spearman(GCS, LV EF) | Spearman(GRS, LV EF) | median abs(myocardium ratio - 1), carried at ES |")
     lines.append("|---|---|---|---|")
     for m in methods:
         x = [r for r in rows if r["method"] == m]
@@ -59,27 +85,53 @@ def summarise(rows: List[Dict], methods) -> str:
             ef = [r["lv_ef"] for r in x]
             lines.append(f"| {m} | {spearman([r['gcs'] for r in x], ef):+.2f} | {spearman([r['grs'] for r in x], ef):+.2f} | "
                          f"{np.median([abs(r['myo_ratio'] - 1) for r in x]):.3f} |")
+    cines = [m for m in methods if m.startswith("cine-")]
+    if any(r["method"] in cines for r in rows):
+        lines += ["", "| method | patients | frames (median) | s / frame | myocardium / ED through the cycle: median abs change (median over patients) | "
+                  "largest abs change (median) | ES Dice RV / Myo / LV | LV EF error (MAE / bias) |", "|---|---|---|---|---|---|---|---|"]
+        for m in cines:
+            x = [r for r in rows if r["method"] == m]
+            if not x:
+                continue
+            err = np.array([r["lv_ef_tracked"] - r["lv_ef"] for r in x])
+            dice = [np.mean([r["dice_es"][k] for r in x]) for k in ("rv", "myo", "lv")]
+            lines.append(f"| {m} | {len(x)} | {np.median([r['frames'] for r in x]):.0f} | {np.mean([r['seconds_per_frame'] for r in x]):.1f} | "
+                         f"{100 * np.median([r['myo_cycle_median_abs'] for r in x]):.1f} % | {100 * np.median([r['myo_cycle_max_abs'] for r in x]):.1f} % | "
+                         f"{dice[0]:.3f} / {dice[1]:.3f} / {dice[2]:.3f} | {np.abs(err).mean():.1f} / {err.mean():+.1f} |")
     pairs = {(r["patient"], r["method"]): r for r in rows}
-    both = [(pairs[(pt, "npc")], pairs[(pt, "npc-reverse")]) for pt, m in pairs if m == "npc" and (pt, "npc-reverse") in pairs]
-    if len(both) > 2:
-        lines.append("")
-        lines.append("| reproducibility: ED -> ES vs ES -> ED registration, the same ED-referenced strain | patients | mean abs difference | "
-                     "Spearman between the two |")
-        lines.append("|---|---|---|---|")
-        for k, name in (("gcs", "peak GCS"), ("grs", "peak GRS")):
-            a, b = np.array([x[k] for x, _ in both]), np.array([y[k] for _, y in both])
-            lines.append(f"| {name} | {len(both)} | {np.abs(a - b).mean():.1f} points (mean {a.mean():.1f} vs {b.mean():.1f}) | {spearman(a, b):+.2f} |")
+    for other, what in (("npc-reverse", "ES -> ED registration"), *((c, f"the whole cine ({c})") for c in cines)):
+        both = [(pairs[(pt, "npc")], pairs[(pt, other)]) for pt, m in pairs if m == "npc" and (pt, other) in pairs]
+        if len(both) > 2:
+            lines += ["", f"| reproducibility: ED -> ES registration vs {what}, the same ED-referenced strain | patients | mean abs difference | "
+                      "Spearman between the two |", "|---|---|---|---|"]
+            for k, name in (("gcs", "peak GCS"), ("grs", "peak GRS")):
+                a, b = np.array([x[k] for x, _ in both]), np.array([y[k] for _, y in both])
+                lines.append(f"| {name} | {len(both)} | {np.abs(a - b).mean():.1f} points (mean {a.mean():.1f} vs {b.mean():.1f}) | {spearman(a, b):+.2f} |")
     return "\n".join(lines)
+
+
+def official_patients(root: Path) -> List[Dict]:
+    """``{patient, group, folder, ed, es}`` (0-based frames of Info.cfg) of every patient folder under ``root``."""
+    from monai_npc.data.layout import find_patient_dirs, read_cfg
+
+    out = []
+    for d in find_patient_dirs(root, re.compile(r"^patient\d{3}$")):
+        info = read_cfg(d / "Info.cfg")
+        out.append({"patient": d.name, "group": info["Group"], "folder": d, "ed": int(info["ED"]) - 1, "es": int(info["ES"]) - 1})
+    if not out:
+        raise FileNotFoundError(f"no patient folders with Info.cfg under {root}")
+    return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
-    p.add_argument("--split", choices=("val", "train"), default="val")
-    p.add_argument("--methods", default="npc,demons", help="npc, demons, npc-reverse (ES registered onto ED, the strain "
-                   "of the same ED-referenced motion from the other direction)")
+    p.add_argument("--data-dir", type=Path, default=None, help="official ACDC layout (default: the SSL4MIS validation patients)")
+    p.add_argument("--split", choices=("val", "train"), default="val", help="SSL4MIS patients (without --data-dir)")
+    p.add_argument("--methods", default="npc,demons", help="npc, demons, npc-reverse, cine-SCHEME (official layout; e.g. cine-direct)")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "strain_acdc")
-    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--limit", type=int, default=None, help="the first N patients")
+    p.add_argument("--per-group", type=int, default=None, help="official layout: the first N patients of each group")
+    p.add_argument("--shard", default="0/1", help="i/n: every n-th patient from the i-th")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
 
@@ -90,50 +142,92 @@ def main(argv=None) -> int:
 
     import monai_npc
     from monai_npc.apps.stacks import demons_pair
+    from monai_npc.apps.tracking.result import label_dice
     from monai_npc.cardiac.strain import strain_from_displacements
+    from monai_npc.apps.tracking.schemes import SCHEMES
 
     torch.set_num_threads(args.threads)
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
-    patients = split_patients(args.split, args.limit)
     methods = [m for m in args.methods.split(",") if m]
-    data = args.data_dir / "data" if (args.data_dir / "data").is_dir() else args.data_dir
-    out = args.out / args.split
+    for m in methods:
+        if m not in ("npc", "demons", "npc-reverse") and not (m.startswith("cine-") and m[5:] in SCHEMES):
+            p.error(f"unknown method {m!r}: npc, demons, npc-reverse or cine-SCHEME with SCHEME one of {SCHEMES}")
+    shard = tuple(int(v) for v in args.shard.split("/"))
+    official = args.data_dir is not None and next(args.data_dir.glob("**/Info.cfg"), None) is not None
+    if official:
+        patients = official_patients(args.data_dir)
+        if args.per_group:
+            patients = [q for g in GROUPS for q in [r for r in patients if r["group"] == g][: args.per_group]]
+        out = args.out
+    else:
+        if any(m.startswith("cine-") for m in methods):
+            p.error("cine-SCHEME needs the official layout (--data-dir with Info.cfg and the 4-D cines)")
+        data_dir = args.data_dir or DEFAULT_DATA
+        data = data_dir / "data" if (data_dir / "data").is_dir() else data_dir
+        patients = [{"patient": pt, "group": acdc_training_group(pt), "data": data} for pt in split_patients(args.split)]
+        out = args.out / args.split
+    patients = patients[: args.limit] if args.limit else patients
+    patients = patients[shard[0]::shard[1]]
     out.mkdir(parents=True, exist_ok=True)
     log = out / "rows.jsonl"
     rows = resumed_rows(log)
     done = {(r["patient"], r["method"]) for r in rows}
+
+    def frame_files(q: Dict, frame: int):
+        stem = q["folder"] / f"{q['patient']}_frame{frame + 1:02d}"
+        return Path(f"{stem}.nii.gz"), Path(f"{stem}_gt.nii.gz")
+
     with log.open("a") as f:
-        for pt in tqdm(patients, desc="patients", unit="patient"):
+        for q in tqdm(patients, desc="patients", unit="patient"):
+            pt = q["patient"]
             todo = [m for m in methods if (pt, m) not in done]
             if not todo:
                 continue
-            (ed, edl), (es, esl) = read_stack(data, pt, 1), read_stack(data, pt, 2)
-            moving, fixed, label = as_sitk(ed), as_sitk(es), as_sitk(edl.astype(np.float32))
+            if official:
+                (ed_img, ed_lab), (es_img, es_lab) = frame_files(q, q["ed"]), frame_files(q, q["es"])
+                moving, fixed = sitk.ReadImage(str(ed_img), sitk.sitkFloat32), sitk.ReadImage(str(es_img), sitk.sitkFloat32)
+                label = sitk.ReadImage(str(ed_lab))
+                edl, esl = sitk.GetArrayFromImage(label).astype(np.int64), sitk.GetArrayFromImage(sitk.ReadImage(str(es_lab))).astype(np.int64)
+                es_label_image = sitk.ReadImage(str(es_lab))
+            else:
+                (ed, edl), (es, esl) = read_stack(q["data"], pt, 1), read_stack(q["data"], pt, 2)
+                moving, fixed, label = as_sitk(ed), as_sitk(es), as_sitk(edl.astype(np.float32))
+                es_label_image = as_sitk(esl.astype(np.float32))
             spacing = fixed.GetSpacing()[::-1]
             voxel = float(np.prod(spacing)) / 1000.0
             lv_ed, lv_es = (edl == 3).sum() * voxel, (esl == 3).sum() * voxel
             for m in todo:
-                convention = "to_reference"
+                convention, extra = "to_reference", {}
                 if m == "npc":
                     reg = monai_npc.register(moving, fixed, model="acdc", moving_label=label, threads=args.threads)
-                    ddf, carried = reg.ddf.numpy(), sitk.GetArrayFromImage(reg.warped_label)
+                    ddfs, carried = np.stack([np.zeros(reg.ddf.shape, np.float32), reg.ddf.numpy()]), sitk.GetArrayFromImage(reg.warped_label)
                 elif m == "npc-reverse":  # ES registered onto ED with the ES label: the field maps ED points to ES points
-                    reg = monai_npc.register(fixed, moving, model="acdc", moving_label=as_sitk(esl.astype(np.float32)), threads=args.threads)
-                    ddf, convention = reg.ddf.numpy(), "from_reference"
+                    reg = monai_npc.register(fixed, moving, model="acdc", moving_label=es_label_image, threads=args.threads)
+                    ddfs, convention = np.stack([np.zeros(reg.ddf.shape, np.float32), reg.ddf.numpy()]), "from_reference"
                     carried = esl  # not a carried label: its volume and Dice columns are the expert's
-                else:
+                elif m == "demons":
                     carried, d2 = demons_pair(moving, fixed, sitk.Cast(label, sitk.sitkInt16))
                     ddf = np.concatenate([np.zeros_like(d2[:, :1].numpy()), d2.numpy()], 1).transpose(1, 0, 2, 3)
-                ddfs = np.stack([np.zeros_like(ddf), ddf])  # (2, 3, Z, H, W): ED (the reference) and ES
-                st = strain_from_displacements(ddfs, edl, spacing, 0, convention=convention)
+                    ddfs = np.stack([np.zeros_like(ddf), ddf])  # (2, 3, Z, H, W): ED (the reference) and ES
+                else:  # the whole cine from the ED label
+                    tracking = monai_npc.track(q["folder"] / f"{pt}_4d.nii.gz", ed_lab, reference_frame=q["ed"], scheme=m[5:], progress=False,
+                                               threads=args.threads)
+                    ddfs, carried = tracking.ddf.numpy(), tracking.labels[q["es"]]
+                    myo = tracking.volumes["myo"] / tracking.volumes["myo"][q["ed"]]
+                    lv = tracking.volumes["lv"]
+                    extra = {"frames": len(tracking.cine), "seconds_per_frame": tracking.seconds_per_frame,
+                             "myo_cycle_median_abs": float(np.median(np.abs(myo - 1))), "myo_cycle_max_abs": float(np.max(np.abs(myo - 1))),
+                             "dice_es": label_dice(carried, esl), "lv_ef_tracked": float(100 * (lv[q["ed"]] - lv[q["es"]]) / lv[q["ed"]])}
+                st = strain_from_displacements(ddfs, edl, spacing, q.get("ed", 0) if m.startswith("cine-") else 0, convention=convention)
                 myo_ed, myo_es = (edl == 2).sum(), (carried == 2).sum()
-                row = {"patient": pt, "group": acdc_training_group(pt), "method": m, "gcs": float(st.peak["circumferential"]),
+                row = {"patient": pt, "group": q["group"], "method": m, "gcs": float(st.peak["circumferential"]),
                        "grs": float(st.peak["radial"]), "lv_ef": float(100 * (lv_ed - lv_es) / lv_ed),
                        "myo_ratio": float(myo_es / max(myo_ed, 1)), "myo_ratio_expert": float((esl == 2).sum() / max(myo_ed, 1)),
-                       "dice_myo": float(2 * ((carried == 2) & (esl == 2)).sum() / max((carried == 2).sum() + (esl == 2).sum(), 1))}
+                       "dice_myo": float(2 * ((carried == 2) & (esl == 2)).sum() / max((carried == 2).sum() + (esl == 2).sum(), 1)), **extra}
                 f.write(json.dumps(row) + "\n")
                 f.flush()
                 rows.append(row)
+    rows = resumed_rows(log)  # every shard's rows
     text = summarise(rows, methods)
     (out / "results.md").write_text(text + "\n")
     print(text)
@@ -141,4 +235,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

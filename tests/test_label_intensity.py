@@ -70,7 +70,8 @@ def test_guided_refinement_closes_a_shrinking_cavity():
 
 def test_register_and_track_use_the_moving_label():
     """register(): the moving label changes the field only through label_guidance (recorded in the summary);
-    track(label_guidance>0): every registration of the chain gets its moving frame's label."""
+    track(label_guidance>0): every registration of the chain gets its moving frame's label; by default only those from the
+    reference frame get it (register's own weight); 0: none."""
     from unittest import mock
 
     import monai_npc
@@ -107,7 +108,15 @@ def test_register_and_track_use_the_moving_label():
     calls.clear()
     with mock.patch.object(track_module, "register", spy):
         monai_npc.track(c["image"], lab, 0, "sequential", spacing=c["spacing"], refine_iterations=2, threads=1, progress=False)
-    assert all(lbl is None and w == 0.0 for lbl, w in calls)  # default: off
+    # default: the registration from the reference frame gets its label with register's own weight, the chain none
+    assert len(calls) == 4 and calls[0][0] is not None and calls[0][1] is None
+    np.testing.assert_array_equal(sitk.GetArrayFromImage(calls[0][0]), lab)
+    assert all(lbl is None and w is None for lbl, w in calls[1:])
+    calls.clear()
+    with mock.patch.object(track_module, "register", spy):
+        monai_npc.track(c["image"], lab, 0, "direct", spacing=c["spacing"], refine_iterations=2, threads=1, progress=False,
+                        label_guidance=0.0)
+    assert len(calls) == 3 and all(lbl is None and w == 0.0 for lbl, w in calls)  # 0: no registration gets a label
 
 
 def test_many_label_values_skip_the_term_with_a_warning():

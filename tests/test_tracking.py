@@ -139,7 +139,7 @@ def test_tracking_model_settings():
 
 
 def test_track_settings_per_pair(cine, monkeypatch):
-    """Consecutive frames (round the cycle too) get tracking's 4 ODE steps, frames further apart register's 6."""
+    """The chains' consecutive frames (round the cycle too) get tracking's 4 ODE steps, direct's registrations register's 6."""
     from monai_npc.apps.tracking import track as track_module
 
     steps, real = [], track_module.register
@@ -151,8 +151,9 @@ def test_track_settings_per_pair(cine, monkeypatch):
     monkeypatch.setattr(track_module, "register", spy)
     track_schemes(cine["image"], cine["label"][0], 0, ("direct", "sequential"), spacing=cine["spacing"], refine_iterations=0,
                   threads=1, progress=False)
-    # 5 frames: (0,1) (1,2) (2,3) (3,4) (4,0) and direct's (0,4) are consecutive, direct's (0,2) (0,3) are not
-    assert sorted(steps) == [4] * 6 + [6] * 2
+    # 5 frames: sequential's (0,1) (1,2) (2,3) (3,4) (4,0) are consecutive; direct registers the reference onto every
+    # frame with register's settings, the neighbours (0,1) and (0,4) too
+    assert sorted(steps) == [4] * 5 + [6] * 4
     res = track_schemes(cine["image"], cine["label"][0], 0, ("direct", "sequential"), spacing=cine["spacing"], refine_iterations=0,
                         threads=1, progress=False)
     assert res["sequential"].summary["registration_settings"] == {
@@ -384,3 +385,18 @@ def test_a_two_frame_cine_is_register():
     if info is not None:  # the rules changed something: a through-plane field that does exactly that
         assert info["in_transform"] and info["rule_agreement"] == 1.0 and float(ruled.ddf[1][0].abs().max()) >= 1.0
     assert ruled.strain.peak["circumferential"] < 0
+
+
+def test_direct_frames_are_register_with_the_reference_label():
+    """By default every registration of the direct scheme (the default scheme) is register(reference, frame,
+    moving_label=label) with register's settings (label guidance, label prior): the same field and carried label."""
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=4)
+    res = monai_npc.track(c["image"], c["label"][0], 0, spacing=c["spacing"], threads=1, progress=False, basal_descent=False)
+    assert res.scheme == "direct"
+    for t in (1, 2):  # the reference's neighbour too
+        reg = monai_npc.register(c["image"][0], c["image"][t], moving_label=c["label"][0], spacing=c["spacing"], threads=1)
+        torch.testing.assert_close(res.ddf[t][1:], reg.ddf[1:].float(), atol=1e-5, rtol=0)
+        assert float((res.labels[t] == sitk.GetArrayFromImage(reg.warped_label)).mean()) > 0.999
+    unguided = monai_npc.track(c["image"], c["label"][0], 0, "direct", spacing=c["spacing"], threads=1, progress=False, basal_descent=False,
+                               label_guidance=0.0)
+    assert float((unguided.ddf[2] - res.ddf[2]).abs().max()) > 1e-3  # the label changed the field

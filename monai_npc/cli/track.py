@@ -38,12 +38,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--scheme", choices=SCHEMES, default=DEFAULT_SCHEME, help=f"tracking scheme (default: {DEFAULT_SCHEME})")
     p.add_argument("--model", default="acdc", help="registration model as for monai-npc register (default: acdc)")
     p.add_argument("--refine", type=int, default=None, metavar="N",
-                   help="test-time refinement steps of each registration (default 10 between consecutive frames for shipped "
-                   "or saved NPC weights; register's, 40 for acdc, across more frames; docs/tracking.md, Speed); for the "
-                   "default anchored scheme the steps of each frame's correction against the reference frame (default 6)")
+                   help="test-time refinement steps of each registration (default: register's, 40 for acdc, for the default "
+                   "direct scheme; 10 between consecutive frames of the chained schemes; docs/tracking.md, Speed); for the "
+                   "anchored scheme the steps of each frame's correction against the reference frame (default 6)")
     p.add_argument("--steps", type=int, default=None, metavar="N",
-                   help="learned ODE steps of each registration (default 4 between consecutive frames; register's, 6 for acdc, "
-                   "across more frames)")
+                   help="learned ODE steps of each registration (default: register's, 6 for acdc, for direct; 4 between "
+                   "consecutive frames of the chained schemes)")
     p.add_argument("--out", required=True, help="output folder (--batch: where cohort.csv and, by default, each study's folder go)")
     p.add_argument("--batch", metavar="COHORT_CSV",
                    help="track many studies: a CSV with columns cine,label[,label_frame][,out][,name] (relative paths from "
@@ -51,10 +51,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "--nproc_per_node N the studies are shared between the N processes (gloo on CPU, nccl on GPU)")
     p.add_argument("--strict", action="store_true", help="--batch: stop at the first bad study (default: report it in cohort.csv and go on)")
     p.add_argument("--label-guidance", type=float, default=None, metavar="W",
-                   help="weight of the refinement's label-guided term (each registration between frames gets its moving frame's label); "
-                   "default 0 = off (docs/tracking.md; register's default for pairs is 0.05; the anchored scheme's correction "
-                   "against the reference frame always uses the reference label, at 0.05 on the frame farthest from the reference and "
-                   "less on nearer ones)")
+                   help="weight of the refinement's label-guided term. Default: registrations from the reference frame (every one of "
+                   "the direct scheme) get the reference label with register's own settings (label-guided refinement and label prior), "
+                   "the others none; W > 0: every registration gets its moving frame's label (carried by the chain) at weight W; "
+                   "0: none (docs/tracking.md; the anchored scheme's correction against the reference frame always uses the "
+                   "reference label)")
     p.add_argument("--no-basal-descent", action="store_true",
                    help="keep every slice of the in-plane result (default: from an ED label clear the basal RV slices the base leaves in systole, "
                    "from an ES label fill the basal slices the structures re-enter in diastole; docs/tracking.md)")
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     result, files = track_to_folder(args.cine, args.label, args.out, args.label_frame, args.scheme, args.model, figure=not args.no_figure,
                                     progress=not (args.no_progress or quiet), refine_iterations=args.refine, num_steps=args.steps, threads=getattr(args, "threads", None),
-                                    basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance or 0.0,
+                                    basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance,
                         strain=args.strain, frame_ms=args.frame_ms)
     frame = result.reference_frame
     if not quiet:
@@ -105,7 +106,7 @@ def run_batch(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     rows = track_cohort(args.batch, args.out, args.model, args.scheme, refine_iterations=args.refine, num_steps=args.steps, strict=args.strict,
                         figure=not args.no_figure, progress=not (args.no_progress or quiet), threads=getattr(args, "threads", None),
-                        basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance or 0.0,
+                        basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance,
                         strain=args.strain, frame_ms=args.frame_ms)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
     if not quiet and int(os.environ.get("RANK", "0")) == 0:

@@ -13,7 +13,7 @@ with ``monailabel`` (see README.md: a separate one, it must not replace the ``to
 
 ``npc_model``: ``acdc``, ``camus``, ``sar``, a ``save_pretrained`` file, a MONAI bundle folder or
 ``phase-correlation``; ``npc_device``: the torch device (default ``cpu``); ``npc_scheme``: the
-default tracking scheme of ``npc_track`` (``anchored``). The tasks read their model from
+default tracking scheme of ``npc_track`` (``direct``). The tasks read their model from
 ``npc_model``, never from MONAI Label's own request key ``model`` (the task name): a ``model`` in
 the request's params that differs from the URL's task is refused with 400 before it can reroute
 the request (:func:`guard_task_routing`).

@@ -21,7 +21,7 @@ __all__ = ["track_pair"]
 
 
 def track_pair(data: Cine, ref: int, ref_label: np.ndarray, model: Any, descent: bool, refine_iterations: Optional[int],
-          num_steps: Optional[int], label_guidance: float, ed_frame, es_frame, progress: bool, register_kwargs: Dict[str, Any]) -> Tracking:
+          num_steps: Optional[int], label_guidance: Optional[float], ed_frame, es_frame, progress: bool, register_kwargs: Dict[str, Any]) -> Tracking:
     """A two-frame cine as one :func:`monai_npc.register` of the reference frame onto the other with the reference label
     (register's settings for the model, its label-guided refinement and label prior), the basal rules (``descent``)
     as a through-plane part of the field (:func:`~monai_npc.apps.registration.through_plane.basal_through_plane`:
@@ -32,7 +32,7 @@ def track_pair(data: Cine, ref: int, ref_label: np.ndarray, model: Any, descent:
     label_image = sitk.GetImageFromArray(np.asarray(ref_label, dtype=np.int16))
     label_image.CopyInformation(data.frames[ref])
     kwargs = dict(register_kwargs)
-    if float(label_guidance) > 0:
+    if label_guidance is not None:  # None: register's own
         kwargs["label_guidance"] = float(label_guidance)
     bar = progress_bar(progress, 1, "track (one pair)")
     reg = register(data.frames[ref], data.frames[other], model=model, moving_label=label_image, refine_iterations=refine_iterations,

@@ -6,7 +6,8 @@ that chose :data:`DEFAULT_SCHEME`.
 
 SCHEMES = ("direct", "sequential", "average", "bidirectional", "anchored")
 
-#: the chain of consecutive-frame registrations (each sees only the motion between two frames), each frame's
-#: field corrected against the reference frame so that errors do not add up along the cycle
-#: (docs/design_notes.md, "apps/tracking")
-DEFAULT_SCHEME = "anchored"
+#: the reference frame registered onto every frame with ``register``'s own pipeline (the reference label in the
+#: label-guided refinement, the label prior where the weights have one): no chain, so nothing adds up along the
+#: cycle, and every frame is what ``register(reference, frame, moving_label=label)`` gives (docs/design_notes.md,
+#: "apps/tracking")
+DEFAULT_SCHEME = "direct"

@@ -5,7 +5,9 @@ Every frame shares the cine's grid, so displacements are composed in frame voxel
 channel 0 (through-plane) zero since the models are 2-D). With ``r`` the reference frame,
 ``T`` frames and ``k = (t - r) mod T`` the offset of frame ``t`` along the cycle:
 
-- ``direct``: ``ddf_t`` = registration of frame ``r`` onto frame ``t`` (``T - 1`` registrations);
+- ``direct`` (default): ``ddf_t`` = registration of frame ``r`` onto frame ``t`` (``T - 1`` registrations), each
+  ``register(frame_r, frame_t, moving_label=label)`` with register's settings (its label-guided refinement and label
+  prior; ``label_guidance``): no chain, so nothing adds up along the cycle;
 - ``sequential``: registrations of consecutive frames composed along the cycle,
   ``U_k(x) = s_k(x) + U_{k-1}(x + s_k(x))`` (``T`` registrations, the last one closes the cycle
   and measures the drift);
@@ -13,7 +15,7 @@ channel 0 (through-plane) zero since the models are 2-D). With ``r`` the referen
 - ``bidirectional``: the forward chain (``r -> r+1 -> ... -> t``) and the backward chain
   (``r -> r-1 -> ... -> t``, round the cycle) weighted by the other chain's length
   (``2 T`` registrations);
-- ``anchored`` (default): the ``sequential`` chain of the network's consecutive-frame fields (no
+- ``anchored``: the ``sequential`` chain of the network's consecutive-frame fields (no
   refinement), each composed field refined against the reference frame before the next frame
   builds on it (:mod:`~monai_npc.apps.tracking.anchor`; ``T`` registrations and ``T`` refinements).
 
@@ -79,30 +81,33 @@ class _Fields:
 
     def __init__(
         self, cine: Cine, models: Mapping[bool, Tuple[torch.nn.Module, str]], register_kwargs: Dict[str, Any],
-        progress: Optional[Callable[[], None]] = None, cache: Optional[Dict[Tuple[int, int], Tuple[torch.Tensor, float]]] = None,
-        reference: Optional[Tuple[int, np.ndarray]] = None,
+        progress: Optional[Callable[[], None]] = None, cache: Optional[Dict[Tuple[int, int, bool], Tuple[torch.Tensor, float]]] = None,
+        reference: Optional[Tuple[int, np.ndarray]] = None, carry: bool = True,
     ) -> None:
         self.cine, self.kwargs, self.progress = cine, register_kwargs, progress
         #: ``{consecutive: (network, name)}``: for consecutive frames (``True``) and for frames further apart
         self.models = models
-        #: ``(frame, label)`` of the reference: each registration then gets its moving frame's label
-        #: (the reference label, or it carried there by the chain so far) for the label-guided refinement
-        self.reference = reference
-        #: ``(moving, fixed)`` -> ``(field, seconds)``; may be shared between schemes
+        #: ``(frame, label)`` of the reference: registrations from the reference frame get its label
+        #: (register's label-guided refinement and label prior), and with ``carry`` every other one gets
+        #: its moving frame's label as carried there by the chain so far
+        self.reference, self.carry = reference, carry
+        #: ``(moving, fixed, consecutive-frame network)`` -> ``(field, seconds)``; may be shared between schemes
         self.cache = {} if cache is None else cache
         self.used: set = set()
 
-    def __call__(self, moving: int, fixed: int, to_reference: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def __call__(self, moving: int, fixed: int, to_reference: Optional[torch.Tensor] = None, direct: bool = False) -> torch.Tensor:
         """The field of ``moving`` registered onto ``fixed``; ``to_reference``: the field of ``moving`` to
-        the reference frame (what carries the reference label there), when ``moving`` is not the reference."""
-        key = (moving % len(self.cine), fixed % len(self.cine))
+        the reference frame (what carries the reference label there), when ``moving`` is not the reference;
+        ``direct``: with the network for frames further apart (``register``'s settings) even between consecutive frames."""
+        n = len(self.cine)
+        near = not direct and (fixed - moving) % n in (1, n - 1)
+        key = (moving % n, fixed % n, near)
         if key not in self.cache:
             t0 = time.perf_counter()
             if key[0] == key[1]:
                 z, (h, w) = self.cine.frames[0].GetSize()[2], self.cine.frames[0].GetSize()[1::-1]
                 field_ = torch.zeros(z, 2, h, w)
             else:
-                near = (key[1] - key[0]) % len(self.cine) in (1, len(self.cine) - 1)
                 net, name = self.models.get(near, self.models[True])
                 kwargs = dict(self.kwargs, model=net)
                 kwargs.setdefault("model_name", name)
@@ -122,7 +127,7 @@ class _Fields:
         ref, ref_label = self.reference
         if frame == ref % len(self.cine):
             arr = ref_label
-        elif to_reference is None:
+        elif to_reference is None or not self.carry:
             return None
         else:
             arr = warp_label(ref_label, to_reference, sorted(int(v) for v in np.unique(ref_label) if v != 0))
@@ -132,8 +137,7 @@ class _Fields:
 
     def settings(self) -> Dict[str, Dict[str, Any]]:
         """The network of each kind of pair this scheme registered: name, ODE steps, refinement steps (``None``: not an NPC network)."""
-        n = len(self.cine)
-        kinds = {(m - f) % n in (1, n - 1) for m, f in self.used if m != f}
+        kinds = {near for m, f, near in self.used if m != f}
         out = {}
         for near in sorted(kinds, reverse=True):
             net, name = self.models.get(near, self.models[True])
@@ -169,14 +173,14 @@ def scheme_fields(fields: _Fields, scheme: str, ref: int, frames: int,
     by_offset: List[torch.Tensor]
     cycle = None
     if scheme == "direct":
-        by_offset = [fields(ref, t) for t in t_of]
+        by_offset = [fields(ref, t, direct=True) for t in t_of]
     elif scheme in ("sequential", "average", "anchored"):
         if scheme == "anchored" and anchor is None:
             raise ValueError("the anchored scheme needs an anchor (monai_npc.apps.tracking.anchor.ReferenceAnchor).")
         chain = _chain(fields, ref, frames, +1, anchor if scheme == "anchored" else None)
         cycle, by_offset = chain[-1], chain[:-1]
         if scheme == "average":
-            by_offset = [0.5 * (c + fields(ref, t)) for c, t in zip(by_offset, t_of)]
+            by_offset = [0.5 * (c + fields(ref, t, direct=True)) for c, t in zip(by_offset, t_of)]
     elif scheme == "bidirectional":
         fwd, bwd = _chain(fields, ref, frames, +1), _chain(fields, ref, frames, -1)
         cycle = fwd[-1]
@@ -316,7 +320,7 @@ def track(
     ed_frame: Optional[int] = None,
     es_frame: Optional[int] = None,
     basal_descent: Union[None, bool, Mapping[str, float]] = None,
-    label_guidance: float = 0.0,
+    label_guidance: Optional[float] = None,
     progress: bool = True,
     **register_kwargs: Any,
 ) -> Tracking:
@@ -364,13 +368,18 @@ def track(
             :data:`~monai_npc.cardiac.through_plane.BASAL_ASCENT_MM` (RV, myocardium and LV, 12 mm
             at ED), scaled by each frame's phase on the LV curve; a ``{structure: mm}`` mapping
             sets both; ``False`` keeps the in-plane result. A reference between ED and ES gets neither.
-        label_guidance: weight of the refinement's label-guided term
-            (:func:`monai_npc.register`) in the registrations between frames (``anchored``'s
-            correction against the reference frame has its own,
-            :data:`~monai_npc.apps.tracking.anchor.ANCHOR_LABEL_GUIDANCE`): each registration gets the label of its moving frame
-            (the reference label, or the label carried there so far). Default 0 (off): chaining
-            carried labels into the term made ``sequential`` worse (docs/design_notes.md,
-            "apps/tracking"); ``0.05`` is ``register``'s default for pairs.
+        label_guidance: the label-guided term of each registration's refinement (:func:`monai_npc.register`).
+            ``None`` (default): every registration whose moving frame is the reference frame (all of
+            ``direct``'s, ``average``'s direct half, a two-frame pair) gets the reference label with
+            ``register``'s own label settings, i.e. its label-guided refinement and its label prior where
+            the weights have one (each frame is then what ``register(reference, frame, moving_label=label)``
+            gives); the others (consecutive frames of the chained schemes) get no label. A number ``W > 0``:
+            every registration gets its moving frame's label with weight ``W`` (the reference label, or it
+            carried there by the chain so far: chaining carried labels into the term made ``sequential``
+            worse, docs/design_notes.md, "apps/tracking"); ``0``: no registration gets a label.
+            ``anchored``'s consecutive registrations are the network alone unless ``W > 0``; its
+            correction against the reference frame has its own term
+            (:data:`~monai_npc.apps.tracking.anchor.ANCHOR_LABEL_GUIDANCE`).
         progress: a tqdm bar over the registrations.
 
     Returns:
@@ -398,7 +407,7 @@ def track_schemes(
     ed_frame: Optional[int] = None,
     es_frame: Optional[int] = None,
     basal_descent: Union[None, bool, Mapping[str, float]] = None,
-    label_guidance: float = 0.0,
+    label_guidance: Optional[float] = None,
     progress: bool = True,
     **register_kwargs: Any,
 ) -> Dict[str, Tracking]:
@@ -409,11 +418,14 @@ def track_schemes(
     for s in schemes:
         if s not in SCHEMES:
             raise ValueError(f"scheme {s!r} is not one of {SCHEMES}.")
+    guidance = None if label_guidance is None else float(label_guidance)
+    if guidance is not None and not guidance >= 0:
+        raise ValueError(f"label_guidance (--label-guidance) must be >= 0 or None, got {label_guidance}.")
     data, ref, ref_label = _prepare(cine, label, reference_frame, spacing)
     descent = _descent(basal_descent, ref_label.shape[0])
     if len(data) == 2 and not isinstance(model, torch.nn.Module) and not isinstance(basal_descent, Mapping):
         # two frames (an ED/ES pair) are one registration: register's own, so that track([ED, ES]) is register(ED, ES)
-        pair = track_pair(data, ref, ref_label, model, any(descent), refine_iterations, num_steps, label_guidance, ed_frame, es_frame, progress,
+        pair = track_pair(data, ref, ref_label, model, any(descent), refine_iterations, num_steps, guidance, ed_frame, es_frame, progress,
                      register_kwargs)
         return {s: dataclasses.replace(pair, scheme=s, _lazy={}) for s in schemes}
     device = register_kwargs.get("device") or "cpu"
@@ -422,26 +434,27 @@ def track_schemes(
     models = ({near: tracking_model(model, device, refine_iterations, num_steps, consecutive=near) for near in nears}
               if any(s != "anchored" for s in schemes) else {})  # anchored builds its own (refine_iterations: its correction's)
     kwargs = dict(register_kwargs)
+    if guidance is not None:
+        kwargs["label_guidance"] = guidance
     frames = len(data)
-    needed = {(ref, t) for t in range(frames)} if any(s in ("direct", "average") for s in schemes) else set()
-    if any(s not in ("direct", "anchored") for s in schemes):
-        needed |= {(t, (t + 1) % frames) for t in range(frames)}
-    if "bidirectional" in schemes:
-        needed |= {(t, (t - 1) % frames) for t in range(frames)}
-    total = sum(m != f for m, f in needed) + (frames if "anchored" in schemes else 0)  # anchored: its own consecutive registrations
+    # registrations: direct's from the reference (register's settings), the chains' between consecutive frames
+    # (forwards; backwards too for bidirectional), anchored's own consecutive ones
+    total = ((frames - 1) * any(s in ("direct", "average") for s in schemes) + frames * any(s not in ("direct", "anchored") for s in schemes)
+             + frames * ("bidirectional" in schemes) + frames * ("anchored" in schemes))
     bar = progress_bar(progress, total, f"track ({', '.join(schemes)})")
-    cache: Dict[Tuple[int, int], Tuple[torch.Tensor, float]] = {}
+    cache: Dict[Tuple[int, int, bool], Tuple[torch.Tensor, float]] = {}
     try:
-        guided = (ref, ref_label) if float(label_guidance) > 0 else None
-        kwargs["label_guidance"] = float(label_guidance)
+        carry = guidance is not None and guidance > 0  # every registration gets its moving frame's label
+        guided = (ref, ref_label) if guidance is None or carry else None
         out = {}
         for s in schemes:
             if s == "anchored":  # the network alone between consecutive frames, refined against the reference instead
-                fields, anchor = _anchored(data, ref, ref_label, model, device, refine_iterations, num_steps, kwargs, bar.update if bar else None, guided)
+                fields, anchor = _anchored(data, ref, ref_label, model, device, refine_iterations, num_steps, kwargs, bar.update if bar else None,
+                                           guided if carry else None)
                 out[s] = _result(data, ref, ref_label, s, fields, ed_frame, es_frame, descent, anchor)
             else:
-                out[s] = _result(data, ref, ref_label, s, _Fields(data, models, kwargs, bar.update if bar else None, cache, guided), ed_frame,
-                                 es_frame, descent)
+                out[s] = _result(data, ref, ref_label, s, _Fields(data, models, kwargs, bar.update if bar else None, cache, guided, carry),
+                                 ed_frame, es_frame, descent)
         return out
     finally:
         if bar is not None:

@@ -24,10 +24,11 @@ Request keys (MONAI Label merges the client's ``params`` into the request):
   the cine the frame an ACDC label file names (``patient090_frame11_gt.nii.gz``: 10; not for an
   uploaded label, whose name the server does not keep), else that ``Info.cfg``'s ED (``ED: n`` is frame
   ``n - 1``), else 0 (``label_frame_from`` in the answer says which);
-- ``scheme`` (optional): ``anchored`` (default), ``sequential``, ``direct``, ``average`` or ``bidirectional``;
+- ``scheme`` (optional): ``direct`` (default: the reference frame registered onto every frame with the weights'
+  register settings, the label and their label prior), ``anchored``, ``sequential``, ``average`` or ``bidirectional``;
 - ``strain`` (optional, default true): return the myocardial strain in ``params``;
-- ``npc_model``, ``npc_device``, ``npc_refine`` (optional): as for the registration task, but
-  shipped or saved NPC weights get ``monai_npc.track``'s settings for consecutive frames (4 ODE
+- ``npc_model``, ``npc_device``, ``npc_refine`` (optional): as for the registration task; for the chained
+  schemes shipped or saved NPC weights get ``monai_npc.track``'s settings for consecutive frames (4 ODE
   steps; 10 refinement steps unless ``npc_refine`` is given). For ``anchored``, ``npc_refine`` is the
   steps of the correction against the reference frame (default 6,
   :data:`monai_npc.apps.tracking.anchor.ANCHOR_ITERATIONS`) and the consecutive frames get the network alone.
