@@ -168,6 +168,9 @@ def main(argv=None) -> int:
         out = args.out / args.split
     patients = patients[: args.limit] if args.limit else patients
     patients = patients[shard[0]::shard[1]]
+    missing = [str(q["folder"] / f"{q['patient']}_4d.nii.gz") for q in patients if official and not (q["folder"] / f"{q['patient']}_4d.nii.gz").is_file()]
+    if missing and any(m.startswith("cine-") for m in methods):
+        p.error(f"cine-SCHEME needs each patient's 4-D cine; {len(missing)} missing, e.g. {missing[0]}")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "rows.jsonl"
     rows = resumed_rows(log)

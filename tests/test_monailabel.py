@@ -206,7 +206,7 @@ def test_track_task(tmp_path):
 
     task = module.NPCTrack(model="acdc", datastore=_Datastore(tmp_path), output_root=str(results))
     assert task.is_valid() and task.info()["type"] == "segmentation" and task.info()["dimension"] == 3
-    assert task.config() == {"npc_model": "acdc", "label": "", "label_frame": "", "scheme": "anchored", "npc_refine": "", "npc_device": ""}
+    assert task.config() == {"npc_model": "acdc", "label": "", "label_frame": "", "scheme": "direct", "npc_refine": "", "npc_device": ""}
     frame = smoke.CINE_LABEL_FRAME
     request = {"model": "npc_track", "device": "cuda", "image": str(cine["cine"]), "npc_image_id": "cine",
                "label": str(cine["label"]), "label_frame": str(frame), "npc_refine": 0}
@@ -220,9 +220,9 @@ def test_track_task(tmp_path):
     assert np.array_equal(arr[frame], truth[frame])
     dice = [_dice(a, b) for a, b in zip(arr, truth)]
     assert min(dice) > 0.85, dice  # phantom frames 0-4 (ES = 2), the network alone
-    assert params["result"] == "label" and params["model"] == "acdc" and params["scheme"] == "anchored"
+    assert params["result"] == "label" and params["model"] == "acdc" and params["scheme"] == "direct"
     assert params["label_frame"] == frame and params["label_frame_from"] == "request" and params["cine"] == "cine"
-    assert params["frames"] == 5 and params["registrations"] == 5 and params["size"] == [64, 64, 2, 5]
+    assert params["frames"] == 5 and params["registrations"] == 4 and params["size"] == [64, 64, 2, 5]  # the reference onto each other frame
     f, lv = params["function"], np.asarray(params["volumes_ml"]["lv"])
     assert lv.shape == (5,) and f["ed_frame"] == int(lv.argmax()) and f["es_frame"] == int(lv.argmin())
     voxel_ml = 2.5 * 2.5 * 8.0 / 1000.0

@@ -24,15 +24,16 @@ def tracked():
 
 
 def test_tracked_circumferential_strain_follows_the_phantom(tracked):
-    """The phantom's incompressible contraction through track (the acdc network, the anchored scheme): the peak
-    circumferential strain within 2 points of the truth, every frame within 3 (radial strain is not yet: docs/strain.md)."""
+    """The phantom's incompressible contraction through track (the acdc network, the default direct scheme): the peak
+    circumferential strain within 2 points of the truth, every frame within 3, the peak radial strain within 4
+    (measured 1.5, 1.5 and 2.9 on this small phantom; docs/strain.md)."""
     ph, tracking = tracked
     st = tracking.strain
     truth = ph.true_global["circumferential"]
     assert st.peak["circumferential"] == pytest.approx(truth.min(), abs=2.0)
     assert np.nanmax(np.abs(st.curves["circumferential"] - truth)) < 3.0
     assert abs(st.curves["circumferential"][0]) < 1e-9 and st.reference_frame == 0
-    assert st.peak["radial"] > 0  # the wall thickens
+    assert st.peak["radial"] == pytest.approx(ph.true_global["radial"].max(), abs=4.0)  # the wall thickens
 
 
 def test_strain_function_and_property_agree(tracked):

@@ -114,8 +114,8 @@ def test_changed_row_is_tracked_again(data, single, tmp_path, caplog):
     assert study_done(out / "s0_4d")["request"]["label_frame"] == 1
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="monai_npc.apps.tracking.cohort"):  # another setting: tracked again too
-        other = track_cohort(changed, out, **dict(FAST, scheme="direct"))
-    assert [r["status"] for r in other] == ["ok", "ok"] and "scheme 'anchored' -> 'direct'" in caplog.text
+        other = track_cohort(changed, out, **dict(FAST, scheme="anchored"))
+    assert [r["status"] for r in other] == ["ok", "ok"] and "scheme 'direct' -> 'anchored'" in caplog.text
     track_cohort(data / "cohort.csv", out, **FAST)  # back to the module's state for the tests below
 
 
