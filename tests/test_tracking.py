@@ -158,7 +158,7 @@ def test_track_settings_per_pair(cine, monkeypatch):
                         threads=1, progress=False)
     assert res["sequential"].summary["registration_settings"] == {
         "consecutive frames": {"model": "acdc", "num_steps": 4, "refine_iterations": 0}}
-    assert res["direct"].settings["further apart"] == {"model": "acdc", "num_steps": 6, "refine_iterations": 0}
+    assert res["direct"].settings["register's settings"] == {"model": "acdc", "num_steps": 6, "refine_iterations": 0}
 
 
 def test_track_default_settings_accuracy(cine):
@@ -397,6 +397,10 @@ def test_direct_frames_are_register_with_the_reference_label():
         reg = monai_npc.register(c["image"][0], c["image"][t], moving_label=c["label"][0], spacing=c["spacing"], threads=1)
         torch.testing.assert_close(res.ddf[t][1:], reg.ddf[1:].float(), atol=1e-5, rtol=0)
         assert float((res.labels[t] == sitk.GetArrayFromImage(reg.warped_label)).mean()) > 0.999
+    label = res.settings["label"]  # which parts produced each frame: the label's weight and what the prior did
+    assert label["label_guidance"] == [0.05] and label["label_prior"] == ["acdc_heart"]
+    assert sorted(label["prior_acted_on_frames"] + label["prior_did_not_act_on_frames"]) == [1, 2, 3]
     unguided = monai_npc.track(c["image"], c["label"][0], 0, "direct", spacing=c["spacing"], threads=1, progress=False, basal_descent=False,
                                label_guidance=0.0)
+    assert "label" not in unguided.settings
     assert float((unguided.ddf[2] - res.ddf[2]).abs().max()) > 1e-3  # the label changed the field

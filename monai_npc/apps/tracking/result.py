@@ -57,7 +57,9 @@ class Tracking:
     seconds: float
     cine: Cine = field(repr=False)
     registrations: int = 0
-    #: the networks the registrations used: ``{"consecutive frames" | "further apart": {model, num_steps, refine_iterations}}``
+    #: the networks the registrations used (``{"consecutive frames" | "register's settings": {model, num_steps,
+    #: refine_iterations}}``) and, where they got the label, ``"label"``: guidance weight, label prior, the frames it acted
+    #: on and stood aside on
     settings: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     _lazy: Dict[str, Any] = field(default_factory=dict, repr=False)
 

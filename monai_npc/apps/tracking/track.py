@@ -77,15 +77,15 @@ LABEL_SIGMA = 1.0
 
 class _Fields:
     """Pairwise in-plane fields ``(Z, 2, H, W)`` (frame voxels) from :func:`monai_npc.register`, cached
-    (consecutive frames registered with one network, frames further apart with the other)."""
+    (the chains' consecutive frames registered with one network, the rest with register's settings)."""
 
     def __init__(
         self, cine: Cine, models: Mapping[bool, Tuple[torch.nn.Module, str]], register_kwargs: Dict[str, Any],
-        progress: Optional[Callable[[], None]] = None, cache: Optional[Dict[Tuple[int, int, bool], Tuple[torch.Tensor, float]]] = None,
+        progress: Optional[Callable[[], None]] = None, cache: Optional[Dict[Tuple[int, int, bool], Tuple[torch.Tensor, float, Optional[Dict[str, Any]]]]] = None,
         reference: Optional[Tuple[int, np.ndarray]] = None, carry: bool = True,
     ) -> None:
         self.cine, self.kwargs, self.progress = cine, register_kwargs, progress
-        #: ``{consecutive: (network, name)}``: for consecutive frames (``True``) and for frames further apart
+        #: ``{consecutive: (network, name)}``: for the chains' consecutive frames (``True``) and with register's settings
         self.models = models
         #: ``(frame, label)`` of the reference: registrations from the reference frame get its label
         #: (register's label-guided refinement and label prior), and with ``carry`` every other one gets
@@ -98,7 +98,7 @@ class _Fields:
     def __call__(self, moving: int, fixed: int, to_reference: Optional[torch.Tensor] = None, direct: bool = False) -> torch.Tensor:
         """The field of ``moving`` registered onto ``fixed``; ``to_reference``: the field of ``moving`` to
         the reference frame (what carries the reference label there), when ``moving`` is not the reference;
-        ``direct``: with the network for frames further apart (``register``'s settings) even between consecutive frames."""
+        ``direct``: with register's settings even between consecutive frames."""
         n = len(self.cine)
         near = not direct and (fixed - moving) % n in (1, n - 1)
         key = (moving % n, fixed % n, near)
@@ -106,7 +106,7 @@ class _Fields:
             t0 = time.perf_counter()
             if key[0] == key[1]:
                 z, (h, w) = self.cine.frames[0].GetSize()[2], self.cine.frames[0].GetSize()[1::-1]
-                field_ = torch.zeros(z, 2, h, w)
+                field_, note = torch.zeros(z, 2, h, w), None
             else:
                 net, name = self.models.get(near, self.models[True])
                 kwargs = dict(self.kwargs, model=net)
@@ -114,7 +114,9 @@ class _Fields:
                 reg = register(self.cine.frames[key[0]], self.cine.frames[key[1]], moving_label=self._label(key[0], to_reference),
                                          **kwargs)
                 field_ = reg.ddf[1:].permute(1, 0, 2, 3).contiguous().float()  # (3, Z, H, W) -> (Z, 2, H, W)
-            self.cache[key] = (field_, time.perf_counter() - t0)
+                note = ({"label_guidance": reg.summary["label_guidance"], "label_prior": reg.summary.get("label_prior")}
+                        if (reg.summary.get("label_guidance") or 0) > 0 and self._label_given(key[0], to_reference) else None)
+            self.cache[key] = (field_, time.perf_counter() - t0, note)
             if self.progress is not None and key[0] != key[1]:
                 self.progress()
         self.used.add(key)
@@ -135,15 +137,31 @@ class _Fields:
         image.CopyInformation(self.cine.frames[frame])
         return image
 
+    def _label_given(self, frame: int, to_reference: Optional[torch.Tensor]) -> bool:
+        """Whether the registration from ``frame`` got a label (:meth:`_label` without building it)."""
+        return self.reference is not None and (frame == self.reference[0] % len(self.cine) or (to_reference is not None and self.carry))
+
     def settings(self) -> Dict[str, Dict[str, Any]]:
-        """The network of each kind of pair this scheme registered: name, ODE steps, refinement steps (``None``: not an NPC network)."""
+        """The network of each kind of pair this scheme registered (name, ODE steps, refinement steps; ``None``: not an
+        NPC network) and, where registrations got a label, its guidance weight and what the label prior did: the
+        prior's name and the frames it acted on and did not (``register``'s checks, per registration: it stood aside or
+        was dropped)."""
         kinds = {near for m, f, near in self.used if m != f}
-        out = {}
+        out: Dict[str, Dict[str, Any]] = {}
         for near in sorted(kinds, reverse=True):
             net, name = self.models.get(near, self.models[True])
-            out["consecutive frames" if near else "further apart"] = {
+            out["consecutive frames" if near else "register's settings"] = {
                 "model": name, "num_steps": getattr(getattr(net, "ode", None), "num_steps", None),
                 "refine_iterations": getattr(getattr(net, "refiner", None), "iterations", None),
+            }
+        notes = {f: self.cache[(m, f, near)][2] for m, f, near in sorted(self.used) if self.cache[(m, f, near)][2] is not None}
+        if notes:
+            priors = {f: n["label_prior"] for f, n in notes.items() if n.get("label_prior")}
+            out["label"] = {
+                "label_guidance": sorted({n["label_guidance"] for n in notes.values()}),
+                "label_prior": sorted({p["name"] for p in priors.values()}) or None,
+                "prior_acted_on_frames": [f for f, p in priors.items() if p.get("weight", 0) > 0],
+                "prior_did_not_act_on_frames": [f for f, p in priors.items() if not p.get("weight", 0) > 0],
             }
         return out
 
@@ -200,7 +218,7 @@ def tracking_model(
     """``(network, name)`` that :func:`track` registers two frames with. NPC weights by name or file
     get ``num_steps`` ODE steps and ``refine_iterations`` refinement steps; ``None``:
     :data:`TRACK_NUM_STEPS` and :data:`TRACK_REFINE_ITERATIONS` (and the :data:`TRACK_FLIP_ENSEMBLE`) for ``consecutive`` frames,
-    ``register``'s for frames further apart (:func:`monai_npc.apps.registration.models.register_settings`; 6 and
+    ``register``'s otherwise (:func:`monai_npc.apps.registration.models.register_settings`; 6 and
     40 for ``acdc``: ``direct`` registers the reference onto every frame, up to the whole motion of
     the cycle). A network is used as it is (:func:`monai_npc.apps.registration.models.resolve_model`)."""
     from monai_npc.apps.registration.models import is_phase_correlation, resolve_model
@@ -259,7 +277,7 @@ def _result(data: Cine, ref: int, ref_label: np.ndarray, scheme: str, fields: _F
     volumes = volume_curves(labels, data.spacing)
     function = cardiac_function(volumes, ed_frame, es_frame)
     # registration seconds of every pair the scheme uses (also those cached by another scheme) + composition
-    new = sum(sec for key, (_, sec) in fields.cache.items() if key not in cached)
+    new = sum(sec for key, (_, sec, _) in fields.cache.items() if key not in cached)
     seconds = fields.seconds + (time.perf_counter() - t0) - new
     return Tracking(labels=labels, ddf=ddf.float(), volumes=volumes, function=function, reference_frame=ref, scheme=scheme,
                     drift=drift, seconds=seconds, cine=data, registrations=sum(k[0] != k[1] for k in fields.used),
@@ -442,7 +460,7 @@ def track_schemes(
     total = ((frames - 1) * any(s in ("direct", "average") for s in schemes) + frames * any(s not in ("direct", "anchored") for s in schemes)
              + frames * ("bidirectional" in schemes) + frames * ("anchored" in schemes))
     bar = progress_bar(progress, total, f"track ({', '.join(schemes)})")
-    cache: Dict[Tuple[int, int, bool], Tuple[torch.Tensor, float]] = {}
+    cache: Dict[Tuple[int, int, bool], Tuple[torch.Tensor, float, Optional[Dict[str, Any]]]] = {}
     try:
         carry = guidance is not None and guidance > 0  # every registration gets its moving frame's label
         guided = (ref, ref_label) if guidance is None or carry else None
