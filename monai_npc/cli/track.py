@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any, Dict, Optional
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -93,8 +94,17 @@ def run(args: argparse.Namespace) -> int:
               f"RV EF {f['rv_ef']:.1f} %; LV mass {f['lv_mass_g']:.1f} g"
               + (f"; peak strain circumferential {result.strain.peak['circumferential']:.1f} %, radial {result.strain.peak['radial']:.1f} %"
                  if args.strain else "")
+              + _prior_line(result.settings.get("label"))
               + f"; wrote {len(files)} files to {args.out}")
     return 0
+
+
+def _prior_line(label: Optional[Dict[str, Any]]) -> str:
+    """``"; label prior X acted on A of N frames"`` from a tracking's ``settings["label"]`` ("" without a prior)."""
+    if not label or not label.get("label_prior"):
+        return ""
+    acted, idle = label["prior_acted_on_frames"], label["prior_did_not_act_on_frames"]
+    return f"; label prior {', '.join(label['label_prior'])} acted on {len(acted)} of {len(acted) + len(idle)} frames"
 
 
 def run_batch(args: argparse.Namespace) -> int:
