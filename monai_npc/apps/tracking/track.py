@@ -75,13 +75,17 @@ TRACK_FLIP_ENSEMBLE: Optional[int] = 2
 LABEL_SIGMA = 1.0
 
 
+#: ``(moving, fixed, consecutive-frame network)`` -> ``(field, seconds, the label's weight and prior summary or None)``
+_Cache = Dict[Tuple[int, int, bool], Tuple[torch.Tensor, float, Optional[Dict[str, Any]]]]
+
+
 class _Fields:
     """Pairwise in-plane fields ``(Z, 2, H, W)`` (frame voxels) from :func:`monai_npc.register`, cached
     (the chains' consecutive frames registered with one network, the rest with register's settings)."""
 
     def __init__(
         self, cine: Cine, models: Mapping[bool, Tuple[torch.nn.Module, str]], register_kwargs: Dict[str, Any],
-        progress: Optional[Callable[[], None]] = None, cache: Optional[Dict[Tuple[int, int, bool], Tuple[torch.Tensor, float, Optional[Dict[str, Any]]]]] = None,
+        progress: Optional[Callable[[], None]] = None, cache: Optional[_Cache] = None,
         reference: Optional[Tuple[int, np.ndarray]] = None, carry: bool = True,
     ) -> None:
         self.cine, self.kwargs, self.progress = cine, register_kwargs, progress
@@ -91,8 +95,8 @@ class _Fields:
         #: (register's label-guided refinement and label prior), and with ``carry`` every other one gets
         #: its moving frame's label as carried there by the chain so far
         self.reference, self.carry = reference, carry
-        #: ``(moving, fixed, consecutive-frame network)`` -> ``(field, seconds)``; may be shared between schemes
-        self.cache = {} if cache is None else cache
+        #: the registrations so far (:data:`_Cache`); may be shared between schemes
+        self.cache: _Cache = {} if cache is None else cache
         self.used: set = set()
 
     def __call__(self, moving: int, fixed: int, to_reference: Optional[torch.Tensor] = None, direct: bool = False) -> torch.Tensor:
@@ -460,7 +464,7 @@ def track_schemes(
     total = ((frames - 1) * any(s in ("direct", "average") for s in schemes) + frames * any(s not in ("direct", "anchored") for s in schemes)
              + frames * ("bidirectional" in schemes) + frames * ("anchored" in schemes))
     bar = progress_bar(progress, total, f"track ({', '.join(schemes)})")
-    cache: Dict[Tuple[int, int, bool], Tuple[torch.Tensor, float, Optional[Dict[str, Any]]]] = {}
+    cache: _Cache = {}
     try:
         carry = guidance is not None and guidance > 0  # every registration gets its moving frame's label
         guided = (ref, ref_label) if guidance is None or carry else None
