@@ -27,7 +27,7 @@ Methods, each giving peak global circumferential (GCS) and radial (GRS) strain t
 The expert LV EF comes from the ED and ES expert labels; the carried myocardium's volume ratio ES / ED against the
 expert's. Rows go to ``OUT/rows.jsonl`` (a rerun skips what is there; ``--shard i/n`` takes every n-th patient),
 ``OUT/results.md`` is the table by group (mean, sd and a bootstrap 95 % interval of the mean) with Spearman's rank
-correlation of GCS / GRS with the LV EF.
+correlation of GCS / GRS with the LV EF, ``OUT/strain_vs_ef.png`` the peaks against the LV EF by group.
 """
 
 from __future__ import annotations
@@ -108,6 +108,36 @@ def summarise(rows: List[Dict], methods) -> str:
                 a, b = np.array([x[k] for x, _ in both]), np.array([y[k] for _, y in both])
                 lines.append(f"| {name} | {len(both)} | {np.abs(a - b).mean():.1f} points (mean {a.mean():.1f} vs {b.mean():.1f}) | {spearman(a, b):+.2f} |")
     return "\n".join(lines)
+
+
+def strain_ef_figure(rows: List[Dict], methods, path: Path) -> None:
+    """Peak GCS and GRS against the expert LV EF, one column per method (pair methods), coloured by pathology group."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [m for m in methods if any(r["method"] == m for r in rows)]
+    fig, axes = plt.subplots(2, len(shown), figsize=(4.2 * len(shown), 7.5), squeeze=False, sharex=True)
+    colours = dict(zip(GROUPS, ("tab:green", "tab:red", "tab:blue", "tab:purple", "tab:orange")))
+    for j, m in enumerate(shown):
+        x = [r for r in rows if r["method"] == m]
+        for i, (k, name) in enumerate((("gcs", "peak GCS (%)"), ("grs", "peak GRS (%)"))):
+            ax = axes[i, j]
+            for g in GROUPS:
+                y = [r for r in x if r["group"] == g]
+                ax.scatter([r["lv_ef"] for r in y], [r[k] for r in y], s=18, color=colours[g], label=g)
+            if i == 0:
+                ax.axhspan(-28, -15, color="0.9", zorder=0, label="FT normal range")
+            ax.set_title(f"{m}: Spearman {spearman([r[k] for r in x], [r['lv_ef'] for r in x]):+.2f}", fontsize=10)
+            ax.set_ylabel(name)
+            if i == 1:
+                ax.set_xlabel("expert LV EF (%)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def official_patients(root: Path) -> List[Dict]:
@@ -233,6 +263,7 @@ def main(argv=None) -> int:
     rows = resumed_rows(log)  # every shard's rows
     text = summarise(rows, methods)
     (out / "results.md").write_text(text + "\n")
+    strain_ef_figure(rows, [m for m in methods if not m.startswith("cine-")], out / "strain_vs_ef.png")
     print(text)
     return 0
 
