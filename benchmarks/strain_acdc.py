@@ -162,6 +162,8 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, default=None, help="the first N patients")
     p.add_argument("--per-group", type=int, default=None, help="official layout: the first N patients of each group")
     p.add_argument("--shard", default="0/1", help="i/n: every n-th patient from the i-th")
+    p.add_argument("--max-area-ratio", default=None, help="strain_from_displacements' max_area_ratio (default: its "
+                   "MAX_AREA_RATIO); 'none': only folds are left out (the code of the 2026-11-27 test-split report)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
 
@@ -176,6 +178,9 @@ def main(argv=None) -> int:
     from monai_npc.cardiac.strain import strain_from_displacements
     from monai_npc.apps.tracking.schemes import SCHEMES
 
+    from monai_npc.cardiac.strain import MAX_AREA_RATIO
+
+    area = MAX_AREA_RATIO if args.max_area_ratio is None else None if args.max_area_ratio.lower() == "none" else float(args.max_area_ratio)
     torch.set_num_threads(args.threads)
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
     methods = [m for m in args.methods.split(",") if m]
@@ -251,7 +256,8 @@ def main(argv=None) -> int:
                     extra = {"frames": len(tracking.cine), "seconds_per_frame": tracking.seconds_per_frame,
                              "myo_cycle_median_abs": float(np.median(np.abs(myo - 1))), "myo_cycle_max_abs": float(np.max(np.abs(myo - 1))),
                              "dice_es": label_dice(carried, esl), "lv_ef_tracked": float(100 * (lv[q["ed"]] - lv[q["es"]]) / lv[q["ed"]])}
-                st = strain_from_displacements(ddfs, edl, spacing, q.get("ed", 0) if m.startswith("cine-") else 0, convention=convention)
+                st = strain_from_displacements(ddfs, edl, spacing, q.get("ed", 0) if m.startswith("cine-") else 0, convention=convention,
+                                               max_area_ratio=area)
                 myo_ed, myo_es = (edl == 2).sum(), (carried == 2).sum()
                 row = {"patient": pt, "group": q["group"], "method": m, "gcs": float(st.peak["circumferential"]),
                        "grs": float(st.peak["radial"]), "lv_ef": float(100 * (lv_ed - lv_es) / lv_ed),

@@ -63,6 +63,25 @@ def _affine_ddfs(label, spacing, matrix, offset_mm=(0.0, 0.0), centre=None):
 # ----------------------------------------------------------------------------- exact answers on analytic fields
 
 
+def test_area_changes_no_muscle_makes_are_left_out(phantom):
+    """A voxel whose area the motion changes more than MAX_AREA_RATIO-fold (a field nearly folding) is left out like a
+    fold; up to that, the strain is kept; max_area_ratio=None keeps all but folds; a bound <= 1 is refused."""
+    from monai_npc.cardiac.strain import MAX_AREA_RATIO
+
+    label, spacing = phantom.labels[0], (8.0, 1.5, 1.5)
+    kept_scale = (1.0 / MAX_AREA_RATIO) ** 0.5 * 1.05  # area ratio just inside the bound
+    cut_scale = (1.0 / MAX_AREA_RATIO) ** 0.5 * 0.95  # just outside
+    kept = strain_from_displacements(_affine_ddfs(label, spacing, np.diag([kept_scale] * 2)), label, spacing)
+    assert kept.unresolved[1] == 0.0 and kept.curves["circumferential"][1] == pytest.approx(100 * (kept_scale - 1), abs=0.05)
+    cut = _affine_ddfs(label, spacing, np.diag([cut_scale] * 2))
+    s = strain_from_displacements(cut, label, spacing)
+    assert s.unresolved[1] == 1.0 and np.isnan(s.curves["circumferential"][1])
+    s = strain_from_displacements(cut, label, spacing, max_area_ratio=None)
+    assert s.unresolved[1] == 0.0 and s.curves["circumferential"][1] == pytest.approx(100 * (cut_scale - 1), abs=0.05)
+    with pytest.raises(ValueError, match="max_area_ratio"):
+        strain_from_displacements(cut, label, spacing, max_area_ratio=1.0)
+
+
 @pytest.mark.parametrize("spacing", [(8.0, 1.5, 1.5), (10.0, 1.25, 1.75)])
 def test_uniform_contraction_gives_the_known_strain(phantom, spacing):
     a = 0.85
