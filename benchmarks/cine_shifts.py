@@ -36,6 +36,7 @@ def run(folder: Path, shift: str, setting: str, threads: int) -> Dict:
     from shift_suite import shift_transform
 
     import monai_npc
+    from monai_npc.apps.tracking.cine import read_cine
     from monai_npc.apps.tracking.result import label_dice
     from monai_npc.cardiac.function import cardiac_function, volume_curves
     from monai_npc.data.layout import read_cfg
@@ -43,15 +44,13 @@ def run(folder: Path, shift: str, setting: str, threads: int) -> Dict:
     name = folder.name
     info = read_cfg(folder / "Info.cfg")
     ed, es = int(info["ED"]) - 1, int(info["ES"]) - 1
-    cine = sitk.ReadImage(str(folder / f"{name}_4d.nii.gz"), sitk.sitkFloat32)
-    frames = [cine[:, :, :, t] for t in range(cine.GetSize()[3])]
+    frames = read_cine(folder / f"{name}_4d.nii.gz").frames
     shifted = []
     for t, frame in enumerate(frames):
         out = sitk.GetImageFromArray(shift_transform(shift, seed=t)(sitk.GetArrayFromImage(frame)))
         out.CopyInformation(frame)
         shifted.append(out)
-    ed_label = sitk.ReadImage(str(folder / f"{name}_frame{ed + 1:02d}_gt.nii.gz"))
-    ed_arr = sitk.GetArrayFromImage(ed_label)
+    ed_arr = sitk.GetArrayFromImage(sitk.ReadImage(str(folder / f"{name}_frame{ed + 1:02d}_gt.nii.gz")))
     es_arr = sitk.GetArrayFromImage(sitk.ReadImage(str(folder / f"{name}_frame{es + 1:02d}_gt.nii.gz")))
     tracking = monai_npc.track(shifted, ed_arr, reference_frame=ed, progress=False, threads=threads, **SETTINGS[setting])
     expert = cardiac_function(volume_curves(np.stack([ed_arr, es_arr]), tracking.cine.spacing), ed=0, es=1)
@@ -91,6 +90,7 @@ def summarise(rows: List[Dict]) -> str:
 
 
 def main(argv=None) -> int:
+    from localisation import resumed_rows
     from shift_suite import SHIFTS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     i, n = (int(v) for v in args.shard.split("/"))
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "rows.jsonl"
-    done = {(r["cine"], r["shift"], r["setting"]) for r in (json.loads(x) for x in log.read_text().splitlines() if x.strip())} if log.exists() else set()
+    done = {(r["cine"], r["shift"], r["setting"]) for r in resumed_rows(log)}
     jobs = [(s, setting) for s in shifts for setting in SETTINGS][i::n]
     with log.open("a") as f:
         for shift, setting in jobs:
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
             f.write(json.dumps(row) + "\n")
             f.flush()
             print(shift, setting, f"ES Dice {np.mean(list(row['dice_es'].values())):.3f}", flush=True)
-    rows = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    rows = resumed_rows(log)
     order = {s: k for k, s in enumerate(SHIFTS)}
     rows.sort(key=lambda r: (r["cine"], order[r["shift"]], r["setting"]))
     text = summarise(rows)

@@ -224,9 +224,8 @@ def main(argv=None) -> int:
             if official:
                 (ed_img, ed_lab), (es_img, es_lab) = frame_files(q, q["ed"]), frame_files(q, q["es"])
                 moving, fixed = sitk.ReadImage(str(ed_img), sitk.sitkFloat32), sitk.ReadImage(str(es_img), sitk.sitkFloat32)
-                label = sitk.ReadImage(str(ed_lab))
-                edl, esl = sitk.GetArrayFromImage(label).astype(np.int64), sitk.GetArrayFromImage(sitk.ReadImage(str(es_lab))).astype(np.int64)
-                es_label_image = sitk.ReadImage(str(es_lab))
+                label, es_label_image = sitk.ReadImage(str(ed_lab)), sitk.ReadImage(str(es_lab))
+                edl, esl = sitk.GetArrayFromImage(label).astype(np.int64), sitk.GetArrayFromImage(es_label_image).astype(np.int64)
             else:
                 (ed, edl), (es, esl) = read_stack(q["data"], pt, 1), read_stack(q["data"], pt, 2)
                 moving, fixed, label = as_sitk(ed), as_sitk(es), as_sitk(edl.astype(np.float32))

@@ -115,11 +115,11 @@ class _Fields:
                 net, name = self.models.get(near, self.models[True])
                 kwargs = dict(self.kwargs, model=net)
                 kwargs.setdefault("model_name", name)
-                reg = register(self.cine.frames[key[0]], self.cine.frames[key[1]], moving_label=self._label(key[0], to_reference),
-                                         **kwargs)
+                label = self._label(key[0], to_reference)
+                reg = register(self.cine.frames[key[0]], self.cine.frames[key[1]], moving_label=label, **kwargs)
                 field_ = reg.ddf[1:].permute(1, 0, 2, 3).contiguous().float()  # (3, Z, H, W) -> (Z, 2, H, W)
                 note = ({"label_guidance": reg.summary["label_guidance"], "label_prior": reg.summary.get("label_prior")}
-                        if (reg.summary.get("label_guidance") or 0) > 0 and self._label_given(key[0], to_reference) else None)
+                        if label is not None and (reg.summary.get("label_guidance") or 0) > 0 else None)
             self.cache[key] = (field_, time.perf_counter() - t0, note)
             if self.progress is not None and key[0] != key[1]:
                 self.progress()
@@ -140,10 +140,6 @@ class _Fields:
         image = sitk.GetImageFromArray(np.asarray(arr, dtype=np.int16))
         image.CopyInformation(self.cine.frames[frame])
         return image
-
-    def _label_given(self, frame: int, to_reference: Optional[torch.Tensor]) -> bool:
-        """Whether the registration from ``frame`` got a label (:meth:`_label` without building it)."""
-        return self.reference is not None and (frame == self.reference[0] % len(self.cine) or (to_reference is not None and self.carry))
 
     def settings(self) -> Dict[str, Dict[str, Any]]:
         """The network of each kind of pair this scheme registered (name, ODE steps, refinement steps; ``None``: not an
