@@ -23,7 +23,7 @@ _EXPORTS = {
     "result": ("Registration", "OutputFolder", "OUTPUTS", "compact_label"),
     "models": ("resolve_model", "PHASE_CORRELATION", "is_phase_correlation", "model_profile", "register_settings", "ModelProfile",
                "PREPROCESSING", "FIELDS_OF_VIEW"),
-    "pipeline": ("run_pipeline", "PipelineResult", "LABEL_GUIDANCE"),
+    "pipeline": ("run_pipeline", "PipelineResult"),
     "files": ("register_files", "register_batch", "read_pairs_csv", "duplicate_outs", "BATCH_COLUMNS"),
     "through_plane": ("basal_through_plane",),
 }

@@ -4,7 +4,7 @@ of the fixed slices for the refinement's label-guided term (:mod:`monai_npc.func
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -13,7 +13,7 @@ from torch import nn
 from monai_npc.functional import dice_by_value, warp_image
 
 __all__ = ["PRIOR_CHECK_SLICES", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "PRIOR_MIN_FIXED_AGREEMENT", "PRIOR_MIN_GAP",
-           "prior_agreement", "fixed_prior", "carried_prior_check", "label_prior_setting"]
+           "prior_agreement", "fixed_prior", "carried_prior_check"]
 
 
 #: the label prior acts only when its segmentation of the moving image agrees with the moving label at least this much
@@ -131,18 +131,3 @@ def _named_values(label_prior: nn.Module) -> str:
     """``"1 rv, 2 myo, 3 lv"`` from the prior's ``meta["labels"]`` (its values without names when it has none)."""
     names = (getattr(label_prior, "meta", None) or {}).get("labels") or {}
     return ", ".join(f"{v} {names.get(str(v), '?')}" for v in range(1, label_prior.num_classes))
-
-
-
-def label_prior_setting(settings: Mapping[str, Any], label_prior: Optional[float], model_name: str) -> Tuple[Optional[str], float]:
-    """``(prior name, weight)`` for ``register``: the weights' register settings, ``label_prior`` overriding the weight."""
-    name = settings.get("label_prior")
-    if label_prior is None:
-        return name, float(settings.get("label_prior_weight", 1.0)) if name else 0.0
-    weight = float(label_prior)
-    if not (np.isfinite(weight) and weight >= 0):
-        raise ValueError(f"label_prior (--label-prior) must be a finite number >= 0, got {label_prior}.")
-    if weight > 0 and not name:
-        raise ValueError(f"label_prior (--label-prior) {label_prior}: model {model_name} names no label prior in its register settings "
-                         "(the acdc weights do: acdc_heart); leave it unset or 0 for this model.")
-    return name, weight

@@ -35,8 +35,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from monai_npc.data.datasets import bundle_defaults
 from monai_npc.functional.intensity import minmax_slices
+
+from .settings import check_arguments, model_meta, network_settings, register_layer, remember
 
 __all__ = [
     "PHASE_CORRELATION",
@@ -75,10 +76,7 @@ def resolve_model(
     for everything the caller leaves unset (tracking between consecutive frames, which sets its own
     steps, keeps the weights' residual grid and per-slice heart windows). A module is not changed: either given with it warns that it is ignored.
     """
-    if refine_iterations is not None and int(refine_iterations) < 0:
-        raise ValueError(f"refine_iterations (--refine) must be >= 0, got {refine_iterations}.")
-    if num_steps is not None and int(num_steps) < 1:
-        raise ValueError(f"num_steps (--steps) must be >= 1, got {num_steps}.")
+    check_arguments({"refine_iterations": refine_iterations, "num_steps": num_steps})
     from monai_npc.networks.nets.pretrained import load_pretrained
 
     if isinstance(model, nn.Module):
@@ -106,21 +104,25 @@ def resolve_model(
         ) from err
     if getattr(net, "spatial_dims", 2) != 2:
         raise ValueError(f"model {spec} is {net.spatial_dims}-D; register needs a 2-D model.")
-    defaults = register_settings(net) if register_defaults else {}  # acdc: 6 ODE + 40 refinement steps, grid stride 8, heart-stack
-    if "field_of_view" in defaults:  # read by model_profile; register(field_of_view=...) still overrides it
-        net.meta = {**(getattr(net, "meta", None) or {}), "field_of_view": defaults["field_of_view"]}
-    if refine_iterations is None and "refine_iterations" in defaults:
-        net.refiner.iterations = defaults["refine_iterations"]
-    if "refine_grid_stride" in defaults:
-        net.refiner.grid_stride = defaults["refine_grid_stride"]
-    if "label_model_mix" in defaults:
-        net.refiner.label_model_mix = defaults["label_model_mix"]
-    if "flip_ensemble" in defaults and hasattr(net, "set_flip_ensemble"):
-        net.set_flip_ensemble(defaults["flip_ensemble"])
-    num_steps = defaults.get("num_steps") if num_steps is None else num_steps
-    if num_steps is not None:
-        net.ode.set_steps(int(num_steps))
+    # acdc: 6 ODE + 40 refinement steps, grid stride 8, flip ensemble 2, heart-stack (its dataset's register settings)
+    configured = network_settings(net, {"refine_iterations": refine_iterations, "num_steps": num_steps}, register_defaults)
+    given = {k for k, v in (("refine_iterations", refine_iterations), ("num_steps", num_steps)) if v is not None}
+    _configure(net, {k: v for k, (v, _) in configured.items() if k in given or k in (register_settings(net) if register_defaults else {})})
+    remember(net, configured)
     return net.to(device), spec
+
+
+def _configure(net: nn.Module, values: Mapping[str, Any]) -> None:
+    """Set ``values`` (:data:`~monai_npc.apps.registration.settings.NETWORK_SETTINGS` and ``field_of_view``) on an NPC network."""
+    if "field_of_view" in values:  # read by model_profile; register(field_of_view=...) still overrides it
+        net.meta = {**(getattr(net, "meta", None) or {}), "field_of_view": values["field_of_view"]}
+    for name, attr in (("refine_iterations", "iterations"), ("refine_grid_stride", "grid_stride"), ("label_model_mix", "label_model_mix")):
+        if values.get(name) is not None:
+            setattr(net.refiner, attr, values[name])
+    if values.get("flip_ensemble") is not None and hasattr(net, "set_flip_ensemble"):
+        net.set_flip_ensemble(values["flip_ensemble"])
+    if values.get("num_steps") is not None:
+        net.ode.set_steps(int(values["num_steps"]))
 
 
 def is_phase_correlation(model: Any) -> bool:
@@ -181,31 +183,24 @@ class ModelProfile:
 
 def _model_meta(net: nn.Module) -> Dict[str, Any]:
     """``net.meta`` over its bundle's defaults (for older shipped weights): the ``bundle_defaults`` of the dataset
-    registered with that bundle (:func:`monai_npc.data.datasets.bundle_defaults`)."""
-    bundle = str((getattr(net, "meta", None) or {}).get("bundle"))  # a name, or the folder of weights loaded from a bundle
-    meta = dict(bundle_defaults(bundle) or bundle_defaults(os.path.basename(bundle.rstrip("/\\"))))
-    meta.update(getattr(net, "meta", None) or {})
-    return meta
-
-
-#: register settings that are numbers with a fraction, and those that are names (the others are integers)
-_FLOAT_SETTINGS = ("label_sigma", "label_model_mix", "label_prior_weight")
-_NAME_SETTINGS = ("field_of_view", "label_prior")
+    registered with that bundle (:func:`monai_npc.apps.registration.settings.model_meta`)."""
+    own, dataset = model_meta(net)
+    return {**dataset, **own}
 
 
 def register_settings(net: nn.Module) -> Dict[str, Union[int, float, str]]:
     """What ``register`` gives weights loaded by name or file where the caller sets nothing: their meta's
-    ``register_settings`` (``{"num_steps", "refine_iterations", "refine_grid_stride", "flip_ensemble"}`` as
-    integers, ``"label_sigma"`` (voxels, :func:`monai_npc.interop.label_resample.resample_label`) and
-    ``"label_model_mix"`` (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``"label_prior_weight"``
-    as floats, ``"field_of_view"`` (checked where it is used, :func:`model_profile`) and ``"label_prior"`` (a
+    ``register_settings``, else their dataset's (:mod:`monai_npc.apps.registration.settings`): ``{"num_steps",
+    "refine_iterations", "refine_grid_stride", "flip_ensemble"}`` as integers, ``"label_sigma"`` (voxels,
+    :func:`monai_npc.interop.label_resample.resample_label`), ``"label_model_mix"``
+    (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``"label_prior_weight"`` as floats, ``"field_of_view"``
+    (checked where it is used, :func:`model_profile`) and ``"label_prior"`` (a
     :func:`~monai_npc.networks.nets.load_label_prior` name) as names; any may be absent;
     ``acdc``: 6 learned ODE steps averaged over the pair and the pair turned by 180 degrees, 40 refinement
     steps on a residual grid 8 voxels apart, one heart window per stack, the carried label smoothed by
     1 voxel, the label term's models half from the fixed frame, the ``acdc_heart`` segmentation prior in
     the label term); ``{}``: the weights' own configuration."""
-    settings = dict(_model_meta(net).get("register_settings") or {})
-    return {k: (str(v) if k in _NAME_SETTINGS else float(v) if k in _FLOAT_SETTINGS else int(v)) for k, v in settings.items()}
+    return register_layer(net)[0]
 
 
 def model_profile(net: nn.Module, size: Optional[int] = None, field_of_view: Optional[str] = None) -> ModelProfile:

@@ -33,7 +33,7 @@ from .label_prior import carried_prior_check, fixed_prior
 from .localize import motion_centre
 from .models import ModelProfile
 
-__all__ = ["LABEL_GUIDANCE", "PipelineResult", "run_pipeline"]
+__all__ = ["PipelineResult", "run_pipeline"]
 
 
 def _net_dtype(net: nn.Module) -> torch.dtype:
@@ -168,7 +168,7 @@ def run_pipeline(
         device: torch device of ``net``.
         moving_label: the moving image's label map (on its grid), for ``label_guidance``.
         label_guidance: weight of the refinement's label-guided term (0 = off;
-            :data:`LABEL_GUIDANCE`); the ``"image>heart"`` windows, which register the coarsely
+            :data:`monai_npc.apps.registration.settings.LABEL_GUIDANCE`); the ``"image>heart"`` windows, which register the coarsely
             warped moving image, do not use it.
         heart_centre: the heart windows' in-plane centres ``(row, col)`` in fixed voxels, one per
             slice (or one for all); ``None``: from the images
@@ -245,11 +245,6 @@ def run_pipeline(
         prior_fixed_agreement=rated.prior_fixed_agreement, prior_note=rated.prior_note,
         prior_carried_agreement=rated.prior_carried_agreement,
     )
-
-
-#: default weight of the refinement's label-guided term when ``register`` gets a moving label
-#: (:mod:`monai_npc.functional.label_intensity`); chosen on the training patients (docs/tracking.md)
-LABEL_GUIDANCE = 0.05
 
 
 #: which fields of view register on the whole-image grid (False) and on the heart windows (True)

@@ -14,11 +14,13 @@ import SimpleITK as sitk
 import torch
 
 from monai_npc.functional.label_fusion import FUSION_MIN_AGREEMENT, FUSION_MIN_PRIOR_AGREEMENT, fuse_by_slice
+from monai_npc.interop.inputs import image_like
 from monai_npc.interop.label_resample import resample_label
-from monai_npc.interop.transforms import displacement_field_transform, write_ants_warp, write_slicer_transform
+from monai_npc.functional import jacobian_determinant
+from monai_npc.interop.transforms import ddf_to_physical, displacement_field_transform, write_ants_warp, write_slicer_transform
 from monai_npc.io_safety import HDF5_LOCK, RunFolder
 
-__all__ = ["OUTPUTS", "OutputFolder", "Registration", "compact_label"]
+__all__ = ["OUTPUTS", "OutputFolder", "Registration", "compact_label", "field_jacobian"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -65,7 +67,8 @@ class Registration:
             ``sitk.Resample(moving, fixed, transform, sitk.sitkLinear, 0.0)`` reproduces ``warped``.
         ddf: ``(D, *S)`` float32 tensor, fixed voxels, array order, MONAI ``Warp`` convention
             (``warped(i) = moving_on_fixed_grid(i + ddf(i))``); 3-D inputs have a zero channel 0.
-        jacobian: ``det(I + grad u)`` (float32 ``sitk.Image``; <= 0 means folding).
+        jacobian: ``det(I + grad u)`` of the field it writes (float32 ``sitk.Image``; <= 0 means folding): in-plane for a
+            field without a through-plane component, the full 3-D determinant with one (:func:`field_jacobian`).
         reliability: residual reliability map of NPC models (float32 ``sitk.Image``; 0 on slices
             registered as identity because an image is constant), ``None`` for other models.
         summary: model, times, overlap, folding, Jacobian, displacement in mm, Dice (with both
@@ -83,12 +86,11 @@ class Registration:
             ``sitk.Image``); ``None`` otherwise. Not what the transform does (``warped_label`` is): the best label
             ``register`` returns when there is one; ``summary["fused_label"]`` records the slices it took from the prior.
 
-    ``transform``, ``warped``, ``warped_label`` and ``fused_label`` are built on first use (then kept): a caller
+    ``transform``, ``warped``, ``warped_label``, ``jacobian`` and ``fused_label`` are built on first use (then kept): a caller
     that needs only ``ddf``, such as :func:`monai_npc.track` over a cine, does not pay for them.
     """
 
     ddf: torch.Tensor
-    jacobian: sitk.Image
     reliability: Optional[sitk.Image]
     summary: Dict[str, Any]
     fixed: sitk.Image = field(repr=False)
@@ -109,6 +111,22 @@ class Registration:
             ddf = self.ddf_array if self.ddf_array is not None else self.ddf.double().numpy()
             self._lazy["transform"] = displacement_field_transform(ddf, self.fixed)
         return self._lazy["transform"]
+
+    @property
+    def jacobian(self) -> sitk.Image:
+        if "jacobian" not in self._lazy:
+            ddf = self.ddf_array if self.ddf_array is not None else self.ddf.double().numpy()
+            self._lazy["jacobian"] = image_like(field_jacobian(ddf), self.fixed)
+        return self._lazy["jacobian"]
+
+    def field_summary(self) -> Dict[str, float]:
+        """Folding (% of voxels with ``det J <= 0``), the Jacobian's range and the displacement's mean and largest length
+        (mm) of the field this registration writes (``summary.json``'s keys)."""
+        jac = sitk.GetArrayViewFromImage(self.jacobian)
+        ddf = self.ddf_array if self.ddf_array is not None else self.ddf.double().numpy()
+        norm_mm = np.linalg.norm(ddf_to_physical(ddf, self.fixed.GetSpacing(), self.fixed.GetDirection()), axis=-1)
+        return {"folding_percent": float(100.0 * (jac <= 0).mean()), "jacobian_min": float(jac.min()), "jacobian_max": float(jac.max()),
+                "displacement_mm_mean": float(norm_mm.mean()), "displacement_mm_max": float(norm_mm.max())}
 
     @property
     def warped(self) -> sitk.Image:
@@ -146,14 +164,17 @@ class Registration:
 
     def set_field(self, ddf: np.ndarray) -> None:
         """Replace the displacement (``(D, *S)`` fixed voxels, e.g. with a through-plane component added,
-        :func:`monai_npc.cardiac.through_plane.through_plane_field`); the transform, the warped image and the warped
-        label are then built from the new field: every output stays what the written transform does."""
+        :func:`monai_npc.cardiac.through_plane.through_plane_field`); the transform, the warped image, the warped
+        label and the Jacobian are then built from the new field, and the summary's folding, Jacobian range and
+        displacement are its: every output stays what the written transform does."""
         ddf = np.asarray(ddf, dtype=np.float64)
         if ddf.shape != tuple(self.ddf.shape):
             raise ValueError(f"the new field {ddf.shape} must have the shape of the old one {tuple(self.ddf.shape)}.")
         self.ddf_array = ddf
         self.ddf = torch.from_numpy(ddf).float()
         self._lazy.clear()
+        if self.summary:  # the summary says what the new field does
+            self.summary.update(self.field_summary())
 
     def save(self, out: Union[PathLike, OutputFolder], overview: bool = True) -> Dict[str, Any]:
         """Write :data:`OUTPUTS` into ``out`` all or nothing and return the summary written to ``summary.json``.
@@ -217,6 +238,16 @@ class Registration:
             captions=["", "", dice, "", f"folding {s['folding_percent']:.2f} %"],
             context=None if f.get("window") is None else _window_outline(self.fixed, *f["window"]),
         )
+
+
+def field_jacobian(ddf: np.ndarray) -> np.ndarray:
+    """``det(I + grad u)`` of a ``(D, *S)`` field in voxels (MONAI ``Warp`` convention; 3-D: channel 0 through-plane),
+    as ``(Z, H, W)`` float32 (2-D: ``Z`` = 1): the in-plane determinant of every slice when the through-plane component is 0 (2-D models),
+    else the full 3-D determinant (central differences, :func:`monai_npc.functional.jacobian_determinant`)."""
+    if ddf.shape[0] == 3 and np.any(ddf[0]):
+        return jacobian_determinant(torch.from_numpy(np.asarray(ddf))[None])[0].float().numpy()
+    ddf_f = torch.from_numpy(ddf[1:] if ddf.shape[0] == 3 else ddf[:, None]).permute(1, 0, 2, 3)  # (Z, 2, H, W)
+    return jacobian_determinant(ddf_f).float().numpy()
 
 
 def compact_label(label: sitk.Image) -> sitk.Image:
