@@ -266,3 +266,46 @@ def test_through_plane_field_makes_the_transform_do_what_the_rule_did():
     np.testing.assert_array_equal(sitk.GetArrayFromImage(out), ascended)
     with pytest.raises(ValueError, match="one structure into another"):
         through_plane_field(np.where(carried == 3, 1, carried), carried, es, np.zeros_like(ddf))
+
+
+def test_summary_and_jacobian_describe_the_written_field_with_through_plane_motion(tmp_path):
+    """A stack whose basal RV slice the rules clear (ED->ES): the field then has a through-plane part. The summary's
+    folding and Jacobian range, and ``jacobian.nii.gz``, are those of the field written to ``displacement.nii.gz``
+    (its full 3-D determinant), not of the in-plane field before the rules (whose Jacobian is 1 everywhere here)."""
+    import SimpleITK as sitk
+    import torch
+    from torch import nn
+
+    import monai_npc
+    from monai_npc.apps.registration.through_plane import basal_through_plane
+    from monai_npc.functional import jacobian_determinant
+    from monai_npc.interop.transforms import read_displacement_field
+
+    class Shift(nn.Module):  # the same in-plane displacement everywhere (model voxels)
+        def forward(self, pair):
+            return torch.tensor([0.6, 0.0]).view(1, 2, 1, 1).expand(pair.shape[0], 2, *pair.shape[2:]).clone()
+
+    lab = np.zeros((5, 48, 48), np.int32)
+    lab[0:4, 12:24, 8:20] = 1  # RV, basal end at slice 0
+    lab[0:5, 16:36, 20:36] = 3  # LV
+    lab[0:5, 14:38, 18:20] = 2
+    image = sitk.GetImageFromArray((lab * 40.0 + 10.0).astype(np.float32))
+    image.SetSpacing((1.5, 1.5, 10.0))
+    label = sitk.GetImageFromArray(lab.astype(np.int16))
+    label.CopyInformation(image)
+    reg = monai_npc.register(image, image, model=Shift(), moving_label=label, field_of_view="image", size=48, threads=1)
+    before = dict(reg.summary)
+    assert basal_through_plane(reg, "ED->ES") is not None and np.any(reg.ddf_array[0])
+    summary = reg.save(tmp_path / "out", overview=False)
+
+    written, _ = read_displacement_field(tmp_path / "out" / "displacement.nii.gz")  # voxels, (3, Z, H, W)
+    jac = jacobian_determinant(torch.from_numpy(np.ascontiguousarray(written))[None])[0].numpy()
+    folding = 100.0 * float((jac <= 0).mean())
+    assert abs(summary["folding_percent"] - folding) <= 0.01
+    # the cleared voxels' one-slice jump stretches the written field along the slices: the in-plane field's range does not say so
+    assert before["jacobian_max"] == pytest.approx(1.0, abs=1e-6) and summary["jacobian_max"] > 1.4
+    assert summary["jacobian_min"] == pytest.approx(float(jac.min()), abs=1e-3)
+    assert summary["jacobian_max"] == pytest.approx(float(jac.max()), abs=1e-3)
+    written_jac = sitk.GetArrayFromImage(sitk.ReadImage(str(tmp_path / "out" / "jacobian.nii.gz")))
+    np.testing.assert_allclose(written_jac, jac, atol=1e-3)
+    assert summary["basal_descent"]["cleared_voxels"] > 0
