@@ -1,4 +1,5 @@
-"""The package's layer order (docs/architecture.md) holds in the code: imports point down, none form a cycle, no file is too big.
+"""The package's layer order (docs/architecture.md) holds in the code: imports point down, none form a cycle, no file
+is too big, no function of ``apps/`` is too long.
 
 The layers are read from the ``layers`` block of docs/architecture.md, so the map and the check cannot drift
 apart. Every import of a ``monai_npc`` module counts, those inside functions (lazy) included.
@@ -15,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "monai_npc"
 #: no package file is longer than this (lines)
 MAX_LINES = 500
+#: no function in the task pipelines (``monai_npc/apps``) has more lines of code than this (its docstring not counted)
+MAX_FUNCTION_LINES = 80
 
 
 def _module_name(path: Path) -> str:
@@ -144,3 +147,32 @@ def test_layer_check_sees_an_upward_import(tmp_path):
 def test_no_file_over_the_limit():
     long = {str(p.relative_to(ROOT)): n for p in sorted(PACKAGE.rglob("*.py")) if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"package files over {MAX_LINES} lines (split them by job): {long}"
+
+
+def _code_lines(node: ast.AST) -> int:
+    """Lines of a function, its docstring left out."""
+    lines = node.end_lineno - node.lineno + 1
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
+def _long_functions(root: Path, limit: int) -> Dict[str, int]:
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _code_lines(node) > limit:
+                out[f"{path.relative_to(root.parent)}:{node.lineno} {node.name}"] = _code_lines(node)
+    return out
+
+
+def test_no_long_function_in_apps():
+    long = _long_functions(PACKAGE / "apps", MAX_FUNCTION_LINES)
+    assert not long, f"functions in apps/ over {MAX_FUNCTION_LINES} lines of code (give each step its own function): {long}"
+
+
+def test_long_function_check_counts_code_not_docstrings(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(5))
+    (tmp_path / "m.py").write_text(f'def f():\n    """doc\n\n    more doc\n    """\n{body}\n')
+    assert _long_functions(tmp_path, 5) == {} and _long_functions(tmp_path, 4) == {f"{tmp_path.name}/m.py:1 f": 6}

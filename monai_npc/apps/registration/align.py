@@ -162,51 +162,10 @@ def rigid_in_plane(moving_on_fixed: np.ndarray, fixed: np.ndarray, spacing_mm: S
     z, h, w = fixed.shape
     dims = 2 if z == 1 else 3
     centre = ((w - 1) / 2.0 * spacing[0], (h - 1) / 2.0 * spacing[1], 0.0)[:dims]
-    fixed_ok = np.isfinite(fixed)
-    levels = {}
-    for factor in [f for f in (8, 4, 2) if min(h, w) // f >= MIN_LEVEL_SIZE] or [1]:
-        f_arr, f_ok = _pooled(fixed.astype(np.float64), fixed_ok, factor)
-        m_arr, m_ok = _pooled(moving_on_fixed.astype(np.float64), finite, factor)
-        if m_ok.any():
-            levels[factor] = (_plane_image(f_arr, spacing, factor), _plane_image(m_arr, spacing, factor),
-                              _plane_image(m_ok.astype(np.float32), spacing, factor) > 0.5,
-                              _plane_image(f_ok.astype(np.float32), spacing, factor) > 0.5)
+    levels = _pyramid(moving_on_fixed, fixed, finite, spacing)
 
     def run(factor: int, angle: float, shift: Sequence[float], iterations: int, itself: bool = False) -> Tuple[float, float, Tuple[float, float]]:
-        """One optimisation on the pyramid level ``factor`` from ``angle`` (rad) and ``shift`` (x, y mm):
-        ``(metric value, angle, shift)`` at its end (``itself``: of the fixed image against itself)."""
-        tx = sitk.Euler2DTransform() if dims == 2 else sitk.Euler3DTransform()
-        tx.SetCenter(centre)
-        if dims == 2:
-            tx.SetAngle(angle)
-        else:
-            tx.SetRotation(0.0, 0.0, angle)
-        tx.SetTranslation(tuple(shift) + (0.0,) * (dims - 2))
-        f_img, m_img, m_mask, f_mask = levels[factor]
-        if itself:
-            m_img, m_mask = f_img, f_mask
-        reg = sitk.ImageRegistrationMethod()
-        reg.SetMetricAsMattesMutualInformation(32)
-        reg.SetMetricSamplingStrategy(reg.REGULAR)
-        reg.SetMetricSamplingPercentage(min(1.0, max(0.1, MIN_SAMPLES / float(np.prod(f_img.GetSize())))), SAMPLING_SEED)
-        reg.SetMetricMovingMask(m_mask)
-        reg.SetInterpolator(sitk.sitkLinear)
-        reg.SetShrinkFactorsPerLevel([1])
-        reg.SetSmoothingSigmasPerLevel([0.0])
-        reg.MetricUseMovingImageGradientFilterOff()  # central differences: the Gaussian one needs 4 slices
-        reg.MetricUseFixedImageGradientFilterOff()
-        reg.SetOptimizerAsRegularStepGradientDescent(learningRate=1.0, minStep=1e-3, numberOfIterations=iterations, relaxationFactor=0.5)
-        reg.SetOptimizerScalesFromPhysicalShift()
-        if dims == 3:  # rotation about z (the slice normal) and x / y shifts only
-            reg.SetOptimizerWeights([0.0, 0.0, 1.0, 1.0, 1.0, 0.0])
-        reg.SetInitialTransform(tx, inPlace=True)
-        try:
-            if iterations == 0:  # the cost of the start itself
-                return reg.MetricEvaluate(f_img, m_img), angle, tuple(shift)
-            reg.Execute(f_img, m_img)
-        except RuntimeError:  # ITK: too few samples inside both images from this start (little overlap)
-            return math.inf, angle, tuple(shift)
-        return reg.GetMetricValue(), (tx.GetAngle() if dims == 2 else tx.GetAngleZ()), tuple(tx.GetTranslation()[:2])
+        return _optimise(levels[factor], centre, angle, shift, iterations, itself)
 
     angle, shift, cost, unmoved, dropped = 0.0, (0.0, 0.0), math.nan, math.nan, ""
     if not levels or finite.mean() < MIN_OVERLAP:
@@ -232,13 +191,78 @@ def rigid_in_plane(moving_on_fixed: np.ndarray, fixed: np.ndarray, spacing_mm: S
                        f"+-{search_deg:g} degrees")
         if dropped:
             angle, shift = 0.0, (0.0, 0.0)
-    # the transform's field on the fixed voxels, in fixed voxels (rows, cols), the same for every slice
+    plane = _plane_field(angle, shift, centre, spacing, (h, w))
+    return RigidAlignment(ddf=np.repeat(plane[None], z, 0), angle_deg=math.degrees(angle),
+                          translation_mm=(float(shift[1]), float(shift[0])), seconds=time.perf_counter() - t0,
+                          cost=float(cost), cost_unmoved=float(unmoved), dropped=dropped)
+
+
+#: one pyramid level: (fixed, moving, moving mask, fixed mask) as SimpleITK images
+_Level = Tuple[sitk.Image, sitk.Image, sitk.Image, sitk.Image]
+
+
+def _pyramid(moving_on_fixed: np.ndarray, fixed: np.ndarray, finite: np.ndarray, spacing: Tuple[float, float, float]) -> Dict[int, _Level]:
+    """``{factor: level}``: the images pooled 8x, 4x, 2x in-plane (each level at least :data:`MIN_LEVEL_SIZE` wide;
+    else the full grid) where the moving image has data."""
+    h, w = fixed.shape[1:]
+    fixed_ok = np.isfinite(fixed)
+    levels = {}
+    for factor in [f for f in (8, 4, 2) if min(h, w) // f >= MIN_LEVEL_SIZE] or [1]:
+        f_arr, f_ok = _pooled(fixed.astype(np.float64), fixed_ok, factor)
+        m_arr, m_ok = _pooled(moving_on_fixed.astype(np.float64), finite, factor)
+        if m_ok.any():
+            levels[factor] = (_plane_image(f_arr, spacing, factor), _plane_image(m_arr, spacing, factor),
+                              _plane_image(m_ok.astype(np.float32), spacing, factor) > 0.5,
+                              _plane_image(f_ok.astype(np.float32), spacing, factor) > 0.5)
+    return levels
+
+
+def _optimise(level: _Level, centre: Sequence[float], angle: float, shift: Sequence[float], iterations: int,
+              itself: bool = False) -> Tuple[float, float, Tuple[float, float]]:
+    """One optimisation on a pyramid ``level`` from ``angle`` (rad) and ``shift`` (x, y mm): ``(metric value, angle,
+    shift)`` at its end (``itself``: of the fixed image against itself; ``iterations`` 0: the cost of the start)."""
+    dims = len(centre)
+    tx = sitk.Euler2DTransform() if dims == 2 else sitk.Euler3DTransform()
+    tx.SetCenter(centre)
+    if dims == 2:
+        tx.SetAngle(angle)
+    else:
+        tx.SetRotation(0.0, 0.0, angle)
+    tx.SetTranslation(tuple(shift) + (0.0,) * (dims - 2))
+    f_img, m_img, m_mask, f_mask = level
+    if itself:
+        m_img, m_mask = f_img, f_mask
+    reg = sitk.ImageRegistrationMethod()
+    reg.SetMetricAsMattesMutualInformation(32)
+    reg.SetMetricSamplingStrategy(reg.REGULAR)
+    reg.SetMetricSamplingPercentage(min(1.0, max(0.1, MIN_SAMPLES / float(np.prod(f_img.GetSize())))), SAMPLING_SEED)
+    reg.SetMetricMovingMask(m_mask)
+    reg.SetInterpolator(sitk.sitkLinear)
+    reg.SetShrinkFactorsPerLevel([1])
+    reg.SetSmoothingSigmasPerLevel([0.0])
+    reg.MetricUseMovingImageGradientFilterOff()  # central differences: the Gaussian one needs 4 slices
+    reg.MetricUseFixedImageGradientFilterOff()
+    reg.SetOptimizerAsRegularStepGradientDescent(learningRate=1.0, minStep=1e-3, numberOfIterations=iterations, relaxationFactor=0.5)
+    reg.SetOptimizerScalesFromPhysicalShift()
+    if dims == 3:  # rotation about z (the slice normal) and x / y shifts only
+        reg.SetOptimizerWeights([0.0, 0.0, 1.0, 1.0, 1.0, 0.0])
+    reg.SetInitialTransform(tx, inPlace=True)
+    try:
+        if iterations == 0:  # the cost of the start itself
+            return reg.MetricEvaluate(f_img, m_img), angle, tuple(shift)
+        reg.Execute(f_img, m_img)
+    except RuntimeError:  # ITK: too few samples inside both images from this start (little overlap)
+        return math.inf, angle, tuple(shift)
+    return reg.GetMetricValue(), (tx.GetAngle() if dims == 2 else tx.GetAngleZ()), tuple(tx.GetTranslation()[:2])
+
+
+def _plane_field(angle: float, shift: Sequence[float], centre: Sequence[float], spacing: Sequence[float], shape: Tuple[int, int]) -> np.ndarray:
+    """``(2, H, W)``: the turn by ``angle`` (rad) about ``centre`` and ``shift`` (x, y mm) as a field on the fixed voxels, in
+    fixed voxels (rows, cols; array order), the same for every slice."""
+    h, w = shape
     rows, cols = np.meshgrid(np.arange(h, dtype=np.float64), np.arange(w, dtype=np.float64), indexing="ij")
     x, y = cols * spacing[0] - centre[0], rows * spacing[1] - centre[1]
     c, s = math.cos(angle), math.sin(angle)
     dx = c * x - s * y + centre[0] + shift[0] - cols * spacing[0]
     dy = s * x + c * y + centre[1] + shift[1] - rows * spacing[1]
-    plane = np.stack([dy / spacing[1], dx / spacing[0]])  # (2, H, W) fixed voxels, array order
-    return RigidAlignment(ddf=np.repeat(plane[None], z, 0), angle_deg=math.degrees(angle),
-                          translation_mm=(float(shift[1]), float(shift[0])), seconds=time.perf_counter() - t0,
-                          cost=float(cost), cost_unmoved=float(unmoved), dropped=dropped)
+    return np.stack([dy / spacing[1], dx / spacing[0]])
