@@ -16,7 +16,7 @@ from monai_npc.cardiac.function import ACDC_STRUCTURES, cardiac_function, volume
 from .cine import Cine
 from .progress import progress_bar
 from .result import Tracking
-from .schemes import TrackSettings
+from .registrations import TrackSettings
 
 __all__ = ["track_pair"]
 

@@ -1,12 +1,12 @@
-"""The pairwise registrations of a tracking run: the networks tracking loads (:func:`tracking_model`), the
-registrations cached between schemes (:class:`FrameRegistrations`) and what the schemes of one run share
-(:class:`TrackingRun`)."""
+"""The pairwise registrations of a tracking run: what it gives them (:class:`TrackSettings`), the networks tracking
+loads (:func:`tracking_model`), the registrations cached between schemes (:class:`FrameRegistrations`) and what the
+schemes of one run share (:class:`TrackingRun`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import SimpleITK as sitk
@@ -17,10 +17,7 @@ from monai_npc.functional.label_warp import warp_label
 
 from .cine import Cine
 
-if TYPE_CHECKING:
-    from .schemes import TrackSettings
-
-__all__ = ["TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "TRACK_FLIP_ENSEMBLE", "tracking_model", "FrameRegistrations", "TrackingRun"]
+__all__ = ["TrackSettings", "TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "TRACK_FLIP_ENSEMBLE", "tracking_model", "FrameRegistrations", "TrackingRun"]
 
 #: learned ODE steps of each registration when tracking loads NPC weights (their own setting is for
 #: any pair, 10 for ``acdc``). Consecutive frames move little, so fewer steps keep the accuracy in less
@@ -38,6 +35,51 @@ TRACK_FLIP_ENSEMBLE: Optional[int] = 2
 Models = Mapping[bool, Tuple[torch.nn.Module, str]]
 #: ``(moving, fixed, consecutive-frame network)`` -> ``(field, seconds, the label's weight and prior summary or None)``
 _Cache = Dict[Tuple[int, int, bool], Tuple[torch.Tensor, float, Optional[Dict[str, Any]]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackSettings:
+    """What a tracking run gives its registrations (each scheme says what they mean for it).
+
+    Args:
+        model: the registration model as for :func:`monai_npc.register` (a name, a file or a network).
+        refine_iterations, num_steps: test-time refinement steps and learned ODE steps of each registration
+            (``None``: the defaults of the network each scheme registers with; ``anchored``: ``refine_iterations``
+            is its correction's, :class:`~monai_npc.apps.tracking.schemes.Anchored`).
+        label_guidance: ``None``, ``0`` or a weight ``W > 0`` (:meth:`~monai_npc.apps.tracking.schemes.TrackingScheme.labels`).
+        register_kwargs: passed to every :func:`monai_npc.register` (``threads``, ``device``, ``size``...).
+
+    Raises:
+        ValueError: a negative ``label_guidance``.
+    """
+
+    model: Any = "acdc"
+    refine_iterations: Optional[int] = None
+    num_steps: Optional[int] = None
+    label_guidance: Optional[float] = None
+    register_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        guidance = None if self.label_guidance is None else float(self.label_guidance)
+        if guidance is not None and not guidance >= 0:
+            raise ValueError(f"label_guidance (--label-guidance) must be >= 0 or None, got {self.label_guidance}.")
+        object.__setattr__(self, "label_guidance", guidance)
+
+    @property
+    def device(self) -> Any:
+        return self.register_kwargs.get("device") or "cpu"
+
+    @property
+    def carried(self) -> bool:
+        """Every registration gets its moving frame's label (``label_guidance > 0``)."""
+        return self.label_guidance is not None and self.label_guidance > 0
+
+    def registration_kwargs(self) -> Dict[str, Any]:
+        """The keywords of each :func:`monai_npc.register` (``label_guidance`` only where given: ``None`` is register's own)."""
+        kwargs = dict(self.register_kwargs)
+        if self.label_guidance is not None:
+            kwargs["label_guidance"] = self.label_guidance
+        return kwargs
 
 
 def tracking_model(
@@ -171,13 +213,13 @@ class FrameRegistrations:
 @dataclasses.dataclass
 class TrackingRun:
     """What the schemes of one tracking run share: the cine, the reference frame and its ``(Z, H, W)`` label, the
-    :class:`~monai_npc.apps.tracking.schemes.TrackSettings`, the networks loaded once (:data:`Models`), the progress
-    bar's update and the registrations so far (:data:`_Cache`)."""
+    :class:`TrackSettings`, the networks loaded once (:data:`Models`), the progress bar's update and the registrations
+    so far (:data:`_Cache`)."""
 
     cine: Cine
     reference: int
     label: np.ndarray
-    settings: "TrackSettings"
+    settings: TrackSettings
     models: Models
     progress: Optional[Callable[[], None]] = None
     cache: _Cache = dataclasses.field(default_factory=dict)

@@ -17,10 +17,11 @@ the offset of frame ``t`` along the cycle:
   refinement), each composed field refined against the reference frame before the next frame builds on it
   (:mod:`~monai_npc.apps.tracking.anchor`; ``T`` registrations and ``T`` refinements).
 
-Each scheme owns what the run's settings (:class:`TrackSettings`) mean for it: the networks it registers
-with (consecutive frames: tracking's steps, :func:`~monai_npc.apps.tracking.registrations.tracking_model`;
-frames further apart: register's), which registrations get a label (``label_guidance``), how many
-registrations it makes, and what :attr:`~monai_npc.apps.tracking.result.Tracking.settings` records.
+Each scheme owns what the run's settings (:class:`~monai_npc.apps.tracking.registrations.TrackSettings`) mean for
+it: the networks it registers with (consecutive frames: tracking's steps,
+:func:`~monai_npc.apps.tracking.registrations.tracking_model`; frames further apart: register's), which
+registrations get a label (``label_guidance``), how many registrations it makes, and what
+:attr:`~monai_npc.apps.tracking.result.Tracking.settings` records.
 
 Light to import (the command line's ``--help`` reads :data:`SCHEMES`): torch loads inside the methods.
 """
@@ -28,7 +29,7 @@ Light to import (the command line's ``--help`` reads :data:`SCHEMES`): torch loa
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
 if TYPE_CHECKING:
     import torch
@@ -36,54 +37,9 @@ if TYPE_CHECKING:
     from .registrations import FrameRegistrations, TrackingRun
 
 __all__ = [
-    "TrackSettings", "SchemeFields", "TrackingScheme", "Direct", "Sequential", "Average", "Bidirectional", "Anchored",
+    "SchemeFields", "TrackingScheme", "Direct", "Sequential", "Average", "Bidirectional", "Anchored",
     "SCHEMES", "DEFAULT_SCHEME", "scheme", "registration_count",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class TrackSettings:
-    """What a tracking run gives its registrations (each scheme says what they mean for it).
-
-    Args:
-        model: the registration model as for :func:`monai_npc.register` (a name, a file or a network).
-        refine_iterations, num_steps: test-time refinement steps and learned ODE steps of each registration
-            (``None``: the defaults of the network each scheme registers with; ``anchored``: ``refine_iterations``
-            is its correction's, :class:`Anchored`).
-        label_guidance: ``None``, ``0`` or a weight ``W > 0`` (:meth:`TrackingScheme.labels`).
-        register_kwargs: passed to every :func:`monai_npc.register` (``threads``, ``device``, ``size``...).
-
-    Raises:
-        ValueError: a negative ``label_guidance``.
-    """
-
-    model: Any = "acdc"
-    refine_iterations: Optional[int] = None
-    num_steps: Optional[int] = None
-    label_guidance: Optional[float] = None
-    register_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        guidance = None if self.label_guidance is None else float(self.label_guidance)
-        if guidance is not None and not guidance >= 0:
-            raise ValueError(f"label_guidance (--label-guidance) must be >= 0 or None, got {self.label_guidance}.")
-        object.__setattr__(self, "label_guidance", guidance)
-
-    @property
-    def device(self) -> Any:
-        return self.register_kwargs.get("device") or "cpu"
-
-    @property
-    def carried(self) -> bool:
-        """Every registration gets its moving frame's label (``label_guidance > 0``)."""
-        return self.label_guidance is not None and self.label_guidance > 0
-
-    def registration_kwargs(self) -> Dict[str, Any]:
-        """The keywords of each :func:`monai_npc.register` (``label_guidance`` only where given: ``None`` is register's own)."""
-        kwargs = dict(self.register_kwargs)
-        if self.label_guidance is not None:
-            kwargs["label_guidance"] = self.label_guidance
-        return kwargs
 
 
 @dataclasses.dataclass

@@ -31,9 +31,9 @@ from monai_npc.functional.label_warp import indicator_tensor, warp_indicators
 from .cine import Cine, label_frame, read_cine, read_frame_label
 from .pair import track_pair
 from .progress import progress_bar
-from .registrations import TRACK_FLIP_ENSEMBLE, TRACK_NUM_STEPS, TRACK_REFINE_ITERATIONS, TrackingRun, tracking_model
+from .registrations import TRACK_FLIP_ENSEMBLE, TRACK_NUM_STEPS, TRACK_REFINE_ITERATIONS, TrackingRun, TrackSettings, tracking_model
 from .result import Tracking, label_dice
-from .schemes import DEFAULT_SCHEME, SCHEMES, TrackingScheme, TrackSettings, registration_count
+from .schemes import DEFAULT_SCHEME, SCHEMES, TrackingScheme, registration_count
 from .schemes import scheme as find_scheme
 
 logger = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def track(
             file are loaded once with the tracking settings (:func:`tracking_model`), a network is
             used as it is.
         refine_iterations, num_steps: test-time refinement steps and learned ODE steps of each registration
-            (:class:`~monai_npc.apps.tracking.schemes.TrackSettings`); ``None``: between consecutive frames
+            (:class:`~monai_npc.apps.tracking.registrations.TrackSettings`); ``None``: between consecutive frames
             :data:`TRACK_REFINE_ITERATIONS` (10) and :data:`TRACK_NUM_STEPS` (4), in less time than the pair defaults
             (docs/design_notes.md, "apps/tracking"); across more frames (``direct``, ``average``) ``register``'s (40
             and 6 for ``acdc``); ``anchored``: its correction's steps (:class:`~monai_npc.apps.tracking.schemes.Anchored`).
