@@ -63,6 +63,9 @@ class TrackingScheme:
     #: register's settings (frames further apart)
     networks: ClassVar[Tuple[bool, ...]] = ()
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
     def registration_groups(self, frames: int) -> Dict[str, int]:
         """``{group: registrations}`` it makes for ``frames`` frames; schemes naming one group share it
         (:func:`registration_count`)."""
@@ -87,7 +90,7 @@ class TrackingScheme:
         by_offset, cycle = self.offsets(pairs, run.reference, len(run.cine))
         return SchemeFields(frame_order(by_offset, run.reference), cycle, pairs, pairs.settings())
 
-    def offsets(self, pairs: "FrameRegistrations", ref: int, frames: int) -> Tuple[List["torch.Tensor"], Optional["torch.Tensor"]]:
+    def offsets(self, pairs: FrameRegistrations, ref: int, frames: int) -> Tuple[List[torch.Tensor], Optional[torch.Tensor]]:
         """``(fields of the frames ref, ref + 1, ... (mod T) to the reference, cycle field or None)``."""
         raise NotImplementedError
 
@@ -101,7 +104,7 @@ class Direct(TrackingScheme):
     def registration_groups(self, frames: int) -> Dict[str, int]:
         return {"reference onto every frame": frames - 1}
 
-    def offsets(self, pairs, ref, frames):
+    def offsets(self, pairs: FrameRegistrations, ref: int, frames: int) -> Tuple[List[torch.Tensor], Optional[torch.Tensor]]:
         return [pairs(ref, (ref + k) % frames, direct=True) for k in range(frames)], None
 
 
@@ -114,7 +117,7 @@ class Sequential(TrackingScheme):
     def registration_groups(self, frames: int) -> Dict[str, int]:
         return {"forward chain": frames}
 
-    def offsets(self, pairs, ref, frames):
+    def offsets(self, pairs: FrameRegistrations, ref: int, frames: int) -> Tuple[List[torch.Tensor], Optional[torch.Tensor]]:
         out = chain(pairs, ref, frames, +1)
         return out[:-1], out[-1]
 
@@ -128,7 +131,7 @@ class Average(Sequential):
     def registration_groups(self, frames: int) -> Dict[str, int]:
         return dict(super().registration_groups(frames), **Direct().registration_groups(frames))
 
-    def offsets(self, pairs, ref, frames):
+    def offsets(self, pairs: FrameRegistrations, ref: int, frames: int) -> Tuple[List[torch.Tensor], Optional[torch.Tensor]]:
         by_offset, cycle = super().offsets(pairs, ref, frames)
         return [0.5 * (c + pairs(ref, (ref + k) % frames, direct=True)) for k, c in enumerate(by_offset)], cycle
 
@@ -141,12 +144,12 @@ class Bidirectional(Sequential):
     def registration_groups(self, frames: int) -> Dict[str, int]:
         return dict(super().registration_groups(frames), **{"backward chain": frames})
 
-    def offsets(self, pairs, ref, frames):
+    def offsets(self, pairs: FrameRegistrations, ref: int, frames: int) -> Tuple[List[torch.Tensor], Optional[torch.Tensor]]:
         fwd, bwd = chain(pairs, ref, frames, +1), chain(pairs, ref, frames, -1)
         return [fwd[k] * ((frames - k) / frames) + bwd[frames - k] * (k / frames) for k in range(frames)], fwd[-1]
 
 
-class Anchored(Sequential):
+class Anchored(TrackingScheme):
     """The network's consecutive-frame fields (no refinement, its own network and registrations) chained, each
     composed field refined against the reference frame
     (:class:`~monai_npc.apps.tracking.anchor.ReferenceAnchor`) before the next frame builds on it.
@@ -174,7 +177,7 @@ class Anchored(Sequential):
         from .anchor import ReferenceAnchor
         from .registrations import tracking_model
 
-        s = run.settings
+        s = run.settings  # between consecutive frames the network alone (0 refinement steps); a module as it is
         net, name = tracking_model(s.model, s.device, None if isinstance(s.model, torch.nn.Module) else 0, s.num_steps, consecutive=True)
         anchor = ReferenceAnchor(run.cine.arrays(), run.reference, run.label, getattr(net, "refiner", None), s.refine_iterations)
         pairs = run.pairs(self.labels(s.label_guidance), {True: (net, name)})
