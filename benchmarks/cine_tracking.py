@@ -160,9 +160,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.flip is not None:
-        from monai_npc.apps.tracking import track as track_module
+        from monai_npc.apps.tracking import registrations
 
-        track_module.TRACK_FLIP_ENSEMBLE = args.flip
+        registrations.TRACK_FLIP_ENSEMBLE = args.flip
     import SimpleITK as sitk
     import torch
 

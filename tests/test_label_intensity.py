@@ -89,16 +89,16 @@ def test_register_and_track_use_the_moving_label():
     with pytest.raises(ValueError, match=r"label_guidance \(--label-guidance\) must be >= 0"):
         monai_npc.register(ed, es, moving_label=lab, label_guidance=-1.0, **kw)
 
-    from monai_npc.apps.tracking import track as track_module
+    from monai_npc.apps.tracking import registrations as registrations_module  # where the pairwise registrations call register
 
     calls = []
-    real = track_module.register
+    real = registrations_module.register
 
     def spy(moving, fixed, *args, **kwargs):
         calls.append((kwargs.get("moving_label"), kwargs.get("label_guidance")))
         return real(moving, fixed, *args, **kwargs)
 
-    with mock.patch.object(track_module, "register", spy):
+    with mock.patch.object(registrations_module, "register", spy):
         monai_npc.track(c["image"], lab, 0, "sequential", spacing=c["spacing"], refine_iterations=2, threads=1, progress=False,
                         label_guidance=0.05)
     assert len(calls) == 4 and all(lbl is not None and w == 0.05 for lbl, w in calls)
@@ -106,14 +106,14 @@ def test_register_and_track_use_the_moving_label():
 
     np.testing.assert_array_equal(sitk.GetArrayFromImage(calls[0][0]), lab)  # the first step gets the reference label itself
     calls.clear()
-    with mock.patch.object(track_module, "register", spy):
+    with mock.patch.object(registrations_module, "register", spy):
         monai_npc.track(c["image"], lab, 0, "sequential", spacing=c["spacing"], refine_iterations=2, threads=1, progress=False)
     # default: the registration from the reference frame gets its label with register's own weight, the chain none
     assert len(calls) == 4 and calls[0][0] is not None and calls[0][1] is None
     np.testing.assert_array_equal(sitk.GetArrayFromImage(calls[0][0]), lab)
     assert all(lbl is None and w is None for lbl, w in calls[1:])
     calls.clear()
-    with mock.patch.object(track_module, "register", spy):
+    with mock.patch.object(registrations_module, "register", spy):
         monai_npc.track(c["image"], lab, 0, "direct", spacing=c["spacing"], refine_iterations=2, threads=1, progress=False,
                         label_guidance=0.0)
     assert len(calls) == 3 and all(lbl is None and w == 0.0 for lbl, w in calls)  # 0: no registration gets a label

@@ -140,15 +140,15 @@ def test_tracking_model_settings():
 
 def test_track_settings_per_pair(cine, monkeypatch):
     """The chains' consecutive frames (round the cycle too) get tracking's 4 ODE steps, direct's registrations register's 6."""
-    from monai_npc.apps.tracking import track as track_module
+    from monai_npc.apps.tracking import registrations as registrations_module  # where the pairwise registrations call register
 
-    steps, real = [], track_module.register
+    steps, real = [], registrations_module.register
 
     def spy(moving, fixed, **kwargs):
         steps.append(kwargs["model"].ode.num_steps)
         return real(moving, fixed, **kwargs)
 
-    monkeypatch.setattr(track_module, "register", spy)
+    monkeypatch.setattr(registrations_module, "register", spy)
     track_schemes(cine["image"], cine["label"][0], 0, ("direct", "sequential"), spacing=cine["spacing"], refine_iterations=0,
                   threads=1, progress=False)
     # 5 frames: sequential's (0,1) (1,2) (2,3) (3,4) (4,0) are consecutive; direct registers the reference onto every

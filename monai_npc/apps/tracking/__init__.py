@@ -3,7 +3,11 @@
 - :mod:`~monai_npc.apps.tracking.cine`: 4-D short-axis cines (NIfTI ``(X, Y, Z, T)``, cine DICOM
   folders, arrays) as a list of 3-D frames on one grid, and back to a 4-D image.
 - :mod:`~monai_npc.apps.tracking.track`: :func:`track`, a label on one frame carried to every frame
-  with :func:`monai_npc.register` (schemes ``anchored``, ``sequential``, ``direct``, ``average``, ``bidirectional``).
+  with :func:`monai_npc.register`.
+- :mod:`~monai_npc.apps.tracking.schemes`: the schemes (``direct``, ``sequential``, ``average``, ``bidirectional``,
+  ``anchored``) as objects: their networks, label rule, registrations and per-frame fields.
+- :mod:`~monai_npc.apps.tracking.registrations`: the run's settings, the networks tracking loads, the pairwise
+  registrations cached between schemes.
 - :mod:`~monai_npc.apps.tracking.anchor`: the ``anchored`` scheme's correction of a chained field against the reference frame.
 - :mod:`~monai_npc.apps.tracking.cohort`: :func:`track_cohort`, many studies from a CSV, resumable,
   shared between ``torchrun`` ranks.
@@ -20,7 +24,7 @@ from monai_npc.runtime import lazy_exports
 
 _EXPORTS = {
     "cine": ("Cine", "read_cine"),
-    "schemes": ("SCHEMES", "DEFAULT_SCHEME"),
+    "schemes": ("SCHEMES", "DEFAULT_SCHEME", "scheme"),
     "track": ("Tracking", "track", "track_schemes"),
     "outputs": ("write_tracking",),
     "cohort": ("track_cohort", "read_cohort"),

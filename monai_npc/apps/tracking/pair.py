@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Optional
+from typing import Optional
 
 import numpy as np
 import SimpleITK as sitk
@@ -16,14 +16,16 @@ from monai_npc.cardiac.function import ACDC_STRUCTURES, cardiac_function, volume
 from .cine import Cine
 from .progress import progress_bar
 from .result import Tracking
+from .registrations import TrackSettings
 
 __all__ = ["track_pair"]
 
 
-def track_pair(data: Cine, ref: int, ref_label: np.ndarray, model: Any, descent: bool, refine_iterations: Optional[int],
-          num_steps: Optional[int], label_guidance: Optional[float], ed_frame, es_frame, progress: bool, register_kwargs: Dict[str, Any]) -> Tracking:
+def track_pair(data: Cine, ref: int, ref_label: np.ndarray, settings: TrackSettings, descent: bool, ed_frame: Optional[int],
+               es_frame: Optional[int], progress: bool) -> Tracking:
     """A two-frame cine as one :func:`monai_npc.register` of the reference frame onto the other with the reference label
-    (register's settings for the model, its label-guided refinement and label prior), the basal rules (``descent``)
+    ``(Z, H, W)`` and the run's ``settings`` (register's settings for the model where they leave them, its label-guided
+    refinement and label prior), the basal rules (``descent``)
     as a through-plane part of the field (:func:`~monai_npc.apps.registration.through_plane.basal_through_plane`:
     ED->ES when the carried LV is smaller than the reference's, else ES->ED); the carried label is the registration's
     ``warped_label``."""
@@ -31,12 +33,9 @@ def track_pair(data: Cine, ref: int, ref_label: np.ndarray, model: Any, descent:
     other = 1 - ref
     label_image = sitk.GetImageFromArray(np.asarray(ref_label, dtype=np.int16))
     label_image.CopyInformation(data.frames[ref])
-    kwargs = dict(register_kwargs)
-    if label_guidance is not None:  # None: register's own
-        kwargs["label_guidance"] = float(label_guidance)
     bar = progress_bar(progress, 1, "track (one pair)")
-    reg = register(data.frames[ref], data.frames[other], model=model, moving_label=label_image, refine_iterations=refine_iterations,
-                   num_steps=num_steps, **kwargs)
+    reg = register(data.frames[ref], data.frames[other], model=settings.model, moving_label=label_image,
+                   refine_iterations=settings.refine_iterations, num_steps=settings.num_steps, **settings.registration_kwargs())
     if bar is not None:
         bar.update()
         bar.close()

@@ -1,0 +1,236 @@
+"""The pairwise registrations of a tracking run: what it gives them (:class:`TrackSettings`), the networks tracking
+loads (:func:`tracking_model`), the registrations cached between schemes (:class:`FrameRegistrations`) and what the
+schemes of one run share (:class:`TrackingRun`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+
+import numpy as np
+import SimpleITK as sitk
+import torch
+
+from monai_npc.apps.registration.api import register
+from monai_npc.functional.label_warp import warp_label
+
+from .cine import Cine
+
+__all__ = ["TrackSettings", "TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "TRACK_FLIP_ENSEMBLE", "tracking_model", "FrameRegistrations", "TrackingRun"]
+
+#: learned ODE steps of each registration when tracking loads NPC weights (their own setting is for
+#: any pair, 10 for ``acdc``). Consecutive frames move little, so fewer steps keep the accuracy in less
+#: time (docs/design_notes.md, "apps/tracking").
+TRACK_NUM_STEPS = 4
+#: test-time refinement steps of each registration when tracking loads NPC weights (``acdc``: 50 for pairs)
+TRACK_REFINE_ITERATIONS = 10
+#: the learned field of each consecutive-frame registration averaged with that of the pair turned by 180 degrees (as
+#: ``register`` does for ``acdc`` pairs): the network's small systematic displacement on nearly still pairs cancels
+#: instead of adding up along the chain (docs/design_notes.md, "apps/tracking"); ``None``: the weights' own setting
+TRACK_FLIP_ENSEMBLE: Optional[int] = 2
+
+#: ``{consecutive: (network, name)}``: the network for the chains' consecutive frames (``True``) and the one with
+#: register's settings (``False``)
+Models = Mapping[bool, Tuple[torch.nn.Module, str]]
+#: ``(moving, fixed, consecutive-frame network)`` -> ``(field, seconds, the label's weight and prior summary or None)``
+_Cache = Dict[Tuple[int, int, bool], Tuple[torch.Tensor, float, Optional[Dict[str, Any]]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackSettings:
+    """What a tracking run gives its registrations (each scheme says what they mean for it).
+
+    Args:
+        model: the registration model as for :func:`monai_npc.register` (a name, a file or a network).
+        refine_iterations, num_steps: test-time refinement steps and learned ODE steps of each registration
+            (``None``: the defaults of the network each scheme registers with; ``anchored``: ``refine_iterations``
+            is its correction's, :class:`~monai_npc.apps.tracking.schemes.Anchored`).
+        label_guidance: ``None``, ``0`` or a weight ``W > 0`` (:meth:`~monai_npc.apps.tracking.schemes.TrackingScheme.labels`).
+        register_kwargs: passed to every :func:`monai_npc.register` (``threads``, ``device``, ``size``...).
+
+    Raises:
+        ValueError: a negative ``label_guidance``.
+    """
+
+    model: Any = "acdc"
+    refine_iterations: Optional[int] = None
+    num_steps: Optional[int] = None
+    label_guidance: Optional[float] = None
+    register_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        guidance = None if self.label_guidance is None else float(self.label_guidance)
+        if guidance is not None and not guidance >= 0:
+            raise ValueError(f"label_guidance (--label-guidance) must be >= 0 or None, got {self.label_guidance}.")
+        object.__setattr__(self, "label_guidance", guidance)
+
+    @property
+    def device(self) -> Any:
+        return self.register_kwargs.get("device") or "cpu"
+
+    @property
+    def carried(self) -> bool:
+        """Every registration gets its moving frame's label (``label_guidance > 0``)."""
+        return self.label_guidance is not None and self.label_guidance > 0
+
+    def registration_kwargs(self) -> Dict[str, Any]:
+        """The keywords of each :func:`monai_npc.register` (``label_guidance`` only where given: ``None`` is register's own)."""
+        kwargs = dict(self.register_kwargs)
+        if self.label_guidance is not None:
+            kwargs["label_guidance"] = self.label_guidance
+        return kwargs
+
+
+def tracking_model(
+    model: Any = "acdc", device: Union[str, torch.device] = "cpu", refine_iterations: Optional[int] = None, num_steps: Optional[int] = None,
+    consecutive: bool = True,
+) -> Tuple[torch.nn.Module, str]:
+    """``(network, name)`` that :func:`~monai_npc.apps.tracking.track.track` registers two frames with. NPC weights by
+    name or file get ``num_steps`` ODE steps and ``refine_iterations`` refinement steps; ``None``:
+    :data:`TRACK_NUM_STEPS` and :data:`TRACK_REFINE_ITERATIONS` (and the :data:`TRACK_FLIP_ENSEMBLE`) for ``consecutive`` frames,
+    ``register``'s otherwise (:func:`monai_npc.apps.registration.models.register_settings`; 6 and
+    40 for ``acdc``: ``direct`` registers the reference onto every frame, up to the whole motion of
+    the cycle). A network is used as it is (:func:`monai_npc.apps.registration.models.resolve_model`)."""
+    from monai_npc.apps.registration.models import is_phase_correlation, resolve_model
+
+    if isinstance(model, torch.nn.Module):
+        return resolve_model(model, device, refine_iterations, num_steps)  # used as it is (warns if steps were given)
+    if consecutive and not is_phase_correlation(model):  # tracking's own steps, on the weights' residual grid (register's
+        # coarser grid registered consecutive frames worse, docs/design_notes.md); phase correlation has no steps to set
+        refine_iterations = TRACK_REFINE_ITERATIONS if refine_iterations is None else refine_iterations
+        num_steps = TRACK_NUM_STEPS if num_steps is None else num_steps
+    net, name = resolve_model(model, device, refine_iterations, num_steps, register_defaults=not consecutive)
+    if consecutive and TRACK_FLIP_ENSEMBLE is not None and hasattr(net, "set_flip_ensemble"):
+        net.set_flip_ensemble(TRACK_FLIP_ENSEMBLE)
+    return net, name
+
+
+class FrameRegistrations:
+    """Pairwise in-plane fields ``(Z, 2, H, W)`` (frame voxels) from :func:`monai_npc.register`, cached
+    (the chains' consecutive frames registered with one network, the rest with register's settings).
+
+    Args:
+        cine: the frames.
+        models: :data:`Models`, the networks of the kinds of pairs the scheme registers.
+        register_kwargs: passed to every :func:`monai_npc.register`.
+        progress: called after each new registration.
+        cache: the registrations so far (:data:`_Cache`), shared between schemes; ``None``: a new one.
+        reference: ``(frame, label)`` of the reference: registrations from the reference frame get its label
+            (register's label-guided refinement and label prior), and with ``carry`` every other one gets its moving
+            frame's label as carried there by the chain so far; ``None``: no registration gets a label.
+    """
+
+    def __init__(
+        self, cine: Cine, models: Models, register_kwargs: Dict[str, Any], progress: Optional[Callable[[], None]] = None,
+        cache: Optional[_Cache] = None, reference: Optional[Tuple[int, np.ndarray]] = None, carry: bool = True,
+    ) -> None:
+        self.cine, self.models, self.kwargs, self.progress = cine, models, register_kwargs, progress
+        self.reference, self.carry = reference, carry
+        self.cache: _Cache = {} if cache is None else cache
+        self.used: set = set()
+        #: registration seconds of the pairs this object registered itself (not found in the cache)
+        self.new_seconds = 0.0
+
+    def __call__(self, moving: int, fixed: int, to_reference: Optional[torch.Tensor] = None, direct: bool = False) -> torch.Tensor:
+        """The field of ``moving`` registered onto ``fixed``; ``to_reference``: the field of ``moving`` to
+        the reference frame (what carries the reference label there), when ``moving`` is not the reference;
+        ``direct``: with register's settings even between consecutive frames."""
+        n = len(self.cine)
+        near = not direct and (fixed - moving) % n in (1, n - 1)
+        key = (moving % n, fixed % n, near)
+        if key not in self.cache:
+            t0 = time.perf_counter()
+            field_, note = self._register(key, to_reference)
+            self.cache[key] = (field_, time.perf_counter() - t0, note)
+            self.new_seconds += self.cache[key][1]
+            if self.progress is not None and key[0] != key[1]:
+                self.progress()
+        self.used.add(key)
+        return self.cache[key][0]
+
+    def _register(self, key: Tuple[int, int, bool], to_reference: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[Dict[str, Any]]]:
+        """``(field, the label's weight and prior summary or None)`` of the pair ``key`` (zero from a frame onto itself)."""
+        moving, fixed, near = key
+        if moving == fixed:
+            z, (h, w) = self.cine.frames[0].GetSize()[2], self.cine.frames[0].GetSize()[1::-1]
+            return torch.zeros(z, 2, h, w), None
+        net, name = self.models[near]
+        kwargs = dict(self.kwargs, model=net)
+        kwargs.setdefault("model_name", name)
+        label = self._label(moving, to_reference)
+        reg = register(self.cine.frames[moving], self.cine.frames[fixed], moving_label=label, **kwargs)
+        field_ = reg.ddf[1:].permute(1, 0, 2, 3).contiguous().float()  # (3, Z, H, W) -> (Z, 2, H, W)
+        note = ({"label_guidance": reg.summary["label_guidance"], "label_prior": reg.summary.get("label_prior")}
+                if label is not None and (reg.summary.get("label_guidance") or 0) > 0 else None)
+        return field_, note
+
+    def _label(self, frame: int, to_reference: Optional[torch.Tensor]) -> Optional[sitk.Image]:
+        """The label of ``frame`` as an image on its grid (``None`` without a reference or a field to carry it)."""
+        if self.reference is None:
+            return None
+        ref, ref_label = self.reference
+        if frame == ref % len(self.cine):
+            arr = ref_label
+        elif to_reference is None or not self.carry:
+            return None
+        else:
+            arr = warp_label(ref_label, to_reference, sorted(int(v) for v in np.unique(ref_label) if v != 0))
+        image = sitk.GetImageFromArray(np.asarray(arr, dtype=np.int16))
+        image.CopyInformation(self.cine.frames[frame])
+        return image
+
+    def settings(self) -> Dict[str, Dict[str, Any]]:
+        """The network of each kind of pair this scheme registered (name, ODE steps, refinement steps; ``None``: not an
+        NPC network) and, where registrations got a label, its guidance weight and what the label prior did: the
+        prior's name and the frames it acted on and did not (``register``'s checks, per registration: it stood aside or
+        was dropped)."""
+        kinds = {near for m, f, near in self.used if m != f}
+        out: Dict[str, Dict[str, Any]] = {}
+        for near in sorted(kinds, reverse=True):
+            net, name = self.models[near]
+            out["consecutive frames" if near else "register's settings"] = {
+                "model": name, "num_steps": getattr(getattr(net, "ode", None), "num_steps", None),
+                "refine_iterations": getattr(getattr(net, "refiner", None), "iterations", None),
+            }
+        notes = {f: self.cache[(m, f, near)][2] for m, f, near in sorted(self.used) if self.cache[(m, f, near)][2] is not None}
+        if notes:
+            priors = {f: n["label_prior"] for f, n in notes.items() if n.get("label_prior")}
+            out["label"] = {
+                "label_guidance": sorted({n["label_guidance"] for n in notes.values()}),
+                "label_prior": sorted({p["name"] for p in priors.values()}) or None,
+                "prior_acted_on_frames": [f for f, p in priors.items() if p.get("weight", 0) > 0],
+                "prior_did_not_act_on_frames": [f for f, p in priors.items() if not p.get("weight", 0) > 0],
+            }
+        return out
+
+    @property
+    def seconds(self) -> float:
+        """Registration seconds of the pairs this scheme used."""
+        return float(sum(self.cache[k][1] for k in self.used))
+
+
+@dataclasses.dataclass
+class TrackingRun:
+    """What the schemes of one tracking run share: the cine, the reference frame and its ``(Z, H, W)`` label, the
+    :class:`TrackSettings`, the networks loaded once (:data:`Models`), the progress bar's update and the registrations
+    so far (:data:`_Cache`)."""
+
+    cine: Cine
+    reference: int
+    label: np.ndarray
+    settings: TrackSettings
+    models: Models
+    progress: Optional[Callable[[], None]] = None
+    cache: _Cache = dataclasses.field(default_factory=dict)
+
+    def pairs(self, labels: Tuple[bool, bool], models: Optional[Models] = None) -> FrameRegistrations:
+        """The registrations of a scheme; ``labels``: ``(registrations from the reference frame get its label, every
+        other one gets its moving frame's carried label)`` (:meth:`~monai_npc.apps.tracking.schemes.TrackingScheme.labels`);
+        ``models``: the scheme's own networks, with registrations of its own (``None``: the run's, shared)."""
+        labelled, carry = labels
+        reference = (self.reference, self.label) if labelled else None
+        kwargs = self.settings.registration_kwargs()
+        if models is not None:
+            return FrameRegistrations(self.cine, models, kwargs, self.progress, None, reference, carry)
+        return FrameRegistrations(self.cine, self.models, kwargs, self.progress, self.cache, reference, carry)
