@@ -194,7 +194,7 @@ def evaluate_studies(
     once every rank's rows are gathered, writes the files above from all of them, in study order,
     as one process would; ``device`` ``"cuda"`` is each rank's own GPU.
     """
-    from monai_npc.runtime import barrier, distributed, gather_shards, rank_desc, rank_device, shard
+    from monai_npc.runtime import distributed, gather_shards, rank_desc, rank_device, shard
 
     out = Path(out)
     methods = (["npc"] if with_npc else []) + (["demons"] if with_demons else [])
@@ -202,11 +202,7 @@ def evaluate_studies(
         raise ValueError("nothing to evaluate: with_npc and with_demons are both False.")
     demons = {"iterations": int(demons_iterations), "smoothing": float(demons_smoothing)}
     with distributed() as (rank, world_size):
-        if rank == 0:
-            status_file(out, "metrics.json")  # a previous run's is removed
-            for path in [] if resume else _row_files(out):
-                path.unlink()
-        barrier()  # before any rank reads the rows to resume
+        _start(out, resume, rank)
         device = rank_device(device)
         net, name = load_model(model, device, refine_iterations)
         settings = _run_settings(out, resume, {
@@ -224,12 +220,23 @@ def evaluate_studies(
             if progress and hasattr(bar, "set_postfix"):
                 bar.set_postfix({m: f"{nanmean(r['dice_mean'] for p in parts for r in p[0] if r['method'] == m):.3f}" for m in methods})
         parts = gather_shards(parts, world_size)
-        rows = [r for p in parts for r in p[0]]  # in study, pair and method order
-        skipped = [r for p in parts for r in p[1]]
+        rows, skipped = [r for p in parts for r in p[0]], [r for p in parts for r in p[1]]  # in study, pair and method order
         result = _result(root, name, methods, directions, demons if with_demons else None, threads, basal_descent, settings, rows, skipped)
         if rank == 0:
             _write_outputs(out, rows, old, result, figure)
     return result
+
+
+def _start(out: Path, resume: bool, rank: int) -> None:
+    """Rank 0 removes the previous ``metrics.json`` (and, without ``resume``, the rows); then every rank
+    waits for it (:func:`monai_npc.runtime.barrier`) before reading the rows to resume."""
+    from monai_npc.runtime import barrier
+
+    if rank == 0:
+        status_file(out, "metrics.json")
+        for path in [] if resume else _row_files(out):
+            path.unlink()
+    barrier()
 
 
 def _evaluate_study(

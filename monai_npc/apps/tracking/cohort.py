@@ -32,7 +32,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -195,6 +195,32 @@ def _request(study: CohortRow, net: Any, name: str, scheme: str, register_kwargs
     return tracking_request(study.cine, study.label, frame, scheme, net, model_name=name, **strain, **register_kwargs)
 
 
+def _track_studies(studies: Any, cohort: PathLike, net: Any, name: str, scheme: str, figure: bool, kwargs: Dict[str, Any],
+                   strain: Dict[str, Any], strict: bool) -> Tuple[List[Dict[str, Any]], Optional[str]]:
+    """This rank's rows of :func:`track_cohort` (each study skipped when done, else tracked, or failed) and,
+    with ``strict``, the message of the bad study it stopped at (else ``None``)."""
+    from monai_npc.utils import error_line
+
+    rows: List[Dict[str, Any]] = []
+    for study in studies:
+        done = study_done(study.out, _request(study, net, name, scheme, kwargs, strain))
+        if done is not None:
+            logger.warning("study %s: skipped, already done (%s is complete)", study.name, Path(study.out) / TRACK_OUTPUTS["function"])
+            rows.append(_row(study, "skipped", summary=done, seconds=done.get("seconds", float("nan"))))
+            continue
+        t0 = time.perf_counter()
+        try:
+            summary = _track_study(study, net, name, scheme, figure, kwargs, strain)
+            rows.append(_row(study, "ok", summary=summary, seconds=time.perf_counter() - t0))
+        except Exception as err:  # noqa: BLE001 - one bad study of many is reported, not fatal
+            error = error_line(err)
+            logger.error("study %s (cohort CSV row %d) failed: %s", study.name, study.row, error)
+            rows.append(_row(study, "failed", error, seconds=time.perf_counter() - t0))
+            if strict:  # the merged CSV still gets every rank's rows
+                return rows, f"study {study.name} (cohort CSV {cohort}, row {study.row}) failed: {error}"
+    return rows, None
+
+
 def track_cohort(
     cohort: PathLike,
     out: PathLike,
@@ -238,8 +264,6 @@ def track_cohort(
     """
     from tqdm.auto import tqdm
 
-    from monai_npc.utils import error_line
-
     from .track import tracking_model
 
     if os.path.abspath(cohort) == os.path.abspath(Path(out) / COHORT_FILE):
@@ -254,28 +278,9 @@ def track_cohort(
         if not isinstance(model, torch.nn.Module):
             net = model  # by name or file: track() loads it per study (milliseconds) with the settings for each pair's frames
         kwargs = dict(register_kwargs, device=device, threads=threads, refine_iterations=refine_iterations, num_steps=num_steps)
-        strain_kwargs = {"strain": bool(strain), "frame_ms": frame_ms}
-        mine = shard(studies, rank, world_size)
-        rows: List[Dict[str, Any]] = []
-        fatal: Optional[str] = None
         desc = rank_desc("track cohort", rank, world_size)
-        for study in tqdm(mine, desc=desc, unit="study", disable=not progress, position=rank if world_size > 1 else None):
-            done = study_done(study.out, _request(study, net, name, scheme, kwargs, strain_kwargs))
-            if done is not None:
-                logger.warning("study %s: skipped, already done (%s is complete)", study.name, Path(study.out) / TRACK_OUTPUTS["function"])
-                rows.append(_row(study, "skipped", summary=done, seconds=done.get("seconds", float("nan"))))
-                continue
-            t0 = time.perf_counter()
-            try:
-                summary = _track_study(study, net, name, scheme, figure, kwargs, strain_kwargs)
-                rows.append(_row(study, "ok", summary=summary, seconds=time.perf_counter() - t0))
-            except Exception as err:  # noqa: BLE001 - one bad study of many is reported, not fatal
-                error = error_line(err)
-                logger.error("study %s (cohort CSV row %d) failed: %s", study.name, study.row, error)
-                rows.append(_row(study, "failed", error, seconds=time.perf_counter() - t0))
-                if strict:
-                    fatal = f"study {study.name} (cohort CSV {cohort}, row {study.row}) failed: {error}"
-                    break  # the merged CSV still gets every rank's rows
+        mine = tqdm(shard(studies, rank, world_size), desc=desc, unit="study", disable=not progress, position=rank if world_size > 1 else None)
+        rows, fatal = _track_studies(mine, cohort, net, name, scheme, figure, kwargs, {"strain": bool(strain), "frame_ms": frame_ms}, strict)
         rows = gather_shards(rows, world_size)  # a rank stopped by strict sent its first rows only
         if rank == 0:
             atomic_write_text(report / COHORT_FILE, cohort_csv(rows))
