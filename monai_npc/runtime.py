@@ -300,7 +300,7 @@ def rank_device(device: Optional[Union[str, Any]] = None) -> Any:
     if device is None:
         return f"cuda:{local}" if torch.cuda.is_available() else "cpu"
     if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r}: CUDA is not available on this machine (use device 'cpu').")
+        raise ValueError(f"device {str(device)!r}: CUDA is not available on this machine (use --device cpu, device='cpu').")
     return f"cuda:{local}" if str(device) == "cuda" else device
 
 

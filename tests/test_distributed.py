@@ -63,7 +63,7 @@ def test_shard_and_unshard():
     assert rank_device("cpu") == "cpu" and rank_device(None) == "cpu"  # no CUDA here
     with pytest.raises(ValueError, match=r"rank 3 is not in \[0, world_size=3\)"):
         shard(items, 3, 3)
-    with pytest.raises(ValueError, match="device 'cuda': CUDA is not available"):
+    with pytest.raises(ValueError, match=r"device .cuda.: CUDA is not available on this machine \(use --device cpu"):
         rank_device("cuda")
 
 

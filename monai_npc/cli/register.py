@@ -129,11 +129,12 @@ def _logged(fn, *args, **kwargs):
 
 def run(args: argparse.Namespace) -> int:
     from monai_npc.apps.registration.files import register_batch, register_files
+    from monai_npc.runtime import rank_device
 
     if args.size is not None and args.size < 16:
         raise ValueError(f"--size must be at least 16, got {args.size}")
     options = dict(
-        size=args.size, keep_aspect=not args.stretch, device=args.device, overview=not args.no_overview,
+        size=args.size, keep_aspect=not args.stretch, device=rank_device(args.device), overview=not args.no_overview,
         threads=getattr(args, "threads", None), pixel_space=args.pixel_space,
         moving_select=args.moving_select, fixed_select=args.fixed_select, refine_iterations=args.refine,
         num_steps=args.steps, field_of_view=args.field_of_view, label_guidance=args.label_guidance, label_sigma=args.label_sigma,

@@ -79,6 +79,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from monai_npc.apps.tracking.outputs import track_to_folder
+    from monai_npc.runtime import rank_device
 
     if args.batch:
         return run_batch(args)
@@ -86,10 +87,11 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise ValueError("missing " + ", ".join(missing) + " (or use --batch COHORT_CSV)")
     quiet = getattr(args, "quiet", False)
+    device = {} if args.device is None else {"device": rank_device(args.device)}  # a CUDA device without CUDA: one line, before any work
     result, files = track_to_folder(args.cine, args.label, args.out, args.label_frame, args.scheme, args.model, figure=not args.no_figure,
                                     progress=not (args.no_progress or quiet), refine_iterations=args.refine, num_steps=args.steps, threads=getattr(args, "threads", None),
                                     basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance,
-                                    strain=args.strain, frame_ms=args.frame_ms, **({} if args.device is None else {"device": args.device}))
+                                    strain=args.strain, frame_ms=args.frame_ms, **device)
     frame = result.reference_frame
     if not quiet:
         f = result.function
