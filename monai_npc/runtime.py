@@ -3,6 +3,12 @@
 Light on purpose (standard library only at import): :mod:`monai_npc.cli.main` imports it before
 torch, so that :func:`prefer_passive_waits` can still reach OpenMP.
 
+Ranks. :func:`distributed` starts (or joins) the ``torch.distributed`` group of a ``torchrun`` job;
+:func:`shard` gives each rank its share of a cohort (items ``rank, rank + N, ...``) and
+:func:`gather_shards` puts every rank's results back in the cohort's order; :func:`rank_device` is a
+rank's device. One set of helpers for ``monai-npc register --batch``, ``monai-npc track --batch`` and
+the bundles' stack inference and evaluation (docs/tracking.md, "Cohorts on several processes").
+
 Threads. PyTorch uses one OpenMP thread per core by default, and GNU OpenMP (the runtime of the
 Linux CPU wheels) keeps idle threads spinning after each parallel region. On a machine shared
 with another job this costs more than it gains: both processes spin on the same cores and each
@@ -20,7 +26,7 @@ import os
 import sys
 import threading
 import warnings
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "MAX_DEFAULT_THREADS",
@@ -32,6 +38,14 @@ __all__ = [
     "lazy_exports",
     "configure_logging",
     "silence_third_party",
+    "shard",
+    "unshard",
+    "rank_and_world",
+    "distributed",
+    "gather_shards",
+    "barrier",
+    "rank_device",
+    "rank_desc",
 ]
 
 #: upper bound of :func:`default_threads`: batch-1 2-D registration gains little beyond it
@@ -197,3 +211,99 @@ def configure_logging(level: str = "WARNING", quiet: bool = False) -> int:
             logger.addHandler(handler)
     silence_third_party()
     return numeric
+
+
+def shard(items: Sequence[Any], rank: int, world_size: int) -> List[Any]:
+    """Rank ``rank``'s share of ``items`` out of ``world_size`` ranks: items ``rank, rank + world_size, ...``
+    (as MONAI's ``DistributedSampler`` without shuffling and ``even_divisible=False``)."""
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, world_size={world_size}).")
+    return list(items[rank::world_size])
+
+
+def unshard(parts: Sequence[Sequence[Any]]) -> List[Any]:
+    """The inverse of :func:`shard`: ``parts[r]`` is rank ``r``'s share (or its first items, when a
+    rank stopped early); returns the items in their original order."""
+    out: List[Any] = []
+    for j in range(max((len(p) for p in parts), default=0)):
+        out.extend(p[j] for p in parts if j < len(p))
+    return out
+
+
+def rank_and_world() -> Tuple[int, int]:
+    """``(rank, world_size)`` of the initialised ``torch.distributed`` group, else ``(0, 1)``."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+@contextlib.contextmanager
+def distributed() -> Iterator[Tuple[int, int]]:
+    """``(rank, world_size)`` of the job. Under ``torchrun`` (``WORLD_SIZE`` > 1) the process group is
+    started (nccl with CUDA, else gloo, as the bundles' ``configs/multi_gpu_*.json``) and, on leaving,
+    a barrier and ``destroy_process_group``. An already initialised group (a bundle's
+    ``multi_gpu_inference.json``) is used as it is and left alone; without ``torchrun``: ``(0, 1)``."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        yield dist.get_rank(), dist.get_world_size()
+        return
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1 or not dist.is_available():
+        yield 0, 1
+        return
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend="nccl" if cuda else "gloo")
+    try:
+        yield dist.get_rank(), dist.get_world_size()
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def gather_shards(items: List[Any], world_size: int) -> List[Any]:
+    """Every rank's ``items`` (its :func:`shard` of a cohort, in order) in the cohort's order, on every
+    rank (``all_gather_object``); ``items`` itself when ``world_size`` is 1."""
+    if world_size <= 1:
+        return list(items)
+    import torch.distributed as dist
+
+    parts: List[Any] = [None] * world_size
+    dist.all_gather_object(parts, items)
+    return unshard(parts)
+
+
+def barrier() -> None:
+    """``torch.distributed.barrier()`` when a group is initialised, else nothing."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def rank_device(device: Optional[Union[str, Any]] = None) -> Any:
+    """This rank's torch device: ``None`` -> ``cuda:LOCAL_RANK`` when CUDA is available, else ``cpu``;
+    ``"cuda"`` (no index) -> ``cuda:LOCAL_RANK`` (under ``torchrun`` each process its own GPU;
+    ``cuda:0`` without it); anything else as given.
+
+    Raises:
+        ValueError: ``device`` names CUDA on a machine without it (naming ``device``).
+    """
+    import torch
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device is None:
+        return f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r}: CUDA is not available on this machine (use --device cpu, device='cpu').")
+    return f"cuda:{local}" if str(device) == "cuda" else device
+
+
+def rank_desc(desc: str, rank: int, world_size: int) -> str:
+    """A progress bar's label: ``desc``, with ``" (rank r/N)"`` when ``world_size`` > 1."""
+    return desc + (f" (rank {rank}/{world_size})" if world_size > 1 else "")

@@ -99,7 +99,8 @@ def test_bundle_layout(bundle):
     root = BUNDLES / bundle
     for rel in (
         "configs/metadata.json", "configs/inference.json", "configs/train.json", "configs/evaluate.json",
-        *(f"configs/{c}" for c in CROPS[bundle]), "configs/multi_gpu_train.json", "configs/logging.conf", "models/model.pt", "docs/README.md",
+        *(f"configs/{c}" for c in CROPS[bundle]), "configs/multi_gpu_train.json", "configs/multi_gpu_inference.json",
+        "configs/multi_gpu_evaluate.json", "configs/logging.conf", "models/model.pt", "docs/README.md",
         "docs/data_license.txt", "LICENSE",
     ):
         assert (root / rel).is_file(), rel

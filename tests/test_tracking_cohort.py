@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import SimpleITK as sitk
 
 import monai_npc
 from monai_npc.data.phantom_cine import write_cardiac_cine
@@ -141,7 +142,7 @@ def test_torchrun_two_ranks_same_table(data, single, tmp_path):
     out = tmp_path / "ranks"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(_free_port()), "-m", "monai_npc.cli.main", "track", "--batch", str(data / "cohort.csv"),
-           "--out", str(out), "--refine", "0", "--no-figure", "--no-progress"]
+           "--out", str(out), "--refine", "0", "--no-figure", "--no-progress", "--device", "cpu"]
     env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     log = proc.stdout + proc.stderr
@@ -154,3 +155,6 @@ def test_torchrun_two_ranks_same_table(data, single, tmp_path):
     assert [t["status"] for t in table] == ["ok", "failed", "ok", "ok"]
     assert all(study_done(out / name) is not None for name in GOOD)
     assert np.isfinite([float(t["seconds"]) for t in table]).all()
+    for name in GOOD:  # each rank's studies: the same labels and volumes as one process's
+        np.testing.assert_array_equal(*(sitk.GetArrayFromImage(sitk.ReadImage(str(d / name / "labels_4d.nii.gz"))) for d in (out, single[1])))
+        assert (out / name / "volumes.csv").read_text() == (single[1] / name / "volumes.csv").read_text()

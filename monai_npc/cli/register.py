@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -60,7 +61,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--batch", metavar="PAIRS_CSV",
         help="register every row of a CSV with columns moving,fixed[,moving_label,fixed_label],out "
-        "(relative paths are relative to the CSV's folder)",
+        "(relative paths are relative to the CSV's folder); pairs already done are skipped; under torchrun "
+        "--nproc_per_node N the pairs are shared between the N processes and rank 0 writes batch_summary.csv",
     )
     p.add_argument("--size", type=int, default=None,
                    help="model grid size in-plane (default: the size the weights were trained at, from their meta; else 128; another size warns: the acdc weights register much worse at some)")
@@ -98,7 +100,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="centre of the heart window in fixed-image voxels (array order: row, column), the same for every slice; "
         "default: found where the two images differ (use it when that finds the wrong place: overview.png outlines the window on the whole slice)",
     )
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--device", default="cpu",
+                   help="torch device (default: cpu); under torchrun, cuda is each process's own GPU (cuda:LOCAL_RANK)")
     p.add_argument("--no-overview", action="store_true", help="do not write overview.png")
     p.add_argument("--no-progress", action="store_true", help="hide the batch progress bar")
     p.add_argument(
@@ -126,11 +129,12 @@ def _logged(fn, *args, **kwargs):
 
 def run(args: argparse.Namespace) -> int:
     from monai_npc.apps.registration.files import register_batch, register_files
+    from monai_npc.runtime import rank_device
 
     if args.size is not None and args.size < 16:
         raise ValueError(f"--size must be at least 16, got {args.size}")
     options = dict(
-        size=args.size, keep_aspect=not args.stretch, device=args.device, overview=not args.no_overview,
+        size=args.size, keep_aspect=not args.stretch, device=rank_device(args.device), overview=not args.no_overview,
         threads=getattr(args, "threads", None), pixel_space=args.pixel_space,
         moving_select=args.moving_select, fixed_select=args.fixed_select, refine_iterations=args.refine,
         num_steps=args.steps, field_of_view=args.field_of_view, label_guidance=args.label_guidance, label_sigma=args.label_sigma,
@@ -143,10 +147,13 @@ def run(args: argparse.Namespace) -> int:
         results = _logged(
             register_batch, args.batch, model=args.model, out=args.out, progress=progress, strict=args.strict, **options
         )
-        failed = [r for r in results if r.get("status") != "ok"]
-        for r in failed:
-            print(f"failed: {r['moving']} -> {r['fixed']}: {r['error']}")
-        print(f"registered {len(results) - len(failed)} of {len(results)} pair(s)")
+        failed = [r for r in results if r.get("status") == "failed"]
+        if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: once, by rank 0
+            for r in failed:
+                print(f"failed: {r['moving']} -> {r['fixed']}: {r['error']}")
+            skipped = sum(r.get("status") == "skipped" for r in results)
+            print(f"registered {len(results) - len(failed) - skipped} of {len(results)} pair(s)"
+                  + (f", {skipped} skipped (already done)" if skipped else ""))
         return 1 if failed else 0
     missing = [name for name in ("moving", "fixed", "out") if not getattr(args, name)]
     if missing:

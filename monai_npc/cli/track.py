@@ -15,7 +15,8 @@ LV mass, seconds). Studies whose folder holds a complete function.json of the sa
 skipped, so rerunning resumes (a changed row or setting is tracked again); a bad study is reported
 and the others go on (--strict: stop). Under
 `torchrun --nproc_per_node N -m monai_npc.cli.main track --batch ...` the N processes share the
-studies (torch.distributed, gloo on CPU, nccl on GPU) and rank 0 writes the merged cohort.csv.
+studies (torch.distributed, gloo on CPU, nccl on GPU: --device cuda is each process's own GPU),
+each writes its studies' folders and rank 0 writes the merged cohort.csv.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "(docs/strain.md); --batch: the peaks in cohort.csv")
     p.add_argument("--frame-ms", type=float, default=None, metavar="MS",
                    help="time between two frames in ms, for the strain's time to peak (ms) and strain rate (1/s); default: in frames")
+    p.add_argument("--device", default=None,
+                   help="torch device as for monai-npc register (cpu, cuda, cuda:1); default: cpu for one study; with --batch, "
+                   "cuda when available (under torchrun: each process's own GPU, cuda:LOCAL_RANK), else cpu")
     p.add_argument("--no-figure", action="store_true", help="do not write function.png (nor the strain figures)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_runtime_options(p, argparse.SUPPRESS)
@@ -75,6 +79,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from monai_npc.apps.tracking.outputs import track_to_folder
+    from monai_npc.runtime import rank_device
 
     if args.batch:
         return run_batch(args)
@@ -82,10 +87,11 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise ValueError("missing " + ", ".join(missing) + " (or use --batch COHORT_CSV)")
     quiet = getattr(args, "quiet", False)
+    device = {} if args.device is None else {"device": rank_device(args.device)}  # a CUDA device without CUDA: one line, before any work
     result, files = track_to_folder(args.cine, args.label, args.out, args.label_frame, args.scheme, args.model, figure=not args.no_figure,
                                     progress=not (args.no_progress or quiet), refine_iterations=args.refine, num_steps=args.steps, threads=getattr(args, "threads", None),
                                     basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance,
-                        strain=args.strain, frame_ms=args.frame_ms)
+                                    strain=args.strain, frame_ms=args.frame_ms, **device)
     frame = result.reference_frame
     if not quiet:
         f = result.function
@@ -117,7 +123,7 @@ def run_batch(args: argparse.Namespace) -> int:
     rows = track_cohort(args.batch, args.out, args.model, args.scheme, refine_iterations=args.refine, num_steps=args.steps, strict=args.strict,
                         figure=not args.no_figure, progress=not (args.no_progress or quiet), threads=getattr(args, "threads", None),
                         basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance,
-                        strain=args.strain, frame_ms=args.frame_ms)
+                        strain=args.strain, frame_ms=args.frame_ms, device=args.device)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
     if not quiet and int(os.environ.get("RANK", "0")) == 0:
         print(f"tracked {len(rows)} studies: {counts['ok']} ok, {counts['skipped']} skipped (already done), {counts['failed']} failed; "

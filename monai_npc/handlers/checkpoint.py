@@ -17,6 +17,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
 from monai.handlers import CheckpointLoader, CheckpointSaver
 
+from monai_npc.runtime import rank_and_world
 from monai_npc.serialization import remove_leftovers
 from monai_npc.utils import atomic_torch_save
 
@@ -70,7 +71,7 @@ class _AtomicDiskSaver(DiskSaver):
 
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Optional[Mapping] = None) -> None:
         name = self.filename or filename
-        if self.save_on_rank == _rank():
+        if self.save_on_rank == rank_and_world()[0]:
             atomic_torch_save(checkpoint, self.dirname / name)
             for old in self._pending:
                 if old != name:
@@ -81,11 +82,6 @@ class _AtomicDiskSaver(DiskSaver):
         name = self.filename or filename
         if name not in self._pending:
             self._pending.append(name)
-
-
-def _rank() -> int:
-    dist = torch.distributed
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 class AtomicCheckpointSaver(CheckpointSaver):
@@ -238,7 +234,7 @@ class TrainCheckpoint:
             objects["best"] = BestMetricState(self.evaluator, self.best_saver)
         if self.random_state:
             objects["random"] = TrainerRandomState(engine)
-        save = (_rank() == 0) if self.save is None else bool(self.save)
+        save = (rank_and_world()[0] == 0) if self.save is None else bool(self.save)
         if save:  # temporaries of saves a killed run left: deleted, never resumed from
             remove_leftovers(self.save_dir)
             if self.best_saver is not None:

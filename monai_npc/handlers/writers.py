@@ -15,18 +15,13 @@ import torch
 from ignite.engine import Engine, Events
 
 from monai_npc.io_safety import atomic_write, atomic_write_text, remove_stale
+from monai_npc.runtime import rank_and_world, unshard
 
 from .metrics import ID_COLUMNS, _item, nonfinite_pairs, pair_records, summarize_pair_metrics
 
 __all__ = ["RegistrationMetricsWriter", "RegistrationWriter", "pair_name"]
 
 logger = logging.getLogger(__name__)
-
-
-def _rank_and_world() -> tuple:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
 
 
 def _json_safe(value: Any) -> Any:
@@ -46,8 +41,9 @@ class RegistrationMetricsWriter:
     """Write the per-pair metrics of an evaluation run to a CSV and their summary to ``metrics.json``.
 
     Collects :func:`~monai_npc.handlers.metrics.pair_records` of every iteration (gathered over
-    processes under ``torch.distributed``) and, at the end of each evaluator epoch, writes on
-    rank 0:
+    processes under ``torch.distributed``: with a ``DistributedSampler`` without shuffling and
+    ``even_divisible=False``, as the bundles' ``configs/multi_gpu_evaluate.json``, in the dataset's
+    order, as one process writes them) and, at the end of each evaluator epoch, writes on rank 0:
 
     - ``output_dir/csv_filename``: one row per pair (``patient``, ``view``, ``slice``, ``direction``,
       every metric, ``seconds``);
@@ -83,6 +79,7 @@ class RegistrationMetricsWriter:
         self.label_names = [str(n) for n in label_names]
         self.extra = dict(extra or {})
         self.rows: List[Dict[str, Any]] = []
+        self._kept: List[bool] = []  # per pair seen by this rank: in rows (True) or skipped as non-finite
         self.summary: Optional[Dict[str, Any]] = None
 
     def attach(self, engine: Engine) -> None:
@@ -92,11 +89,12 @@ class RegistrationMetricsWriter:
         engine.add_event_handler(Events.EPOCH_COMPLETED, self._write)
 
     def _remove_stale(self, engine: Engine) -> None:
-        if _rank_and_world()[0] == 0:
+        if rank_and_world()[0] == 0:
             remove_stale(self.output_dir / name for name in (self.filename, self.csv_filename) if name)
 
     def _reset(self, engine: Engine) -> None:
         self.rows = []
+        self._kept = []
         self.skipped = []
 
     def _collect(self, engine: Engine) -> None:
@@ -110,19 +108,24 @@ class RegistrationMetricsWriter:
                 raise ValueError(f"pair {item}: {reason} (strict=True: the first bad pair stops the run).")
             self.skipped.append({"item": item, "reason": reason})
         self.rows.extend(r for i, r in enumerate(records) if i not in bad)
+        self._kept.extend(i not in bad for i in range(len(records)))
         self.skipped.extend(_skip_records(output.get("skipped")))
 
     def _skipped(self, engine: Engine) -> List[Dict[str, str]]:
         return self.skipped + _skip_records(getattr(engine.state, "skipped", None))
 
     def _write(self, engine: Engine) -> None:
-        rank, world = _rank_and_world()
+        rank, world = rank_and_world()
         rows, skipped = self.rows, self._skipped(engine)
         if world > 1:
             gathered: List[Any] = [None] * world
-            torch.distributed.all_gather_object(gathered, (rows, skipped))
-            rows = [r for part in gathered for r in part[0]]
-            skipped = [r for part in gathered for r in part[1]]
+            torch.distributed.all_gather_object(gathered, (rows, self._kept, skipped))
+            slots = []  # each rank's pairs in its sampler's order (None: skipped), then back in the dataset's order
+            for part_rows, kept, _ in gathered:
+                it = iter(part_rows)
+                slots.append([next(it) if k else None for k in kept])
+            rows = [r for r in unshard(slots) if r is not None]
+            skipped = [r for part in gathered for r in part[2]]
         if rank != 0:
             return
         summary = summarize_pair_metrics(rows, self.label_names) if rows else {"n_pairs": 0}

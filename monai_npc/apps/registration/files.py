@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import torch
 from torch import nn
 
 from monai_npc.io_safety import atomic_write_text, make_folder, remove_stale
-from monai_npc.utils import error_line
+from monai_npc.runtime import distributed, gather_shards, rank_desc, rank_device, shard
+from monai_npc.utils import as_json, error_line, finished_summary
 
 from .api import register
 from .models import PHASE_CORRELATION, resolve_model
@@ -27,8 +29,10 @@ from .result import OUTPUTS, OutputFolder
 
 __all__ = [
     "PHASE_CORRELATION", "OUTPUTS", "BATCH_COLUMNS", "resolve_model", "register_files", "register_batch", "read_pairs_csv",
-    "duplicate_outs",
+    "duplicate_outs", "pair_request", "pair_done",
 ]
+
+logger = logging.getLogger(__name__)
 
 PathLike = Union[str, os.PathLike]
 
@@ -45,6 +49,7 @@ def register_files(
     device: Union[str, torch.device] = "cpu",
     overview: bool = True,
     model_name: Optional[str] = None,
+    request: Optional[Mapping[str, Any]] = None,
     **kwargs: Any,
 ) -> Dict[str, Any]:
     """Register ``moving`` onto ``fixed`` and write the results into ``out`` (see :data:`OUTPUTS`).
@@ -57,6 +62,8 @@ def register_files(
         moving_label, fixed_label: optional label maps on their image's grid.
         model, size, keep_aspect, device, model_name: as :func:`monai_npc.apps.registration.api.register`.
         overview: write ``overview.png``.
+        request: recorded in ``summary.json`` as ``request`` (:func:`pair_request`: what ``register --batch``
+            compares to skip a pair already done).
         kwargs: more options of :func:`~monai_npc.apps.registration.result.register` (``threads``,
             ``moving_select``, ``fixed_select``, ``pixel_space``).
 
@@ -78,6 +85,8 @@ def register_files(
     except BaseException:
         folder.discard()
         raise
+    if request is not None:
+        result.summary["request"] = dict(request)
     return result.save(folder, overview=overview)
 
 
@@ -136,6 +145,44 @@ def _batch_csv(results: List[Dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
+#: register's options that do not change a result (left out of a pair's ``request``)
+_NOT_SETTINGS = ("device", "threads", "progress")
+
+
+def pair_request(row: Mapping[str, Optional[str]], model_name: str, options: Mapping[str, Any]) -> Dict[str, Any]:
+    """What a pair of a batch is asked for, JSON-ready: its files (absolute paths), the model and the
+    options that change the result (not ``device``, ``threads``); ``summary.json`` records it as
+    ``request`` and a rerun of the batch skips a pair whose folder holds the same (:func:`pair_done`)."""
+    files = {k: None if row.get(k) is None else os.path.abspath(str(row[k])) for k in ("moving", "fixed", "moving_label", "fixed_label")}
+    settings = {k: v for k, v in sorted(options.items()) if k not in _NOT_SETTINGS}
+    return as_json({**files, "model": model_name, "settings": settings})
+
+
+def pair_done(out: PathLike, request: Optional[Mapping[str, Any]] = None) -> Optional[Dict[str, Any]]:
+    """The ``summary.json`` of a finished registration in ``out`` (every listed file present and, with
+    ``request``, the same :func:`pair_request`), else ``None`` (:func:`monai_npc.utils.finished_summary`)."""
+    summary = finished_summary(out, OUTPUTS["summary"], request, logger, "registering the pair again")
+    return summary if summary is not None and "outputs" in summary else None
+
+
+def _register_row(row: Mapping[str, Optional[str]], net: nn.Module, name: str, kwargs: Mapping[str, Any],
+                  settings: Mapping[str, Any]) -> Dict[str, Any]:
+    """One pair of a batch: ``skipped`` when :func:`pair_done` (``settings``: the batch's options, for
+    :func:`pair_request`), else registered (``ok``) or ``failed`` with a one-line ``error``; the
+    error itself under ``_error`` (for ``strict``)."""
+    request = pair_request(row, name, settings)
+    summary = pair_done(row["out"], request)
+    if summary is not None:
+        logger.warning("pair %s: skipped, already done (%s is complete)", row["out"], Path(str(row["out"])) / OUTPUTS["summary"])
+        return dict(summary, status="skipped", out=row["out"])
+    try:
+        summary = register_files(row["moving"], row["fixed"], row["out"], row["moving_label"], row["fixed_label"],
+                                 model=net, model_name=name, request=request, **kwargs)
+    except Exception as err:  # noqa: BLE001 - one bad pair of many is reported, not fatal
+        return {"moving": row["moving"], "fixed": row["fixed"], "status": "failed", "error": error_line(err), "out": row["out"], "_error": err}
+    return dict(summary, status="ok", out=row["out"])
+
+
 def register_batch(
     pairs_csv: PathLike,
     model: Union[str, PathLike, nn.Module] = "acdc",
@@ -149,13 +196,21 @@ def register_batch(
 
     Before any work: the rows are read, two rows with one ``out`` folder are an error naming both
     (:func:`duplicate_outs`), ``out`` is checked and a previous ``out/batch_summary.csv`` removed
-    (so a failed run never leaves an old one as if current). The model is loaded once.
+    (so a failed run never leaves an old one as if current). The model is loaded once per process.
 
-    One bad pair (a corrupt or missing file, NaN values, a bad row ``out``...) does not stop the
-    others: its summary gets ``status="failed"`` and ``error`` (file name and reason, one line);
-    good pairs get ``status="ok"``. ``strict=True`` (or ``on_error="raise"``) makes the first bad
-    pair fatal instead. With ``out``, ``out/batch_summary.csv`` lists every pair
-    (:data:`BATCH_COLUMNS`), written all or nothing at the end. ``kwargs`` go to :func:`register_files`.
+    Resumable: a pair whose folder holds a complete ``summary.json`` of the same request
+    (:func:`pair_done`: same files, model and options) gets ``status="skipped"`` and is not
+    registered again. One bad pair (a corrupt or missing file, NaN values, a bad row ``out``...)
+    does not stop the others: its summary gets ``status="failed"`` and ``error`` (file name and
+    reason, one line); good pairs get ``status="ok"``. ``strict=True`` (or ``on_error="raise"``)
+    makes the first bad pair fatal instead (after the merged table is written). With ``out``,
+    ``out/batch_summary.csv`` lists every pair (:data:`BATCH_COLUMNS`), written all or nothing at
+    the end. ``kwargs`` go to :func:`register_files` (``device`` ``"cuda"``: each rank's own GPU,
+    :func:`monai_npc.runtime.rank_device`).
+
+    Under ``torchrun --nproc_per_node N`` the pairs are shared (:func:`monai_npc.runtime.shard`:
+    rank ``r`` registers rows ``r, r + N, ...`` into their folders; gloo on CPU, nccl on GPU) and
+    rank 0 writes ``batch_summary.csv`` once every rank's rows are gathered; every rank returns all rows.
     """
     from tqdm.auto import tqdm
 
@@ -164,25 +219,25 @@ def register_batch(
     strict = strict or on_error == "raise"
     rows = read_pairs_csv(pairs_csv)
     duplicate_outs(rows, pairs_csv)
-    report = None
-    if out is not None:
-        report = make_folder(out, "batch output folder")
-        remove_stale([report / "batch_summary.csv"])
-    net, name = resolve_model(model, kwargs.get("device", "cpu"), kwargs.pop("refine_iterations", None), kwargs.pop("num_steps", None))
-    results: List[Dict[str, Any]] = []
-    for row in tqdm(rows, desc="register", unit="pair", disable=not progress):
-        try:
-            summary = register_files(
-                row["moving"], row["fixed"], row["out"], row["moving_label"], row["fixed_label"],
-                model=net, model_name=name, **kwargs,
-            )
-            summary["status"] = "ok"
-        except Exception as err:  # noqa: BLE001 - one bad pair of many is reported, not fatal
-            if strict:
-                raise
-            summary = {"moving": row["moving"], "fixed": row["fixed"], "status": "failed", "error": error_line(err)}
-        summary["out"] = row["out"]
-        results.append(summary)
-    if report is not None:
-        atomic_write_text(report / "batch_summary.csv", _batch_csv(results))
+    report = None if out is None else make_folder(out, "batch output folder")
+    with distributed() as (rank, world_size):
+        if report is not None and rank == 0:
+            remove_stale([report / "batch_summary.csv"])
+        kwargs["device"] = rank_device(kwargs.get("device", "cpu"))
+        refine, steps = kwargs.pop("refine_iterations", None), kwargs.pop("num_steps", None)
+        net, name = resolve_model(model, kwargs["device"], refine, steps)
+        settings = dict(kwargs, refine_iterations=refine, num_steps=steps)
+        results: List[Dict[str, Any]] = []
+        desc = rank_desc("register", rank, world_size)
+        for row in tqdm(shard(rows, rank, world_size), desc=desc, unit="pair", disable=not progress):
+            results.append(_register_row(row, net, name, kwargs, settings))
+            if strict and results[-1]["status"] == "failed":
+                break  # the merged table still gets every rank's rows
+        error = next((r.pop("_error") for r in results if "_error" in r), None)
+        results = gather_shards(results, world_size)
+        if report is not None and rank == 0:
+            atomic_write_text(report / "batch_summary.csv", _batch_csv(results))
+    failed = [r for r in results if r["status"] == "failed"]
+    if strict and failed:
+        raise error if error is not None else ValueError(f"pair {failed[0]['out']} failed: {failed[0]['error']}")
     return results

@@ -8,7 +8,7 @@ import math
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import SimpleITK as sitk
@@ -115,16 +115,23 @@ def _evaluate_pair(
     return rows
 
 
-def _read_rows(path: Path) -> List[Dict[str, Any]]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by an interrupted run: that pair is redone
-            continue
-    return rows
+def _row_files(out: Path) -> List[Path]:
+    """``out/per_pair.jsonl`` and the ``per_pair.rank<r>.jsonl`` of a ``torchrun`` run (merged into the
+    first at its end; left behind when it was interrupted) that exist."""
+    return [f for f in [out / "per_pair.jsonl", *sorted(out.glob("per_pair.rank*.jsonl"))] if f.is_file()]
+
+
+def _read_rows(out: Path) -> List[Dict[str, Any]]:
+    """Every row of :func:`_row_files`, a pair and method once (the last one read)."""
+    rows: Dict[Tuple[Any, ...], Dict[str, Any]] = {}
+    for path in _row_files(out):
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by an interrupted run: that pair is redone
+                continue
+            rows[(row.get("study"), row.get("direction"), row.get("method"))] = row
+    return list(rows.values())
 
 
 def _write_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
@@ -180,73 +187,126 @@ def evaluate_studies(
     field of view, refinement steps, descent; demons' iterations): resuming rows of other settings is
     a ``ValueError`` (use a new ``out`` or ``resume=False`` when changing them).
     Returns the content of ``metrics.json``.
+
+    Under ``torchrun --nproc_per_node N`` (or a bundle's ``configs/multi_gpu_evaluate.json``) the
+    studies are shared (:func:`monai_npc.runtime.shard`): each rank appends its rows to
+    ``per_pair.rank<r>.jsonl`` (read back by a resumed run of any number of ranks), and rank 0,
+    once every rank's rows are gathered, writes the files above from all of them, in study order,
+    as one process would; ``device`` ``"cuda"`` is each rank's own GPU.
     """
+    from monai_npc.runtime import distributed, gather_shards, rank_desc, rank_device, shard
+
     out = Path(out)
-    metrics_path = status_file(out, "metrics.json")
-    rows_path = out / "per_pair.jsonl"
-    if not resume and rows_path.exists():
-        rows_path.unlink()
     methods = (["npc"] if with_npc else []) + (["demons"] if with_demons else [])
     if not methods:
         raise ValueError("nothing to evaluate: with_npc and with_demons are both False.")
     demons = {"iterations": int(demons_iterations), "smoothing": float(demons_smoothing)}
-    net, name = load_model(model, device, refine_iterations)
-    settings = _run_settings(out, resume, {
-        "npc": {"model": name, "field_of_view": field_of_view, "refine_iterations": refine_iterations, "basal_descent": bool(basal_descent)},
-        "demons": {**demons, "basal_descent": bool(basal_descent)},
-    }, methods)
-    studies = find_studies(root, directions)[: None if max_studies is None else int(max_studies)]
-    rows = [r for r in _read_rows(rows_path) if r.get("method") in methods]
-    have = {(r["study"], r["direction"], r["method"]) for r in rows}
-    skipped: List[Dict[str, str]] = []
-    todo = [(s, p) for s in studies if not s.error for p in s.pairs]
-    for study in studies:
-        if study.error:
-            skipped.append(skip_record(study.name, study.error, strict))
-    bar = progress_bar(todo, "evaluate", progress)
-    bad = set()
-    for study, pair in bar:
+    with distributed() as (rank, world_size):
+        _start(out, resume, rank)
+        device = rank_device(device)
+        net, name = load_model(model, device, refine_iterations)
+        settings = _run_settings(out, resume, {
+            "npc": {"model": name, "field_of_view": field_of_view, "refine_iterations": refine_iterations, "basal_descent": bool(basal_descent)},
+            "demons": {**demons, "basal_descent": bool(basal_descent)},
+        }, methods, write=rank == 0)
+        studies = find_studies(root, directions)[: None if max_studies is None else int(max_studies)]
+        old = _read_rows(out)
+        have = {(r["study"], r["direction"], r["method"]): r for r in old if r.get("method") in methods}
+        rows_path = out / ("per_pair.jsonl" if world_size == 1 else f"per_pair.rank{rank}.jsonl")
+        bar = progress_bar(shard(studies, rank, world_size), rank_desc("evaluate", rank, world_size), progress, "study")
+        parts = []
+        for study in bar:
+            parts.append(_evaluate_study(study, have, rows_path, net, name, methods, demons, device, threads, basal_descent, field_of_view, strict))
+            if progress and hasattr(bar, "set_postfix"):
+                bar.set_postfix({m: f"{nanmean(r['dice_mean'] for p in parts for r in p[0] if r['method'] == m):.3f}" for m in methods})
+        parts = gather_shards(parts, world_size)
+        rows, skipped = [r for p in parts for r in p[0]], [r for p in parts for r in p[1]]  # in study, pair and method order
+        result = _result(root, name, methods, directions, demons if with_demons else None, threads, basal_descent, settings, rows, skipped)
+        if rank == 0:
+            _write_outputs(out, rows, old, result, figure)
+    return result
+
+
+def _start(out: Path, resume: bool, rank: int) -> None:
+    """Rank 0 removes the previous ``metrics.json`` (and, without ``resume``, the rows); then every rank
+    waits for it (:func:`monai_npc.runtime.barrier`) before reading the rows to resume."""
+    from monai_npc.runtime import barrier
+
+    if rank == 0:
+        status_file(out, "metrics.json")
+        for path in [] if resume else _row_files(out):
+            path.unlink()
+    barrier()
+
+
+def _evaluate_study(
+    study: Study, have: Mapping[Tuple[str, str, str], Dict[str, Any]], rows_path: Path, net: nn.Module, name: str,
+    methods: Sequence[str], demons: Mapping[str, Any], device: Union[str, torch.device], threads: int, basal_descent: bool,
+    field_of_view: Optional[str], strict: bool,
+) -> Tuple[List[Dict[str, Any]], List[Dict[str, str]]]:
+    """``(rows, skipped)`` of one study of :func:`evaluate_studies`: the rows of every pair and method,
+    those in ``have`` (an earlier run's) reused and the others computed and appended to ``rows_path``;
+    an unusable study (or pair) gives no rows and one skip record."""
+    if study.error:
+        return [], [skip_record(study.name, study.error, strict)]
+    rows: List[Dict[str, Any]] = []
+    for pair in study.pairs:
         need = [m for m in methods if (study.name, pair.direction, m) not in have]
-        if not need or study.name in bad:
-            continue
         try:
-            new = _evaluate_pair(study, pair, net, name, need, demons, device, threads, basal_descent, field_of_view)
+            new = _evaluate_pair(study, pair, net, name, need, demons, device, threads, basal_descent, field_of_view) if need else []
         except (OSError, ValueError, RuntimeError) as err:
-            skipped.append(skip_record(study.name, f"{pair.direction}: {one_line(err)}", strict))
-            bad.add(study.name)
-            continue
+            return [], [skip_record(study.name, f"{pair.direction}: {one_line(err)}", strict)]
         with open(rows_path, "a") as f:
             for r in new:
                 f.write(json.dumps(r) + "\n")
-        rows += new
-        if progress and hasattr(bar, "set_postfix"):
-            bar.set_postfix({m: f"{nanmean(r['dice_mean'] for r in rows if r['method'] == m):.3f}" for m in methods})
-    names = {s.name for s in studies} - bad
-    rows = [r for r in rows if r["study"] in names]
+        computed = {r["method"]: r for r in new}
+        rows += [computed[m] if m in computed else have[(study.name, pair.direction, m)] for m in methods]
+    return rows, []
+
+
+def _result(root: PathLike, name: str, methods: Sequence[str], directions: Sequence[str], demons: Optional[Mapping[str, Any]],
+            threads: int, basal_descent: bool, settings: Mapping[str, Any], rows: List[Dict[str, Any]],
+            skipped: List[Dict[str, str]]) -> Dict[str, Any]:
+    """The content of ``metrics.json``: the summary of ``rows`` (:func:`summarise`), the settings, the skipped studies."""
     summary = summarise(rows)
     result: Dict[str, Any] = {
-        "root": str(Path(root).resolve()), "model": name, "methods": methods, "directions": list(directions),
-        "demons": {**demons, "grid": "native fixed grid, slice by slice, per-slice [0, 1] scaling"} if with_demons else None,
+        "root": str(Path(root).resolve()), "model": name, "methods": list(methods), "directions": list(directions),
+        "demons": {**demons, "grid": "native fixed grid, slice by slice, per-slice [0, 1] scaling"} if demons else None,
         "threads": threads, "basal_descent": bool(basal_descent), "settings": {m: settings[m] for m in methods},
         "n_studies": len({r["study"] for r in rows}), "n_pairs": len({(r["study"], r["direction"]) for r in rows}),
         "skipped": skipped, "summary": summary,
     }
     if "npc" in summary:
         result.update({k: summary["npc"]["overall"][k] for k in ("dice_mean", "dice_mean_initial", "hd95_mean", "folding_percent", "seconds")})
-    _write_csv(rows, out / "per_pair.csv")
-    if rows:
-        (out / "results.md").write_text(results_table(summary, rows) + "\n")
-        if figure:
-            group_figure(summary, out / "groups.png")
-    metrics_path.write_text(json.dumps(result, indent=2, default=float))
     return result
 
 
-def _run_settings(out: Path, resume: bool, settings: Dict[str, Dict[str, Any]], methods: Sequence[str]) -> Dict[str, Any]:
-    """``settings`` of ``methods``, recorded in ``out/per_pair.settings.json``; with ``resume``, rows of a
-    method computed with other settings are an error (``ValueError`` naming what differs), not mixed in."""
+def _write_outputs(out: Path, rows: List[Dict[str, Any]], old: List[Dict[str, Any]], result: Mapping[str, Any], figure: bool) -> None:
+    """Rank 0's files: ``per_pair.jsonl`` (this run's rows, then the other rows an earlier run left, e.g. of
+    another method; the ranks' files merged into it), ``per_pair.csv``, ``results.md``, ``groups.png``, ``metrics.json``."""
+    from monai_npc.io_safety import atomic_write_text
+
+    keys = {(r["study"], r["direction"], r["method"]) for r in rows}
+    kept = rows + [r for r in old if (r.get("study"), r.get("direction"), r.get("method")) not in keys]
+    atomic_write_text(out / "per_pair.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
+    for path in out.glob("per_pair.rank*.jsonl"):
+        path.unlink()
+    _write_csv(rows, out / "per_pair.csv")
+    if rows:
+        (out / "results.md").write_text(results_table(result["summary"], rows) + "\n")
+        if figure:
+            group_figure(result["summary"], out / "groups.png")
+    (out / "metrics.json").write_text(json.dumps(result, indent=2, default=float))
+
+
+def _run_settings(out: Path, resume: bool, settings: Dict[str, Dict[str, Any]], methods: Sequence[str], write: bool = True) -> Dict[str, Any]:
+    """``settings`` of ``methods``, recorded in ``out/per_pair.settings.json`` (when ``write``: rank 0); with
+    ``resume``, rows of a method computed with other settings are an error (``ValueError`` naming what
+    differs), not mixed in."""
+    from monai_npc.io_safety import atomic_write_text
+
     path = out / "per_pair.settings.json"
-    recorded = json.loads(path.read_text()) if resume and path.is_file() and (out / "per_pair.jsonl").exists() else {}
+    recorded = json.loads(path.read_text()) if resume and path.is_file() and _row_files(out) else {}
     now = as_json(settings)
     for method in methods:
         if method in recorded and recorded[method] != now[method]:
@@ -254,6 +314,7 @@ def _run_settings(out: Path, resume: bool, settings: Dict[str, Dict[str, Any]], 
             raise ValueError(f"{out}/per_pair.jsonl holds {method} rows of other settings ({'; '.join(changed)}): use a new out "
                              "folder, or resume=False to start afresh.")
     merged = {**recorded, **{m: now[m] for m in methods}}
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(merged, indent=2))
+    if write:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(merged, indent=2))
     return merged

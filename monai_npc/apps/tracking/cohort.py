@@ -16,14 +16,14 @@ file, label off the grid...) gets ``status`` ``failed`` and a one-line ``error``
 on; ``strict=True`` makes it fatal.
 
 Under ``torchrun --nproc_per_node N`` (``WORLD_SIZE`` / ``RANK`` set) the work is shared with
-``torch.distributed`` as the bundles' multi-GPU training does (gloo on CPU, nccl on GPU,
-:func:`distributed`): rank ``r`` takes studies ``r, r + N, ...`` and rank 0 writes the merged
-CSV after gathering every rank's rows (``all_gather_object``).
+``torch.distributed`` as the bundles' multi-GPU configs do (gloo on CPU, nccl on GPU,
+:func:`monai_npc.runtime.distributed`): rank ``r`` takes studies ``r, r + N, ...``
+(:func:`monai_npc.runtime.shard`), writes their folders, and rank 0 writes the merged CSV after
+gathering every rank's rows (:func:`monai_npc.runtime.gather_shards`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -32,12 +32,13 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from monai_npc.io_safety import atomic_write_text, make_folder, remove_stale
-from monai_npc.utils import changed_settings
+from monai_npc.runtime import distributed, gather_shards, rank_desc, rank_device, shard
+from monai_npc.utils import finished_summary
 
 from .outputs import TRACK_OUTPUTS
 from .schemes import DEFAULT_SCHEME
@@ -142,56 +143,12 @@ def study_done(out: PathLike, request: Optional[Dict[str, Any]] = None) -> Optio
     cine, label, label frame, scheme, model or settings changed is not done (a warning names what
     changed).
     """
-    out = Path(out)
-    try:
-        summary = json.loads((out / TRACK_OUTPUTS["function"]).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(summary, dict) or not isinstance(summary.get("function"), dict):
+    summary = finished_summary(out, TRACK_OUTPUTS["function"], request, logger, "tracking the study again")
+    if summary is None or not isinstance(summary.get("function"), dict):
         return None
     if not all(k in summary["function"] for k in ("ed_frame", "es_frame", "lv_edv", "lv_esv")):
         return None
-    if not all((out / name).is_file() for name in (summary.get("outputs") or {}).values()):
-        return None
-    if request is not None and summary.get("request") != request:
-        before = summary.get("request") or {}
-        changed = changed_settings(before, request)
-        logger.warning("%s holds a run of other inputs or settings (%s): tracking the study again", out,
-                       "; ".join(changed) or "no request recorded")
-        return None
     return summary
-
-
-def shard(items: Sequence[Any], rank: int, world_size: int) -> List[Any]:
-    """Rank ``rank``'s share of ``items`` out of ``world_size``: items ``rank, rank + world_size, ...``."""
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not in [0, world_size={world_size}).")
-    return list(items[rank::world_size])
-
-
-@contextlib.contextmanager
-def distributed() -> Iterator[Tuple[int, int]]:
-    """``(rank, world_size)``; under ``torchrun`` (``WORLD_SIZE`` > 1) the process group is started
-    (nccl with CUDA, else gloo, as ``configs/multi_gpu_train.json``) and, on leaving, a barrier and
-    ``destroy_process_group``. An already initialised group is used as is (and left alone)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        yield dist.get_rank(), dist.get_world_size()
-        return
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1 or not dist.is_available():
-        yield 0, 1
-        return
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend="nccl" if cuda else "gloo")
-    try:
-        yield dist.get_rank(), dist.get_world_size()
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 def _row(study: CohortRow, status: str, error: str = "", summary: Optional[Dict[str, Any]] = None, seconds: float = float("nan")) -> Dict[str, Any]:
@@ -238,15 +195,30 @@ def _request(study: CohortRow, net: Any, name: str, scheme: str, register_kwargs
     return tracking_request(study.cine, study.label, frame, scheme, net, model_name=name, **strain, **register_kwargs)
 
 
-def _gather(rows: List[Dict[str, Any]], world_size: int) -> List[Dict[str, Any]]:
-    """Every rank's rows (``all_gather_object``), in CSV order."""
-    if world_size > 1:
-        import torch.distributed as dist
+def _track_studies(studies: Any, cohort: PathLike, net: Any, name: str, scheme: str, figure: bool, kwargs: Dict[str, Any],
+                   strain: Dict[str, Any], strict: bool) -> Tuple[List[Dict[str, Any]], Optional[str]]:
+    """This rank's rows of :func:`track_cohort` (each study skipped when done, else tracked, or failed) and,
+    with ``strict``, the message of the bad study it stopped at (else ``None``)."""
+    from monai_npc.utils import error_line
 
-        parts: List[Any] = [None] * world_size
-        dist.all_gather_object(parts, rows)
-        rows = [r for part in parts for r in part]
-    return sorted(rows, key=lambda r: r["_index"])
+    rows: List[Dict[str, Any]] = []
+    for study in studies:
+        done = study_done(study.out, _request(study, net, name, scheme, kwargs, strain))
+        if done is not None:
+            logger.warning("study %s: skipped, already done (%s is complete)", study.name, Path(study.out) / TRACK_OUTPUTS["function"])
+            rows.append(_row(study, "skipped", summary=done, seconds=done.get("seconds", float("nan"))))
+            continue
+        t0 = time.perf_counter()
+        try:
+            summary = _track_study(study, net, name, scheme, figure, kwargs, strain)
+            rows.append(_row(study, "ok", summary=summary, seconds=time.perf_counter() - t0))
+        except Exception as err:  # noqa: BLE001 - one bad study of many is reported, not fatal
+            error = error_line(err)
+            logger.error("study %s (cohort CSV row %d) failed: %s", study.name, study.row, error)
+            rows.append(_row(study, "failed", error, seconds=time.perf_counter() - t0))
+            if strict:  # the merged CSV still gets every rank's rows
+                return rows, f"study {study.name} (cohort CSV {cohort}, row {study.row}) failed: {error}"
+    return rows, None
 
 
 def track_cohort(
@@ -277,7 +249,8 @@ def track_cohort(
         figure: write each study's ``function.png``.
         progress: a tqdm bar over this rank's studies.
         threads: CPU threads per process (default 1: one per ``torchrun`` rank).
-        device: default ``cuda:LOCAL_RANK`` (``cuda:0`` without ``torchrun``) with CUDA, else ``cpu``.
+        device: ``None`` (default): ``cuda:LOCAL_RANK`` (``cuda:0`` without ``torchrun``) with CUDA, else ``cpu``;
+            ``"cuda"``: the local rank's GPU (:func:`monai_npc.runtime.rank_device`).
         strain, frame_ms: also each study's myocardial strain files
             (:func:`~monai_npc.apps.tracking.outputs.write_tracking`) and its peaks in ``cohort.csv``.
 
@@ -291,8 +264,6 @@ def track_cohort(
     """
     from tqdm.auto import tqdm
 
-    from monai_npc.utils import error_line
-
     from .track import tracking_model
 
     if os.path.abspath(cohort) == os.path.abspath(Path(out) / COHORT_FILE):
@@ -302,40 +273,18 @@ def track_cohort(
     with distributed() as (rank, world_size):
         if rank == 0:
             remove_stale([report / COHORT_FILE])
-        if device is None:
-            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
+        device = rank_device(device)
         net, name = tracking_model(model, device, refine_iterations, num_steps)  # a bad model fails here, before any study
         if not isinstance(model, torch.nn.Module):
             net = model  # by name or file: track() loads it per study (milliseconds) with the settings for each pair's frames
         kwargs = dict(register_kwargs, device=device, threads=threads, refine_iterations=refine_iterations, num_steps=num_steps)
-        strain_kwargs = {"strain": bool(strain), "frame_ms": frame_ms}
-        mine = shard(list(enumerate(studies)), rank, world_size)
-        rows: List[Dict[str, Any]] = []
-        fatal: Optional[str] = None
-        desc = "track cohort" + (f" (rank {rank}/{world_size})" if world_size > 1 else "")
-        for index, study in tqdm(mine, desc=desc, unit="study", disable=not progress, position=rank if world_size > 1 else None):
-            done = study_done(study.out, _request(study, net, name, scheme, kwargs, strain_kwargs))
-            if done is not None:
-                logger.warning("study %s: skipped, already done (%s is complete)", study.name, Path(study.out) / TRACK_OUTPUTS["function"])
-                rows.append(dict(_row(study, "skipped", summary=done, seconds=done.get("seconds", float("nan"))), _index=index))
-                continue
-            t0 = time.perf_counter()
-            try:
-                summary = _track_study(study, net, name, scheme, figure, kwargs, strain_kwargs)
-                rows.append(dict(_row(study, "ok", summary=summary, seconds=time.perf_counter() - t0), _index=index))
-            except Exception as err:  # noqa: BLE001 - one bad study of many is reported, not fatal
-                error = error_line(err)
-                logger.error("study %s (cohort CSV row %d) failed: %s", study.name, study.row, error)
-                rows.append(dict(_row(study, "failed", error, seconds=time.perf_counter() - t0), _index=index))
-                if strict:
-                    fatal = f"study {study.name} (cohort CSV {cohort}, row {study.row}) failed: {error}"
-                    break  # the merged CSV still gets every rank's rows
-        rows = _gather(rows, world_size)
+        desc = rank_desc("track cohort", rank, world_size)
+        mine = tqdm(shard(studies, rank, world_size), desc=desc, unit="study", disable=not progress, position=rank if world_size > 1 else None)
+        rows, fatal = _track_studies(mine, cohort, net, name, scheme, figure, kwargs, {"strain": bool(strain), "frame_ms": frame_ms}, strict)
+        rows = gather_shards(rows, world_size)  # a rank stopped by strict sent its first rows only
         if rank == 0:
             atomic_write_text(report / COHORT_FILE, cohort_csv(rows))
     failed = [r for r in rows if r["status"] == "failed"]
     if strict and failed:
         raise ValueError(fatal or f"study {failed[0]['name']} failed: {failed[0]['error']}")
-    for r in rows:
-        r.pop("_index", None)
     return rows
