@@ -73,3 +73,20 @@ def test_a_prior_weight_for_weights_without_a_prior_names_the_model():
     net, _ = resolve_model("phase-correlation")
     with pytest.raises(ValueError, match="names no label prior"):
         resolve_settings(net, {"label_prior": 2.0}, "phase-correlation")
+
+
+def test_tracking_records_register_settings_of_each_kind_of_registration():
+    """``Tracking.settings`` carries register's record for the registrations each scheme made (direct: register's
+    settings from the dataset; sequential: tracking's own steps, its defaults)."""
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    cine = cardiac_cine(frames=4, levels=(0.2, 0.55), seed=3)
+    from monai_npc.apps.tracking import track_schemes
+
+    out = track_schemes(cine["image"], cine["label"][0], 0, ("direct", "sequential"), spacing=cine["spacing"], progress=False,
+                                  threads=1)
+    direct = out["direct"].settings["register's settings"]["settings"]
+    assert direct["num_steps"] == {"value": 6, "source": "dataset"} and direct["label_prior"]["value"] == "acdc_heart"
+    chain = out["sequential"].settings["consecutive frames"]["settings"]
+    assert chain["num_steps"] == {"value": 4, "source": "default"} and chain["refine_iterations"] == {"value": 10, "source": "default"}
+    assert chain["flip_ensemble"] == {"value": 2, "source": "default"} and chain["field_of_view"]["source"] == "dataset"

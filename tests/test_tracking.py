@@ -156,9 +156,14 @@ def test_track_settings_per_pair(cine, monkeypatch):
     assert sorted(steps) == [4] * 5 + [6] * 4
     res = track_schemes(cine["image"], cine["label"][0], 0, ("direct", "sequential"), spacing=cine["spacing"], refine_iterations=0,
                         threads=1, progress=False)
-    assert res["sequential"].summary["registration_settings"] == {
-        "consecutive frames": {"model": "acdc", "num_steps": 4, "refine_iterations": 0}}
-    assert res["direct"].settings["register's settings"] == {"model": "acdc", "num_steps": 6, "refine_iterations": 0}
+    chain = res["sequential"].summary["registration_settings"]
+    assert list(chain) == ["consecutive frames"]
+    assert {k: chain["consecutive frames"][k] for k in ("model", "num_steps", "refine_iterations")} == {
+        "model": "acdc", "num_steps": 4, "refine_iterations": 0}
+    assert chain["consecutive frames"]["settings"]["refine_iterations"] == {"value": 0, "source": "argument"}
+    direct = res["direct"].settings["register's settings"]
+    assert {k: direct[k] for k in ("model", "num_steps", "refine_iterations")} == {"model": "acdc", "num_steps": 6, "refine_iterations": 0}
+    assert direct["settings"]["num_steps"] == {"value": 6, "source": "dataset"}
 
 
 def test_track_default_settings_accuracy(cine):

@@ -28,7 +28,7 @@ from torch import nn
 
 from monai_npc.data.datasets import bundle_defaults
 
-__all__ = ["DEFAULTS", "LABEL_GUIDANCE", "NETWORK_SETTINGS", "SOURCES", "RegisterSettings", "check_arguments", "model_meta", "network_settings", "register_layer", "remember",
+__all__ = ["DEFAULTS", "LABEL_GUIDANCE", "NETWORK_SETTINGS", "SOURCES", "RegisterSettings", "check_arguments", "mark_defaults", "model_meta", "network_settings", "register_layer", "remember",
            "resolve_settings"]
 
 #: the sources of a setting, highest precedence first
@@ -243,3 +243,9 @@ def remember(net: nn.Module, configured: Mapping[str, Tuple[Any, str]]) -> None:
     """Keep what :func:`network_settings` configured ``net`` with, so that ``register(model=net)`` records where each
     setting came from (and the window policy it was configured with)."""
     _REMEMBERED[net] = dict(configured)
+
+
+def mark_defaults(net: nn.Module, values: Mapping[str, Any]) -> None:
+    """Record ``values`` (network settings a caller above ``register`` set from its own defaults, such as tracking's steps
+    between consecutive frames) as ``net``'s settings with the source ``"default"``."""
+    _REMEMBERED.setdefault(net, {}).update({k: (v, "default") for k, v in values.items()})

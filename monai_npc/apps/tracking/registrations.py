@@ -96,13 +96,21 @@ def tracking_model(
 
     if isinstance(model, torch.nn.Module):
         return resolve_model(model, device, refine_iterations, num_steps)  # used as it is (warns if steps were given)
+    from monai_npc.apps.registration.settings import mark_defaults
+
+    defaults = []  # tracking's own defaults, recorded as such (not as the caller's arguments)
     if consecutive and not is_phase_correlation(model):  # tracking's own steps, on the weights' residual grid (register's
         # coarser grid registered consecutive frames worse, docs/design_notes.md); phase correlation has no steps to set
+        defaults = [k for k, v in (("refine_iterations", refine_iterations), ("num_steps", num_steps)) if v is None]
         refine_iterations = TRACK_REFINE_ITERATIONS if refine_iterations is None else refine_iterations
         num_steps = TRACK_NUM_STEPS if num_steps is None else num_steps
     net, name = resolve_model(model, device, refine_iterations, num_steps, register_defaults=not consecutive)
     if consecutive and TRACK_FLIP_ENSEMBLE is not None and hasattr(net, "set_flip_ensemble"):
         net.set_flip_ensemble(TRACK_FLIP_ENSEMBLE)
+        defaults.append("flip_ensemble")
+    if defaults:
+        values = {"refine_iterations": net.refiner.iterations, "num_steps": net.ode.num_steps, "flip_ensemble": TRACK_FLIP_ENSEMBLE}
+        mark_defaults(net, {k: values[k] for k in defaults})
     return net, name
 
 
@@ -150,7 +158,8 @@ class FrameRegistrations:
         return self.cache[key][0]
 
     def _register(self, key: Tuple[int, int, bool], to_reference: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[Dict[str, Any]]]:
-        """``(field, the label's weight and prior summary or None)`` of the pair ``key`` (zero from a frame onto itself)."""
+        """``(field, note)`` of the pair ``key`` (zero from a frame onto itself, with no note); the note holds register's
+        settings record (``settings``) and, for a registration that got a label, its weight and prior summary (``label``)."""
         moving, fixed, near = key
         if moving == fixed:
             z, (h, w) = self.cine.frames[0].GetSize()[2], self.cine.frames[0].GetSize()[1::-1]
@@ -161,8 +170,9 @@ class FrameRegistrations:
         label = self._label(moving, to_reference)
         reg = register(self.cine.frames[moving], self.cine.frames[fixed], moving_label=label, **kwargs)
         field_ = reg.ddf[1:].permute(1, 0, 2, 3).contiguous().float()  # (3, Z, H, W) -> (Z, 2, H, W)
-        note = ({"label_guidance": reg.summary["label_guidance"], "label_prior": reg.summary.get("label_prior")}
-                if label is not None and (reg.summary.get("label_guidance") or 0) > 0 else None)
+        guided = label is not None and (reg.summary.get("label_guidance") or 0) > 0
+        note = {"settings": reg.summary.get("settings"),
+                "label": {"label_guidance": reg.summary["label_guidance"], "label_prior": reg.summary.get("label_prior")} if guided else None}
         return field_, note
 
     def _label(self, frame: int, to_reference: Optional[torch.Tensor]) -> Optional[sitk.Image]:
@@ -182,18 +192,22 @@ class FrameRegistrations:
 
     def settings(self) -> Dict[str, Dict[str, Any]]:
         """The network of each kind of pair this scheme registered (name, ODE steps, refinement steps; ``None``: not an
-        NPC network) and, where registrations got a label, its guidance weight and what the label prior did: the
+        NPC network; ``settings``: register's settings record of those registrations, :mod:`monai_npc.apps.registration.settings`)
+        and, where registrations got a label, its guidance weight and what the label prior did: the
         prior's name and the frames it acted on and did not (``register``'s checks, per registration: it stood aside or
         was dropped)."""
         kinds = {near for m, f, near in self.used if m != f}
         out: Dict[str, Dict[str, Any]] = {}
         for near in sorted(kinds, reverse=True):
             net, name = self.models[near]
+            records = [self.cache[k][2]["settings"] for k in sorted(self.used) if k[2] == near and k[0] != k[1]]
             out["consecutive frames" if near else "register's settings"] = {
                 "model": name, "num_steps": getattr(getattr(net, "ode", None), "num_steps", None),
                 "refine_iterations": getattr(getattr(net, "refiner", None), "iterations", None),
+                "settings": records[0] if records else None,  # register's record (value and source of each setting)
             }
-        notes = {f: self.cache[(m, f, near)][2] for m, f, near in sorted(self.used) if self.cache[(m, f, near)][2] is not None}
+        notes = {f: self.cache[(m, f, near)][2]["label"] for m, f, near in sorted(self.used)
+                 if m != f and self.cache[(m, f, near)][2]["label"] is not None}
         if notes:
             priors = {f: n["label_prior"] for f, n in notes.items() if n.get("label_prior")}
             out["label"] = {
