@@ -245,6 +245,15 @@ class Workspace:
     repo: Path  # the repository root (bundles copied) and the user's folder of README.md's commands
     abs: Path  # where the placeholder roots /data/, /path/to/, /tmp/ point
     done: Dict[Tuple[str, str], str] = dataclasses.field(default_factory=dict)  # (folder, command) -> first test id
+    copies: Dict[Path, Path] = dataclasses.field(default_factory=dict)  # folder copied by a README's cp line -> source
+
+    def key(self, cwd: Path, command: Command) -> Tuple[str, str]:
+        """What makes a command the same as one run before: its text and folder, where a copy of a bundle folder made
+        by a README's ``cp -r`` counts as the folder itself (tests/test_bundle_travel.py runs a copy)."""
+        for copy, source in self.copies.items():
+            if cwd == copy or copy in cwd.parents:
+                cwd = source / cwd.relative_to(copy)
+        return str(cwd), command.text
 
     def path(self, token: str) -> str:
         for root in PLACEHOLDERS:
@@ -350,10 +359,12 @@ def run_setup(command: Command, ws: Workspace, cwd: Path) -> Path:
         assert target.is_dir(), f"{command.id}: {command.text!r}: no folder {target}"
         return target
     assert argv[:2] == ["cp", "-r"] and len(argv) == 4, f"{command.id}: the test runs 'cp -r SRC DST' only, not {command.text!r}"
-    key = (str(cwd), command.text)
+    key = ws.key(cwd, command)
     if key not in ws.done:
         src, dst = cwd / argv[2], cwd / argv[3]
-        shutil.copytree(src, dst / src.name if dst.is_dir() else dst)
+        dst = dst / src.name if dst.is_dir() else dst
+        shutil.copytree(src, dst)
+        ws.copies[dst] = src
         ws.done[key] = command.id
     return cwd
 
@@ -398,7 +409,7 @@ def test_readme_command_runs(command: Command, workspace: Workspace) -> None:
     for before in block_commands(command.block)[:command.index]:
         if _is_setup(before):
             cwd = run_setup(before, workspace, cwd)
-    key = (str(cwd), command.text)
+    key = workspace.key(cwd, command)
     if key in workspace.done:
         return  # the same command in the same folder ran (and passed) in an earlier test
     argv = [workspace.path(a) for a in command.argv]
