@@ -105,7 +105,8 @@ def write_cardiac_cine(
     ED = frame 0, on the frame grid); each written atomically.
 
     Returns:
-        ``{"cine": path, "label": path, "label_frame": 0}`` (the arguments of :func:`monai_npc.track`).
+        ``{"cine": path, "label": path, "label_frame": 0}``: a row of a cohort CSV (``monai-npc track --batch``); for
+        :func:`monai_npc.track` pass ``track(cine, label, reference_frame=label_frame)``.
     """
     import SimpleITK as sitk
 
