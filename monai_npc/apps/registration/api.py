@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from monai_npc.functional import warp_image
-from monai_npc.interop.checks import check_inputs, label_sigma_warning
+from monai_npc.interop.checks import label_sigma_warning
 from monai_npc.interop.images import resample
 from monai_npc.interop.inputs import ImageLike, PathLike, image_like
 from monai_npc.runtime import use_threads
@@ -177,8 +177,8 @@ def register(
         net, name = resolve_model(model, device, refine_iterations, num_steps)
         name = model_name or name
         settings = resolve_settings(net, arguments, name)
-        inputs = read_inputs(moving, fixed, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space)
-        check_inputs(inputs.moving, inputs.fixed, inputs.name("moving"), inputs.name("fixed"), settings.size, settings.keep_aspect)
+        inputs = read_inputs(moving, fixed, moving_label, fixed_label, spacing, moving_select, fixed_select, pixel_space,
+                             settings.size, settings.keep_aspect)
         run = _run(net, name, settings, inputs, device, heart_centre, size)
         reg = _registration(run, inputs, settings)
         reg.summary.update(registration_summary(run, inputs, settings, name, reg))

@@ -10,6 +10,7 @@ The output folder is checked before any work and written all at once
 from __future__ import annotations
 
 import csv
+import inspect
 import io
 import logging
 import os
@@ -147,6 +148,9 @@ def _batch_csv(results: List[Dict[str, Any]]) -> str:
 
 #: register's options that do not change a result (left out of a pair's ``request``)
 _NOT_SETTINGS = ("device", "threads", "progress")
+#: the keyword defaults of register_files and register (an option equal to its default asks for nothing)
+_DEFAULTS = {k: p.default for fn in (register, register_files) for k, p in inspect.signature(fn).parameters.items()
+             if p.default is not inspect.Parameter.empty}
 
 
 def pair_request(row: Mapping[str, Optional[str]], model_name: str, options: Mapping[str, Any]) -> Dict[str, Any]:
@@ -154,7 +158,8 @@ def pair_request(row: Mapping[str, Optional[str]], model_name: str, options: Map
     options that change the result (not ``device``, ``threads``); ``summary.json`` records it as
     ``request`` and a rerun of the batch skips a pair whose folder holds the same (:func:`pair_done`)."""
     files = {k: None if row.get(k) is None else os.path.abspath(str(row[k])) for k in ("moving", "fixed", "moving_label", "fixed_label")}
-    settings = {k: v for k, v in sorted(options.items()) if k not in _NOT_SETTINGS}
+    # an option left at its default is not recorded: the command line's explicit defaults ask for what Python's omission does
+    settings = {k: v for k, v in sorted(options.items()) if k not in _NOT_SETTINGS and not (k in _DEFAULTS and v == _DEFAULTS[k])}
     return as_json({**files, "model": model_name, "settings": settings})
 
 
@@ -173,7 +178,7 @@ def _register_row(row: Mapping[str, Optional[str]], net: nn.Module, name: str, k
     request = pair_request(row, name, settings)
     summary = pair_done(row["out"], request)
     if summary is not None:
-        logger.warning("pair %s: skipped, already done (%s is complete)", row["out"], Path(str(row["out"])) / OUTPUTS["summary"])
+        logger.info("pair %s: skipped, already done (%s is complete)", row["out"], Path(str(row["out"])) / OUTPUTS["summary"])
         return dict(summary, status="skipped", out=row["out"])
     try:
         summary = register_files(row["moving"], row["fixed"], row["out"], row["moving_label"], row["fixed_label"],

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import SimpleITK as sitk
 
-from monai_npc.interop.checks import input_warnings
+from monai_npc.interop.checks import check_inputs, input_warnings
 from monai_npc.interop.images import check_label, check_same_dims
 from monai_npc.interop.inputs import ImageLike, as_image, describe_input, in_pixel_space
 
@@ -36,12 +36,14 @@ class Inputs:
 
 
 def read_inputs(moving: ImageLike, fixed: ImageLike, moving_label: Optional[ImageLike], fixed_label: Optional[ImageLike],
-                spacing: Optional[Sequence[float]], moving_select: Any, fixed_select: Any, pixel_space: bool) -> Inputs:
-    """Read the images and label maps (``register``'s arguments of the same names) and check them.
+                spacing: Optional[Sequence[float]], moving_select: Any, fixed_select: Any, pixel_space: bool, size: int,
+                keep_aspect: bool) -> Inputs:
+    """Read the images and label maps (``register``'s arguments of the same names) and check them for a model grid of
+    ``size`` (:func:`monai_npc.interop.checks.check_inputs`); what is usable but doubtful is warned about (``notes``).
 
     Raises:
         FileNotFoundError, ValueError: unreadable inputs, labels off their image's grid, images of different
-            dimensionality, a whole fixed stack against a single moving slice.
+            dimensionality, a whole fixed stack against a single moving slice, images too small for the model.
     """
     fixed_img = as_image(fixed, "fixed image", spacing, fixed_select)
     moving_img = as_image(moving, "moving image", spacing, moving_select)
@@ -58,6 +60,7 @@ def read_inputs(moving: ImageLike, fixed: ImageLike, moving_label: Optional[Imag
             moving_lab = in_pixel_space(moving_lab, fixed_img, f"moving label {describe_input(moving_label)}")
     check_same_dims(moving_img, fixed_img, describe_input(moving), describe_input(fixed))
     _check_stack_against_slice(moving_img, fixed_img, moving, fixed, moving_select)
+    check_inputs(moving_img, fixed_img, describe_input(moving), describe_input(fixed), size, keep_aspect)
     inputs = Inputs(moving_img, fixed_img, moving_lab, fixed_lab,
                     {"moving": moving, "fixed": fixed, "moving_label": moving_label, "fixed_label": fixed_label,
                      "moving_select": moving_select, "fixed_select": fixed_select, "pixel_space": pixel_space})

@@ -174,11 +174,15 @@ class Anchored(TrackingScheme):
     def fields(self, run: "TrackingRun") -> SchemeFields:
         import torch
 
+        from monai_npc.apps.registration.settings import mark_defaults
+
         from .anchor import ReferenceAnchor
         from .registrations import tracking_model
 
         s = run.settings  # between consecutive frames the network alone (0 refinement steps); a module as it is
         net, name = tracking_model(s.model, s.device, None if isinstance(s.model, torch.nn.Module) else 0, s.num_steps, consecutive=True)
+        if not isinstance(s.model, torch.nn.Module):  # the 0 refinement steps are this scheme's own, not the caller's
+            mark_defaults(net, {"refine_iterations": 0})
         anchor = ReferenceAnchor(run.cine.arrays(), run.reference, run.label, getattr(net, "refiner", None), s.refine_iterations)
         pairs = run.pairs(self.labels(s.label_guidance), {True: (net, name)})
         by_offset = chain(pairs, run.reference, len(run.cine), +1, anchor)
