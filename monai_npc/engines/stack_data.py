@@ -10,7 +10,7 @@ slice-context network (issue 51 item 1) finds a slice's neighbours with it, the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -70,7 +70,8 @@ class DeviceStacks:
         self.device = torch.device(device)
         self.images = torch.stack([take("ed_image"), take("es_image")], 1).to(self.device)  # (S, 2, H, W) uint8
         self.labels = torch.stack([take("ed_label"), take("es_label")], 1).to(self.device)
-        self._slice_index: Dict[tuple, torch.Tensor] = {}
+        self._starts = torch.as_tensor(self.starts, dtype=torch.int64).to(self.device)
+        self._counts = torch.as_tensor(self.counts, dtype=torch.int64).to(self.device)
 
     def __len__(self) -> int:
         return len(self.patients)
@@ -79,28 +80,34 @@ class DeviceStacks:
     def num_slices(self) -> int:
         return int(self.images.shape[0])
 
-    def _index(self, stacks: Sequence[int]) -> torch.Tensor:
-        key = tuple(stacks)
-        if key not in self._slice_index:  # host -> device once per distinct batch (validation) or per step (small)
-            idx = torch.cat([torch.arange(self.starts[s], self.starts[s] + self.counts[s]) for s in stacks])
-            if len(self._slice_index) > 64:
-                self._slice_index.clear()
-            self._slice_index[key] = idx.to(self.device, non_blocking=True)
-        return self._slice_index[key]
-
-    def batch(self, stacks: Sequence[int], augment: Optional[RandStackAugment] = None) -> StackBatch:
-        """Both directions of the pairs of ``stacks`` (positions ``0 .. len - 1``), augmented when ``augment`` is given
-        (else min-maxed per slice only)."""
+    def positions(self, stacks: Sequence[int]) -> torch.Tensor:
+        """``stacks`` as an int64 tensor on the device (upload an epoch's order once, slice it per step)."""
         stacks = [int(s) for s in stacks]
         if not stacks or min(stacks) < 0 or max(stacks) >= len(self):
             raise ValueError(f"stacks must be positions in 0..{len(self) - 1}, got {stacks}.")
-        idx = self._index(stacks)
-        counts = [self.counts[s] for s in stacks]
+        return torch.as_tensor(stacks, dtype=torch.int64).to(self.device)
+
+    def _gather(self, stacks: Sequence[int], on_device: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(index (M,), group (M,))`` of the slices of ``stacks``, computed on the device (no host synchronisation)."""
+        total = sum(self.counts[s] for s in stacks)  # host-side: the output size
+        counts = self._counts[on_device]
+        group = torch.repeat_interleave(torch.arange(len(stacks), device=self.device), counts, output_size=total)
+        first = torch.cumsum(counts, 0) - counts  # each stack's first row in the batch
+        index = self._starts[on_device][group] + torch.arange(total, device=self.device) - first[group]
+        return index, group
+
+    def batch(self, stacks: Sequence[int], augment: Optional[RandStackAugment] = None,
+              on_device: Optional[torch.Tensor] = None) -> StackBatch:
+        """Both directions of the pairs of ``stacks`` (positions ``0 .. len - 1``; ``on_device`` the same positions as a
+        device tensor, e.g. a slice of :meth:`positions` of the epoch's order), augmented when ``augment`` is given
+        (else min-maxed per slice only)."""
+        stacks = [int(s) for s in stacks]
+        if on_device is None:
+            on_device = self.positions(stacks)
+        index, group = self._gather(stacks, on_device)
         n = len(stacks)
-        group = torch.repeat_interleave(torch.arange(n, device=self.device), torch.as_tensor(counts, device=self.device),
-                                        output_size=sum(counts))
-        images = self.images[idx].float() / 255.0
-        labels = self.labels[idx].float()
+        images = self.images[index].float() / 255.0
+        labels = self.labels[index].float()
         if augment is not None:
             ed, es, ed_label, es_label = augment.augment(images[:, :1], images[:, 1:], labels[:, :1], labels[:, 1:], group, n)
         else:

@@ -117,6 +117,8 @@ def resolve_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={name!r} but CUDA is not available here; use device='cpu' or 'auto'.")
+    if device.type == "cuda" and device.index is None:  # one spelling, so tensors and random streams compare equal
+        device = torch.device("cuda", torch.cuda.current_device())
     return device
 
 
@@ -325,12 +327,14 @@ def _run_epoch(run: _Run, budget: float) -> Tuple[Dict[str, float], int, bool]:
     for group in run.optimizer.param_groups:
         group["lr"] = lr
     order = torch.randperm(len(run.train_data), generator=run.order_gen).tolist()
+    on_device = run.train_data.positions(order)  # one upload per epoch
     sums: Dict[str, torch.Tensor] = {}
-    steps = 0
+    steps, done = 0, 0
     for stacks in run.train_data.batches(order, cfg.stacks_per_batch):
         if run.elapsed() > budget:
             return _epoch_terms(sums, max(steps, 1)), steps, True
-        batch = run.train_data.batch(stacks, run.augment)
+        batch = run.train_data.batch(stacks, run.augment, on_device[done : done + len(stacks)])
+        done += len(stacks)
         terms = train_step(run.model, run.optimizer, run.loss, batch, run.amp_dtype)
         for k, v in terms.items():
             sums[k] = sums[k] + v if k in sums else v.clone()
@@ -408,8 +412,8 @@ def train_stacks(config: StackTrainingConfig, network_factory: Optional[NetworkF
     files += [p for p in (figure, run.out / "best.pt") if p is not None and p.is_file()]
     run.log.message(f"stopped ({stopped}) after epoch {run.epoch}, step {run.step}, {run.elapsed() / 60:.2f} min; "
                     f"best val Dice {run.best:.4f}; files: {', '.join(p.name for p in files)}", echo)
-    return {"epoch": run.epoch, "step": run.step, "best_val_dice": run.best, "stopped": stopped, "step_seconds": step_seconds,
-            "files": [str(p) for p in files]}
+    return {"epoch": run.epoch, "step": run.step, "best_val_dice": run.best if math.isfinite(run.best) else None,
+            "stopped": stopped, "step_seconds": step_seconds, "files": [str(p) for p in files]}
 
 
 def export_weights(checkpoint: str | Path, path: str | Path, meta: Optional[Mapping[str, Any]] = None,
