@@ -112,7 +112,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
-    return {"pack": pack, "train": train, "export": export}[args.command](args)
+    try:
+        return {"pack": pack, "train": train, "export": export}[args.command](args)
+    except (ValueError, FileNotFoundError, FileExistsError) as err:  # a user error: one line, no traceback
+        print(f"train_stacks_gpu.py {args.command}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -57,6 +57,8 @@ DEFAULT_NETWORK: Dict[str, Any] = dict(kernel_size=16, stride=4, num_pairs=128, 
                                        stages=[{"kernel_size": 32, "stride": 8}, {"kernel_size": 16, "stride": 4}],
                                        refine_iterations=0)
 NetworkFactory = Callable[["StackTrainingConfig"], nn.Module]
+#: meta entries about where other weights came from, not carried over by ``export_weights(meta_from=...)``
+_PROVENANCE = ("bundle", "bundle_name", "version", "changelog", "heldout_test", "trained_on", "training", "weights_sha256")
 
 
 @dataclass
@@ -423,7 +425,8 @@ def export_weights(checkpoint: str | Path, path: str | Path, meta: Optional[Mapp
     ``load_pretrained`` / ``register(model=path)``.
 
     ``overrides``: NPCNet arguments for inference (e.g. ``refine_iterations=50``); ``meta_from``: weights whose meta
-    to start from (e.g. ``"acdc"``, so the window's spacing and profile carry over); ``meta``: entries over both.
+    to start from (e.g. ``"acdc"``: how ``register`` runs them, without their provenance, :data:`_PROVENANCE`);
+    ``meta``: entries over both.
     """
     state = safe_load(checkpoint, what="training checkpoint")
     if not isinstance(state, dict) or "model" not in state:
@@ -433,8 +436,7 @@ def export_weights(checkpoint: str | Path, path: str | Path, meta: Optional[Mapp
         raise ValueError(f"{checkpoint} records no NPCNet configuration (a custom network): export it with its own code.")
     net = NPCNet(**{**dict(network_config), "detach_steps": False, **overrides})
     net.load_state_dict(state["model"])
-    base = dict(load_pretrained(meta_from).meta) if meta_from else {}
-    base.pop("weights_sha256", None)
+    base = {k: v for k, v in dict(load_pretrained(meta_from).meta if meta_from else {}).items() if k not in _PROVENANCE}
     recorded = dict(state.get("meta") or {})
     if "curve" in state:
         done = [r for r in state["curve"] if r.get("val_dice") is not None]
