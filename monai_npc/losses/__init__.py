@@ -3,5 +3,6 @@
 from .jacobian import JacobianFoldLoss, LogJacobianLoss
 from .label import WarpedLabelDiceLoss, WarpedLabelVolumeLoss, one_hot_labels
 from .registration import PRESETS, LossPreset, RegistrationLoss, bidirectional_loss
+from .stack import StackDiceLoss, StackRegistrationLoss, group_overlap
 
-__all__ = ["JacobianFoldLoss", "LogJacobianLoss", "PRESETS", "LossPreset", "RegistrationLoss", "bidirectional_loss", "one_hot_labels", "WarpedLabelDiceLoss", "WarpedLabelVolumeLoss"]
+__all__ = ["JacobianFoldLoss", "LogJacobianLoss", "PRESETS", "LossPreset", "RegistrationLoss", "bidirectional_loss", "StackDiceLoss", "StackRegistrationLoss", "group_overlap", "one_hot_labels", "WarpedLabelDiceLoss", "WarpedLabelVolumeLoss"]

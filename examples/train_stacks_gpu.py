@@ -1,0 +1,123 @@
+"""Whole-stack NPC training on one GPU for a fixed wall time (issue 51): pack the data, train, export.
+
+    # once, on a machine with ../shared/data (about 16 MB, 25 s):
+    OMP_NUM_THREADS=1 python examples/train_stacks_gpu.py pack --out .cache/acdc70_stacks.npz
+    # on the GPU machine (7.5 minutes, then saves; --resume continues a committed checkpoint):
+    python examples/train_stacks_gpu.py train --pack .cache/acdc70_stacks.npz --out $OUT --minutes 7.5 [--bf16] \\
+        [--resume runs/stacks/checkpoint.pt]
+    # the best state as shipped weights (register(model=...), load_pretrained):
+    python examples/train_stacks_gpu.py export runs/stacks/best.pt runs/stacks/acdc_stacks.pt --meta-from acdc
+
+``pack`` crops every ACDC SSL4MIS patient's ED and ES stacks to a 128 x 128 window (by default ``register``'s
+label-free window, :func:`monai_npc.apps.registration.localize.motion_centre` of the whole stack with the
+SSL4MIS pixel size taken as 360 mm over the larger side, as ``benchmarks/localisation.py``) and records the
+split of ``bundles/npc_acdc/configs/acdc70_split.json``. ``train`` is :func:`monai_npc.engines.stack_training.train_stacks`
+(what it writes: docs/training_gpu.md). It runs on the CPU too (a few steps: ``--minutes 1 --max-epochs 1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SPLIT = ROOT / "bundles" / "npc_acdc" / "configs" / "acdc70_split.json"
+DATA = ROOT.parent / "shared" / "data" / "acdc_ssl4mis"
+#: the SSL4MIS copy stores no spacing: its field of view is taken as 360 mm over the larger in-plane side
+FIELD_OF_VIEW_MM = 360.0
+
+
+def motion_window_centre(ed, es, ed_label, es_label) -> Tuple[float, float]:
+    """``register``'s label-free stack window centre (the labels are not used)."""
+    from monai_npc.apps.registration.localize import motion_centre
+
+    spacing = FIELD_OF_VIEW_MM / max(ed.shape[1:])
+    return motion_centre(ed, es, (spacing, spacing))
+
+
+def pack(args: argparse.Namespace) -> int:
+    from monai_npc.data.stack_pack import label_union_centre, pack_acdc_stacks
+
+    centre = motion_window_centre if args.centre == "motion" else label_union_centre
+    out = pack_acdc_stacks(args.data_dir, args.out, args.split_file, size=args.size, centre=centre, centre_name=args.centre,
+                           patients=args.patients.split(",") if args.patients else None)
+    print(f"{out}: {out.stat().st_size / 1e6:.1f} MB")
+    return 0
+
+
+def train(args: argparse.Namespace) -> int:
+    from monai_npc.engines.stack_training import StackTrainingConfig, train_stacks
+
+    config = StackTrainingConfig(
+        pack=args.pack, out_dir=args.out, minutes=args.minutes, max_epochs=args.max_epochs, stacks_per_batch=args.stacks_per_batch,
+        learning_rate=args.lr, lr_decay=args.lr_decay, weight_decay=args.weight_decay, label_weight=args.label_weight,
+        val_every=args.val_every, save_every=args.save_every, bf16=args.bf16, device=args.device, seed=args.seed,
+        init=args.init, resume=args.resume, network=json.loads(args.network), timing_steps=args.timing_steps)
+    summary = train_stacks(config)
+    print(json.dumps({k: v for k, v in summary.items() if k != "files"}))
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    from monai_npc.engines.stack_training import export_weights
+
+    out = export_weights(args.checkpoint, args.out, json.loads(args.meta), meta_from=args.meta_from, **json.loads(args.overrides))
+    print(out)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("pack", help="ACDC SSL4MIS stacks -> one small .npz")
+    a.add_argument("--data-dir", type=Path, default=DATA)
+    a.add_argument("--out", type=Path, default=ROOT / ".cache" / "acdc70_stacks.npz")
+    a.add_argument("--split-file", type=Path, default=SPLIT)
+    a.add_argument("--size", type=int, default=128)
+    a.add_argument("--centre", choices=("motion", "labels"), default="motion",
+                   help="window centre: register's label-free localiser (default) or the labels' union box")
+    a.add_argument("--patients", default="", help="comma-separated patient ids (default: all)")
+    t = sub.add_parser("train", help="train for a fixed wall time; writes checkpoint, log and curve into --out")
+    t.add_argument("--pack", required=True)
+    t.add_argument("--out", required=True)
+    t.add_argument("--minutes", type=float, default=7.5, help="wall-time budget of this run, set-up included")
+    t.add_argument("--max-epochs", type=int, default=None)
+    t.add_argument("--resume", default=None, help="a checkpoint.pt of an earlier run to continue")
+    t.add_argument("--init", default=None, help="weights to start from (e.g. acdc); default: from scratch")
+    t.add_argument("--bf16", action="store_true", help="bf16 autocast of the network (CUDA only)")
+    t.add_argument("--device", default="auto")
+    t.add_argument("--stacks-per-batch", type=int, default=4)
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--lr-decay", type=float, default=0.995, help="per epoch")
+    t.add_argument("--weight-decay", type=float, default=1e-4)
+    t.add_argument("--label-weight", type=float, default=1.0)
+    t.add_argument("--val-every", type=int, default=5)
+    t.add_argument("--save-every", type=int, default=10)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--timing-steps", type=int, default=5)
+    t.add_argument("--network", default="{}", help="NPCNet arguments as JSON, over the train.json network")
+    e = sub.add_parser("export", help="a checkpoint.pt / best.pt -> shipped weights format")
+    e.add_argument("checkpoint")
+    e.add_argument("out")
+    e.add_argument("--meta-from", default=None, help="weights whose meta to start from, e.g. acdc")
+    e.add_argument("--meta", default="{}", help="meta entries as JSON")
+    e.add_argument("--overrides", default="{}", help="NPCNet arguments for inference as JSON, e.g. {\"refine_iterations\": 50}")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return {"pack": pack, "train": train, "export": export}[args.command](args)
+    except (ValueError, FileNotFoundError, FileExistsError) as err:  # a user error: one line, no traceback
+        print(f"train_stacks_gpu.py {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

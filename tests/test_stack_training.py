@@ -1,0 +1,219 @@
+"""Whole-stack GPU training infrastructure on the CPU (issue 51 item 3): the packer, the device batches and their
+augmentation, the per-stack 3-D Dice loss, the fixed-budget loop with its log, curve, resume, bf16 refusal and export."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from monai_npc.data.acdc import find_acdc_patients, load_acdc_patient
+from monai_npc.data.stack_pack import crop_stack, load_stack_pack, pack_acdc_stacks
+from monai_npc.engines.stack_data import DeviceStacks
+from monai_npc.engines.stack_training import StackTrainingConfig, export_weights, train_stacks, train_step, validate_stacks
+from monai_npc.losses import StackDiceLoss, StackRegistrationLoss, WarpedLabelDiceLoss
+from monai_npc.networks.nets import NPCNet, load_pretrained
+from monai_npc.transforms.stack_augment import RandStackAugment, StackAugmentConfig, minmax_per_slice
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_ACDC = ROOT.parent / "shared" / "data" / "acdc_ssl4mis"
+#: a network small enough for a few CPU steps in a test
+TINY = dict(kernel_size=8, stride=4, num_pairs=8, top_k=4, gate_dim=8, hidden_dim=8, num_pe=16, num_steps=2, head_channels=4,
+            stages=None)
+
+
+def _frame(z: int, size: int, scale: float, rng: np.random.Generator):
+    rows, cols = np.mgrid[:size, :size].astype(np.float32)
+    c = size / 2 + 3
+    r = np.hypot(rows - c, cols - c)
+    label = np.zeros((z, size, size), np.uint8)
+    for k in range(z):
+        lv = scale * (9 - k)
+        label[k][r < lv + 3] = 2
+        label[k][r < lv] = 3
+        label[k][np.hypot(rows - c, cols - c + lv + 7) < 0.8 * lv] = 1
+    image = np.choose(label, [0.1, 0.8, 0.35, 0.95]).astype(np.float32) + rng.normal(0, 0.02, label.shape).astype(np.float32)
+    return np.clip(image, 0, 1), label
+
+
+def _write_patients(folder: Path, ids=(1, 2, 3, 4), size: int = 40) -> Path:
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in ids:
+        z = 3 + i % 2
+        for frame, scale in ((1, 1.0), (2, 0.7)):
+            image, label = _frame(z, size, scale, rng)
+            with h5py.File(folder / f"patient{i:03d}_frame{frame:02d}.h5", "w") as f:
+                f["image"], f["label"] = image, label
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pack_file(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("stacks")
+    data = _write_patients(root / "acdc")
+    split = root / "split.json"
+    split.write_text(json.dumps({"train": ["patient001", "patient002", "patient003"], "val": ["patient004"]}))
+    return pack_acdc_stacks(data, root / "pack.npz", split, size=32)
+
+
+def _config(pack_file: Path, out: Path, **kw) -> StackTrainingConfig:
+    base = dict(pack=str(pack_file), out_dir=str(out), minutes=1.0, device="cpu", stacks_per_batch=2, val_every=1, save_every=1,
+                timing_steps=1, network=dict(TINY), learning_rate=5e-3)
+    return StackTrainingConfig(**{**base, **kw})
+
+
+def test_pack_holds_uint8_windows_split_and_offsets(pack_file, tmp_path):
+    pack = load_stack_pack(pack_file)
+    assert pack.size == 32 and pack.ed_image.dtype == np.uint8 and pack.es_label.dtype == np.uint8
+    assert pack.patients == ("patient001", "patient002", "patient003", "patient004")
+    assert pack.split == ("train", "train", "train", "val") and pack.indices("val") == [3]
+    assert list(np.diff(pack.offsets)) == [4, 3, 4, 3] and pack.ed_image.shape == (14, 32, 32)
+    assert set(np.unique(pack.ed_label)) == {0, 1, 2, 3} and pack.ed_image.max() > 200  # labels kept, images scaled to 255
+    assert pack.meta["centre"] == "label_union" and pack.meta["size"] == 32
+    np.testing.assert_array_equal(crop_stack(np.ones((1, 4, 4)), (0, 0), 4)[0, :2, :2], 0)  # zero outside the image
+    with pytest.raises(ValueError, match="patient099"):
+        pack_acdc_stacks(pack_file.parent / "acdc", tmp_path / "x.npz", patients=["patient099"])
+    (tmp_path / "bad.npz").write_bytes(b"not a pack")
+    with pytest.raises(ValueError, match="bad.npz"):
+        load_stack_pack(tmp_path / "bad.npz")
+
+
+@pytest.mark.skipif(not SHARED_ACDC.is_dir(), reason="needs ../shared/data/acdc_ssl4mis")
+def test_pack_two_real_patients_in_the_label_free_window(tmp_path):
+    sys.path.insert(0, str(ROOT / "examples"))
+    from train_stacks_gpu import main
+
+    out = tmp_path / "real.npz"
+    assert main(["pack", "--data-dir", str(SHARED_ACDC), "--out", str(out), "--patients", "patient003,patient010"]) == 0
+    pack = load_stack_pack(out)
+    assert pack.split == ("train", "val") and pack.meta["centre"] == "motion" and pack.size == 128
+    found = {p.name: p for p in find_acdc_patients(SHARED_ACDC)}
+    for p, name in enumerate(pack.patients):  # the label-free window holds (nearly) all of the heart
+        source = load_acdc_patient(found[name])
+        assert np.diff(pack.offsets)[p] == source["ed_label"].shape[0]
+        for phase in ("ed", "es"):
+            kept = int((getattr(pack, f"{phase}_label")[pack.slices(p)] > 0).sum())
+            assert kept >= 0.95 * int((source[f"{phase}_label"] > 0).sum()) > 0, (name, phase)
+
+
+def test_stack_dice_is_one_3d_dice_per_stack():
+    label = torch.zeros(4, 1, 16, 16)
+    label[:, :, 4:10, 4:10] = 3
+    ddf = torch.zeros(4, 2, 16, 16)
+    group = torch.tensor([0, 0, 1, 1])
+    loss = StackDiceLoss((3,), smooth=0.0)
+    assert float(loss(label, label, ddf, group, 2)) == pytest.approx(0.0, abs=1e-6)
+    other = label.clone()
+    other[2:] = 0
+    other[2:, :, 10:14, 10:14] = 3  # stack 1 disjoint: Dice 0; stack 0 perfect: the mean is 0.5
+    assert float(loss(label, other, ddf, group, 2)) == pytest.approx(0.5, abs=1e-6)
+    one = WarpedLabelDiceLoss((3,), smooth=1.0, batch=True)(label[:2], other[:2], ddf[:2])
+    assert float(StackDiceLoss((3,), smooth=1.0)(label[:2], other[:2], ddf[:2], group[:2])) == pytest.approx(float(one), abs=1e-6)
+
+
+def test_augmentation_is_shared_by_a_stack_and_its_two_frames():
+    g = torch.Generator().manual_seed(3)
+    image = torch.rand(5, 1, 12, 12)
+    label = torch.randint(0, 4, (5, 1, 12, 12)).float()
+    group = torch.tensor([0, 0, 0, 1, 1])
+    flip = RandStackAugment(StackAugmentConfig(flip_prob=1.0, rotate_deg=0.0, shift=0.0, intensity_prob=0.0, invert_prob=0.0), g)
+    ed, es, edl, esl = flip.augment(image, image, label, label, group, 2)
+    torch.testing.assert_close(edl, label.flip(-1).flip(-2))  # both axes flipped, labels stay label values
+    torch.testing.assert_close(ed, es)
+    full = StackAugmentConfig(intensity_prob=1.0, invert_prob=0.0)
+    a = RandStackAugment(full, torch.Generator().manual_seed(1)).augment(image, image, label, label, group, 2)
+    b = RandStackAugment(full, torch.Generator().manual_seed(1)).augment(image, image, label, label, group, 2)
+    torch.testing.assert_close(a[0], b[0])  # one seed, one stream
+    assert torch.isfinite(a[0]).all() and a[0].amin() >= 0 and a[0].amax() <= 1
+    assert set(torch.unique(a[2]).tolist()) <= {0.0, 1.0, 2.0, 3.0}
+    inv = RandStackAugment(StackAugmentConfig(flip_prob=0, rotate_deg=0, shift=0, intensity_prob=0, invert_prob=1.0), g)
+    ed, es, _, _ = inv.augment(image, image, label, label, group, 2)
+    changed = [(~torch.isclose(x, minmax_per_slice(image), atol=1e-4)).flatten(1).any(1) for x in (ed, es)]
+    assert bool((changed[0] ^ changed[1]).all())  # exactly one frame of every stack inverted
+
+
+def test_loss_decreases_on_a_fixed_batch(pack_file):
+    torch.manual_seed(0)
+    data = DeviceStacks(load_stack_pack(pack_file), [0, 1], torch.device("cpu"))
+    batch = data.batch([0, 1])
+    assert batch.moving.shape == (14, 1, 32, 32) and batch.n_groups == 4 and batch.group.tolist() == [0] * 4 + [1] * 3 + [2] * 4 + [3] * 3
+    net = NPCNet(**TINY)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    loss = StackRegistrationLoss("acdc", label_weight=1.0)
+    history = [float(train_step(net, opt, loss, batch)["loss"]) for _ in range(10)]
+    assert np.isfinite(history).all()
+    assert history[-1] < history[0] - 0.02, history
+
+
+def test_bf16_is_refused_on_the_cpu_and_the_autocast_step_runs(pack_file, tmp_path):
+    with pytest.raises(ValueError, match="bf16=True needs a CUDA device"):
+        train_stacks(_config(pack_file, tmp_path / "bf16", bf16=True), echo=False)
+    data = DeviceStacks(load_stack_pack(pack_file), [0], torch.device("cpu"))
+    net = NPCNet(**TINY)
+    terms = train_step(net, torch.optim.AdamW(net.parameters()), StackRegistrationLoss(), data.batch([0]), torch.bfloat16)
+    assert terms["loss"].dtype == torch.float32 and torch.isfinite(terms["loss"])
+    with pytest.raises(ValueError, match="minutes"):
+        _config(pack_file, tmp_path, minutes=0)
+
+
+def test_budget_run_writes_log_curve_and_resumes_where_it_stopped(pack_file, tmp_path):
+    one = train_stacks(_config(pack_file, tmp_path / "a", max_epochs=1), echo=False)
+    assert one["epoch"] == 1 and one["step"] == 2 and one["stopped"] == "max_epochs"
+    names = {Path(f).name for f in one["files"]}
+    assert names == {"checkpoint.pt", "train_log.jsonl", "train.log", "curve.png", "best.pt"}
+    assert (tmp_path / "a" / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    record = json.loads((tmp_path / "a" / "train_log.jsonl").read_text().splitlines()[0])
+    for key in ("loss", "similarity", "label", "fold", "val_dice", "seconds", "network_seconds", "epoch_over_network"):
+        assert np.isfinite(record[key]), key
+    assert record["gpu_util"] == "n/a" and "network step" in (tmp_path / "a" / "train.log").read_text()
+    with pytest.raises(FileExistsError, match="resume"):
+        train_stacks(_config(pack_file, tmp_path / "a", max_epochs=2), echo=False)
+    ckpt = str(tmp_path / "a" / "checkpoint.pt")
+    two = train_stacks(_config(pack_file, tmp_path / "a", max_epochs=2, resume=ckpt), echo=False)
+    assert two["epoch"] == 2 and two["step"] == 4
+    state = torch.load(ckpt, weights_only=True)
+    assert [r["epoch"] for r in state["curve"]] == [1, 2] and state["optimizer"]["state"][0]["step"] == 4
+    straight = train_stacks(_config(pack_file, tmp_path / "b", max_epochs=2), echo=False)  # the same two epochs in one run
+    other = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)
+    for k, v in state["model"].items():
+        torch.testing.assert_close(v, other["model"][k], msg=f"resumed run differs at {k}")
+    assert straight["epoch"] == 2
+    data = DeviceStacks(load_stack_pack(pack_file), [3], torch.device("cpu"))
+    exported = export_weights(ckpt, tmp_path / "weights.pt", {"note": "test"})
+    net = load_pretrained(exported)
+    assert net.meta["note"] == "test" and net.meta["training"]["epoch"] == 2
+    assert validate_stacks(net, data)["val_dice"] == pytest.approx(state["curve"][-1]["val_dice"], abs=1e-5)
+
+
+def test_the_wall_time_budget_stops_the_run_and_saves(pack_file, tmp_path):
+    start = time.perf_counter()
+    out = train_stacks(_config(pack_file, tmp_path / "budget", minutes=0.12, val_every=1000, save_every=1000), echo=False)
+    seconds = time.perf_counter() - start
+    assert out["stopped"] == "budget" and out["epoch"] >= 1 and seconds < 0.12 * 60 + 1.5, (out, seconds)
+    state = torch.load(tmp_path / "budget" / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == out["epoch"] and "best.pt" not in {Path(f).name for f in out["files"]}  # never validated
+
+
+def test_training_imports_need_no_ignite_or_simpleitk():
+    """The GPU machine has torch, numpy, matplotlib, h5py but no ignite / SimpleITK / ITK / nibabel: the training path must not need them."""
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] in {'ignite', 'SimpleITK', 'itk', 'nibabel', 'pydicom', 'tensorboard'}:\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import monai_npc.engines.stack_training, monai_npc.data.stack_pack\n"
+        "print(sorted(m for m in ('ignite', 'SimpleITK', 'itk') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
