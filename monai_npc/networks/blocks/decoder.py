@@ -149,11 +149,14 @@ class PositionalEncodingDecoder(nn.Module):
             return self.head.forward_from_enc(out)
         return _conv_nd(hidden.movedim(-1, 1), _fold(self.head.weight, pe_out.weight), self.head_padding) + self.head(constant)
 
+    def embed(self, features: torch.Tensor) -> torch.Tensor:
+        """``m = MLP_z(z)``: channel-last features ``(B, *grid, 3C)`` -> ``(B, *grid, G)``."""
+        z_in, z_out = self.mlp_z[0], self.mlp_z[2]
+        return _pointwise_mlp(features, z_in.weight, z_in.bias, z_out.weight, z_out.bias, self.negative_slope)
+
     def _gated(self, features: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """``m * gamma_g``, channel-last ``(B, *grid, G)``."""
-        z_in, z_out = self.mlp_z[0], self.mlp_z[2]
-        m = _pointwise_mlp(features.movedim(1, -1), z_in.weight, z_in.bias, z_out.weight, z_out.bias, self.negative_slope)
-        return m * gate.movedim(1, -1)
+        return self.embed(features.movedim(1, -1)) * gate.movedim(1, -1)
 
     def reference_forward(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` computed as the paper writes it: ``head(MLP_pe(m * gamma_g) - gamma)``."""
