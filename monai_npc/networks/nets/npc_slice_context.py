@@ -35,7 +35,8 @@ class SliceContextNPC(nn.Module):
     embedded by the decoder's ``MLP_z`` (shared), with their masked mean residuals. Which of the three matches best
     is the through-plane evidence of a phase-correlation-like comparison, at the cost of two interactions and two
     ``MLP_z`` passes (no extra filter convolution). The head mixes it over neighbouring slices (kernel 3 through the
-    plane) and returns ``(N, 3, *grid)``, upsampled and added to the velocity ``(through-plane, in-plane + correction)``.
+    plane; equivariant to reversing the slice order, so the through-plane part cannot be a learned constant) and returns
+    ``(N, 3, *grid)``, upsampled and added to the velocity ``(through-plane, in-plane + correction)``.
 
     The heads' output layers start at zero: a network built from 2-D weights (:meth:`from_npc`) gives, before any
     training, the 2-D network's in-plane field (up to float rounding of the 3-D warp) and a zero through-plane
@@ -68,7 +69,7 @@ class SliceContextNPC(nn.Module):
         self.npc = NPCNet(**{k: v for k, v in npc_options.items() if k not in _FIXED})
         stages: List[NPCStage] = list(self.npc.ode.stages)
         self.context = nn.ModuleList(
-            [SliceContextHead(3 * s.decoder.w_gamma.out_channels + 3, int(context_channels)) for s in stages])
+            [SliceContextHead(s.decoder.w_gamma.out_channels + 1, int(context_channels)) for s in stages])
         #: constructor arguments, enough to rebuild the network (saved with pretrained weights)
         self.config: Dict[str, Any] = {**self.npc.config, "context_channels": int(context_channels), "architecture": SLICE_CONTEXT}
 
@@ -121,8 +122,8 @@ class SliceContextNPC(nn.Module):
     @staticmethod
     def _evidence(stage: NPCStage, a: torch.Tensor, features: torch.Tensor, residual: torch.Tensor, mask: torch.Tensor,
                   fixed: Tuple[torch.Tensor, torch.Tensor], rows: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """``(N, *grid, 3 G + 3)``: ``MLP_z`` of the masked features of the pairings (moving ``z - 1``, fixed ``z``),
-        (``z``, ``z``), (``z + 1``, ``z``) and their masked mean residuals; ``a`` the moving responses
+        """``(N, *grid, 3, G + 1)``: for the pairings (moving ``z - 1``, fixed ``z``), (``z``, ``z``), (``z + 1``, ``z``),
+        ``MLP_z`` of their masked features and their masked mean residual; ``a`` the moving responses
         ``(N, *grid, 2, C)``, ``features`` ``(N, *grid, 3, C)`` (masked), ``residual`` and ``mask`` ``(N, *grid, C)``."""
         weight = mask.sum(-1).clamp(min=1e-6)
         embedded, energies = [], []
@@ -133,8 +134,8 @@ class SliceContextNPC(nn.Module):
                 f, r = stage.interaction(a[pairing], fixed[0], fixed[1])
                 f = f * mask.unsqueeze(-2)
             embedded.append(stage.decoder.embed(f.flatten(-2)))
-            energies.append((r * mask).sum(-1) / weight)
-        return torch.cat(embedded + [torch.stack(energies, -1)], -1)
+            energies.append(((r * mask).sum(-1) / weight).unsqueeze(-1))
+        return torch.cat([torch.stack(embedded, -2), torch.stack(energies, -2)], -1)
 
     def in_plane_network(self) -> NPCNet:
         """The shared 2-D part as an :class:`NPCNet` (the same parameters; its field is this network's without context)."""
