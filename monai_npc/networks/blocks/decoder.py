@@ -125,8 +125,10 @@ class PositionalEncodingDecoder(nn.Module):
         gamma = positional_encoding(grid_shape, self.num_pe, None, reference.device, reference.dtype).unsqueeze(0)
         return gamma, self.w_gamma(gamma)
 
-    def forward(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor, embedded: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``features`` ``(B, 3C, *grid)`` (channel ``j * C + k``: feature ``j`` of pair ``k``) -> displacement ``(B, D, *grid)`` (voxels).
+
+        ``embedded``: :meth:`embed` of these features, channel-last ``(B, *grid, G)``, when the caller already has it.
 
         The 1x1 maps run as matrix products over the channel-last view of the inputs; pass
         channel-last memory (``x.movedim(1, -1)`` contiguous, e.g. ``torch.channels_last`` in 2-D)
@@ -140,7 +142,8 @@ class PositionalEncodingDecoder(nn.Module):
         ``n_pe`` (a shorter ODE step).
         """
         pe_in, pe_out = self.mlp_pe[0], self.mlp_pe[2]
-        hidden = F.leaky_relu(F.linear(self._gated(features, gate), pe_in.weight.flatten(1), pe_in.bias), self.negative_slope)
+        gated = self._gated(features, gate) if embedded is None else embedded * gate.movedim(1, -1)
+        hidden = F.leaky_relu(F.linear(gated, pe_in.weight.flatten(1), pe_in.bias), self.negative_slope)
         bias = pe_out.bias
         constant = -gamma if bias is None else bias.view([1, -1] + [1] * (gamma.dim() - 2)) - gamma  # (1, n_pe, *grid)
         if self.unet:

@@ -110,9 +110,11 @@ class NPCStage(nn.Module):
             threshold = torch.full_like(residual.narrow(-1, 0, 1), float("inf"))
         return a, features, residual, mask, threshold
 
-    def decode(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor, size: List[int]) -> torch.Tensor:
-        """The second half of :meth:`forward`: masked features ``(B, *grid, 3, C)`` -> velocity ``(B, D, *size)`` (voxels)."""
-        coarse = self.decoder(features.flatten(-2).movedim(-1, 1), gamma, gate)
+    def decode(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor, size: List[int],
+               embedded: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The second half of :meth:`forward`: masked features ``(B, *grid, 3, C)`` -> velocity ``(B, D, *size)`` (voxels);
+        ``embedded``: the decoder's ``MLP_z`` of these features ``(B, *grid, G)`` when already computed."""
+        coarse = self.decoder(features.flatten(-2).movedim(-1, 1), gamma, gate, embedded)
         return F.interpolate(coarse, size=size, mode=self.mode, align_corners=False).contiguous()
 
 

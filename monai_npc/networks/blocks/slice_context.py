@@ -45,10 +45,13 @@ class SliceContextHead(nn.Module):
 
     def forward(self, evidence: torch.Tensor, previous: torch.Tensor, following: torch.Tensor) -> torch.Tensor:
         """``evidence`` ``(N, gh, gw, 3, F)``, ``previous`` / ``following`` ``(N,)`` int64 rows -> ``(N, 3, gh, gw)``."""
-        n = evidence.shape[0]
-        both = torch.cat([evidence, evidence.flip(-2)])  # this order, then reversed: one batched pass
+        n, width = evidence.shape[0], self.embed.out_features
+        # the embedding of the evidence as given and reversed (pairings swapped) in one product: the reversed one is
+        # the same linear map with its three pairing blocks swapped
+        weight = self.embed.weight.view(width, 3, -1)
+        both = F.linear(evidence.flatten(-2), torch.cat([weight, weight.flip(1)]).flatten(1), self.embed.bias.repeat(2))
+        h = F.leaky_relu(torch.cat(both.split(width, -1)), self.negative_slope)  # (2N, gh, gw, channels)
         before, after = torch.cat([previous, following + n]), torch.cat([following, previous + n])
-        h = F.leaky_relu(self.embed(both.flatten(-2)), self.negative_slope)
         h = F.leaky_relu(self.mix(torch.cat([h[before], h, h[after]], -1)), self.negative_slope)
         o, reversed_o = self.out(h.movedim(-1, 1)).split(n)
         return torch.cat([(o[:, :1] - reversed_o[:, :1]) * 0.5, (o[:, 1:] + reversed_o[:, 1:]) * 0.5], 1)

@@ -111,8 +111,8 @@ class SliceContextNPC(nn.Module):
                 warped = moving if step == 0 else warp_stack_slices(moving, ddf.detach() if ode.detach_steps else ddf, group, n_groups)
                 a, features, residual, mask, threshold = stage.respond(warped, fixed_responses, fixed_norm, threshold)
                 threshold = threshold.movedim(-1, 1)
-                in_plane = stage.decode(features, gamma, gate, size)
                 evidence = self._evidence(stage, a, features, residual, mask, (fixed_responses, fixed_norm), (previous, following))
+                in_plane = stage.decode(features, gamma, gate, size, evidence[..., 1, :-1])  # this slice's own MLP_z
                 correction = F.interpolate(self.context[index](evidence, previous, following), size=size, mode="bilinear",
                                            align_corners=False)
                 ddf = ddf + dt * torch.cat([correction[:, :1], in_plane + correction[:, 1:]], 1)
