@@ -4,7 +4,7 @@
     OMP_NUM_THREADS=1 python examples/train_stacks_gpu.py pack --out .cache/acdc70_stacks.npz
     # on the GPU machine (7.5 minutes, then saves; --resume continues a committed checkpoint):
     python examples/train_stacks_gpu.py train --pack .cache/acdc70_stacks.npz --out $OUT --minutes 7.5 [--bf16] \\
-        [--resume runs/stacks/checkpoint.pt]
+        [--resume runs/stacks/checkpoint.pt] [--network slice_context --init acdc]
     # the best state as shipped weights (register(model=...), load_pretrained):
     python examples/train_stacks_gpu.py export runs/stacks/best.pt runs/stacks/acdc_stacks.pt --meta-from acdc
 
@@ -53,11 +53,14 @@ def pack(args: argparse.Namespace) -> int:
 def train(args: argparse.Namespace) -> int:
     from monai_npc.engines.stack_training import StackTrainingConfig, train_stacks
 
+    architecture, network = args.network, json.loads(args.network_args)
+    if architecture.lstrip().startswith("{"):  # the earlier spelling: --network '{JSON}' (NPCNet arguments)
+        architecture, network = "npc2d", {**json.loads(architecture), **network}
     config = StackTrainingConfig(
         pack=args.pack, out_dir=args.out, minutes=args.minutes, max_epochs=args.max_epochs, stacks_per_batch=args.stacks_per_batch,
         learning_rate=args.lr, lr_decay=args.lr_decay, weight_decay=args.weight_decay, label_weight=args.label_weight,
         val_every=args.val_every, save_every=args.save_every, bf16=args.bf16, device=args.device, seed=args.seed,
-        init=args.init, resume=args.resume, network=json.loads(args.network), timing_steps=args.timing_steps)
+        init=args.init, resume=args.resume, architecture=architecture, network=network, timing_steps=args.timing_steps)
     summary = train_stacks(config)
     print(json.dumps({k: v for k, v in summary.items() if k != "files"}))
     return 0
@@ -100,7 +103,10 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--save-every", type=int, default=10)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--timing-steps", type=int, default=5)
-    t.add_argument("--network", default="{}", help="NPCNet arguments as JSON, over the train.json network")
+    t.add_argument("--network", default="npc2d", help="npc2d (the 2-D NPC slice by slice, default) or slice_context "
+                   "(SliceContextNPC: neighbouring slices in, a 3-D field with a through-plane component out)")
+    t.add_argument("--network-args", default="{}", help="NPCNet arguments as JSON, over the train.json network "
+                   "(slice_context: also context_channels)")
     e = sub.add_parser("export", help="a checkpoint.pt / best.pt -> shipped weights format")
     e.add_argument("checkpoint")
     e.add_argument("out")

@@ -17,10 +17,14 @@ bf16 autocast on CUDA. It stops cleanly before ``minutes`` of wall time and writ
   ``n/a``, the learning rate;
 - ``curve.png``: loss and validation Dice against the epoch.
 
-The network: by default the ``train.json`` / ``acdc`` NPCNet (:data:`DEFAULT_NETWORK`) applied to every slice
-(the batch is the slices). ``network_factory`` is the extension point for a slice-context network (issue 51
-item 1): a module with ``forward_stacks(pair (N, 2, H, W), group (N,), n_groups) -> ddf (N, 2, H, W)`` sees which
-slices form a stack (contiguous, in order); a plain module is called as ``model(pair)``.
+The network: by default (``architecture="npc2d"``) the ``train.json`` / ``acdc`` NPCNet (:data:`DEFAULT_NETWORK`)
+applied to every slice (the batch is the slices); ``architecture="slice_context"`` the
+:class:`~monai_npc.networks.nets.SliceContextNPC` of the same 2-D configuration (issue 51 item 1), from the ``init``
+weights' 2-D parameters when given. ``network_factory`` is the extension point for other networks: a module with
+``forward_stacks(pair (N, 2, H, W), group (N,), n_groups) -> ddf`` sees which slices form a stack (contiguous, in
+order); a plain module is called as ``model(pair)``. A field of 2 channels ``(N, 2, H, W)`` is in-plane, slice by
+slice; one of 3 ``(N, 3, H, W)`` is a 3-D field per stack (channel 0 through the plane in slices), which the loss
+and the validation apply with a trilinear warp of each stack (:func:`~monai_npc.functional.warp_stack_slices`).
 """
 
 from __future__ import annotations
@@ -36,10 +40,12 @@ import torch
 from torch import nn
 
 from monai_npc.data.stack_pack import load_stack_pack
+from monai_npc.functional.stack_field import warp_stack_slices
 from monai_npc.functional.warp import warp_image
 from monai_npc.losses.label import one_hot_labels
 from monai_npc.losses.stack import StackRegistrationLoss, group_overlap
-from monai_npc.networks.nets import NPCNet, load_pretrained, save_pretrained
+from monai_npc.networks.nets import NPCNet, SliceContextNPC, load_pretrained, save_pretrained
+from monai_npc.networks.nets.pretrained import ARCHITECTURES
 from monai_npc.serialization import plain, safe_load
 from monai_npc.transforms.stack_augment import RandStackAugment, StackAugmentConfig
 from monai_npc.utils import atomic_torch_save
@@ -47,7 +53,7 @@ from monai_npc.utils import atomic_torch_save
 from .stack_data import DeviceStacks, StackBatch
 from .stack_report import GpuUtilisation, RunLog, curve_figure
 
-__all__ = ["DEFAULT_NETWORK", "StackTrainingConfig", "build_network", "predict", "train_step", "validate_stacks",
+__all__ = ["DEFAULT_NETWORK", "NETWORKS", "StackTrainingConfig", "build_network", "predict", "warp_batch", "train_step", "validate_stacks",
            "measure_step_seconds", "train_stacks", "export_weights"]
 
 CHECKPOINT_FORMAT = 1
@@ -57,6 +63,8 @@ DEFAULT_NETWORK: Dict[str, Any] = dict(kernel_size=16, stride=4, num_pairs=128, 
                                        stages=[{"kernel_size": 32, "stride": 8}, {"kernel_size": 16, "stride": 4}],
                                        refine_iterations=0)
 NetworkFactory = Callable[["StackTrainingConfig"], nn.Module]
+#: ``StackTrainingConfig.architecture`` values: the 2-D NPC slice by slice, or the slice-context NPC (3-D field)
+NETWORKS = ("npc2d", "slice_context")
 #: meta entries about where other weights came from, not carried over by ``export_weights(meta_from=...)``
 _PROVENANCE = ("bundle", "bundle_name", "version", "changelog", "heldout_test", "trained_on", "training", "weights_sha256")
 
@@ -65,8 +73,9 @@ _PROVENANCE = ("bundle", "bundle_name", "version", "changelog", "heldout_test", 
 class StackTrainingConfig:
     """Settings of :func:`train_stacks` (times in minutes, rates per step, decay per epoch).
 
-    ``network``: NPCNet arguments over :data:`DEFAULT_NETWORK` (or over the ``init`` weights' configuration);
-    ``init``: weights to start from (a :func:`~monai_npc.networks.nets.load_pretrained` argument), ``None``: from
+    ``architecture``: one of :data:`NETWORKS`; ``network``: NPCNet arguments over :data:`DEFAULT_NETWORK` (or over
+    the ``init`` weights' configuration; with ``"slice_context"`` also ``context_channels``);
+    ``init``: weights to start from (2-D weights start a slice-context network's shared part) (a :func:`~monai_npc.networks.nets.load_pretrained` argument), ``None``: from
     scratch. ``resume``: a ``checkpoint.pt`` to continue (its network configuration wins). ``label_weight``: the
     3-D Dice term's weight. ``minutes``: the run's wall-time budget, set-up included; ``max_epochs``: an optional
     cap. ``timing_steps``: steps timed apart for the network's own step time.
@@ -92,6 +101,7 @@ class StackTrainingConfig:
     init: Optional[str] = None
     resume: Optional[str] = None
     network: Dict[str, Any] = field(default_factory=dict)
+    architecture: str = "npc2d"
     augment: StackAugmentConfig = field(default_factory=StackAugmentConfig)
     timing_steps: int = 5
 
@@ -108,6 +118,8 @@ class StackTrainingConfig:
         if not (self.learning_rate > 0 and 0 < self.lr_decay <= 1 and self.weight_decay >= 0 and self.label_weight >= 0):
             raise ValueError(f"need learning_rate > 0, 0 < lr_decay <= 1, weight_decay >= 0, label_weight >= 0; got "
                              f"{self.learning_rate}, {self.lr_decay}, {self.weight_decay}, {self.label_weight}.")
+        if self.architecture not in NETWORKS:
+            raise ValueError(f"architecture must be one of {', '.join(NETWORKS)}, got {self.architecture!r}.")
         if isinstance(self.augment, Mapping):
             self.augment = StackAugmentConfig(**self.augment)
 
@@ -124,29 +136,62 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def _from_config(network_config: Mapping[str, Any]) -> nn.Module:
+    """A fresh network of a saved configuration: the class its ``architecture`` entry names (absent: NPCNet)."""
+    config = dict(network_config)
+    architecture = config.get("architecture", "npc2d")
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"unknown network architecture {architecture!r}; known: {sorted(ARCHITECTURES)}.")
+    if architecture == "npc2d":
+        config.pop("architecture", None)
+    return ARCHITECTURES[architecture](**config)
+
+
 def build_network(config: StackTrainingConfig, network_config: Optional[Mapping[str, Any]] = None) -> nn.Module:
-    """The NPCNet to train: ``network_config`` (a checkpoint's) as it is, else ``init``'s weights or
-    :data:`DEFAULT_NETWORK`, with ``config.network`` over it and no test-time refinement."""
+    """The network to train: ``network_config`` (a checkpoint's) as it is, else ``init``'s weights or
+    :data:`DEFAULT_NETWORK`, with ``config.network`` over it and no test-time refinement; with
+    ``architecture="slice_context"`` that 2-D network becomes the shared part of a
+    :class:`~monai_npc.networks.nets.SliceContextNPC` (``init`` may also be slice-context weights)."""
     if network_config is not None:
-        return NPCNet(**dict(network_config))
+        return _from_config(network_config)
     overrides = {**dict(config.network), "refine_iterations": 0}
-    if config.init:
-        return load_pretrained(config.init, **overrides)
-    return NPCNet(**{**DEFAULT_NETWORK, **overrides})
+    context = {"context_channels": overrides.pop("context_channels")} if "context_channels" in overrides else {}
+    if context and config.architecture != "slice_context":
+        raise ValueError("network option context_channels is for architecture='slice_context' only.")
+    net = load_pretrained(config.init, **overrides) if config.init else NPCNet(**{**DEFAULT_NETWORK, **overrides})
+    if config.architecture == "npc2d":
+        if not isinstance(net, NPCNet):
+            raise ValueError(f"init={config.init!r} holds a {type(net).__name__}; train it with architecture='slice_context'.")
+        return net
+    if isinstance(net, SliceContextNPC):
+        if context and context["context_channels"] != net.config["context_channels"]:
+            raise ValueError(f"init={config.init!r} has context_channels={net.config['context_channels']}; it cannot change.")
+        return net
+    return SliceContextNPC.from_npc(net, **context)
 
 
 def predict(model: nn.Module, batch: StackBatch) -> torch.Tensor:
-    """``ddf`` ``(N, 2, H, W)`` (voxels) of the batch's registrations: ``model.forward_stacks(pair, group, n_groups)``
-    when the model has it (a slice-context network), else ``model(pair)`` slice by slice."""
+    """``ddf`` ``(N, 2, H, W)`` (in-plane) or ``(N, 3, H, W)`` (a 3-D field per stack, channel 0 in slices), voxels,
+    of the batch's registrations: ``model.forward_stacks(pair, group, n_groups)`` when the model has it (a
+    slice-context network), else ``model(pair)`` slice by slice."""
     if hasattr(model, "forward_stacks"):
         ddf = model.forward_stacks(batch.pair, batch.group, batch.n_groups)
     else:
         ddf = model(batch.pair)
-    if ddf.shape != (batch.moving.shape[0], 2) + tuple(batch.moving.shape[2:]):
+    n, size = batch.moving.shape[0], tuple(batch.moving.shape[2:])
+    if ddf.shape not in ((n, 2) + size, (n, 3) + size):
         raise ValueError(f"the network returned a field of shape {tuple(ddf.shape)}; the whole-stack loop warps in-plane "
-                         f"fields (N, 2, H, W) = {(batch.moving.shape[0], 2, *batch.moving.shape[2:])} (a through-plane "
-                         "component needs a 3-D warp of each stack: issue 51 item 1).")
+                         f"fields (N, 2, H, W) = {(n, 2, *size)} or 3-D fields per stack (N, 3, H, W) = {(n, 3, *size)} "
+                         "(channel 0 through the plane, in slices).")
     return ddf
+
+
+def warp_batch(image: torch.Tensor, ddf: torch.Tensor, batch: StackBatch, mode: str = "bilinear") -> torch.Tensor:
+    """``image`` ``(N, C, H, W)`` of ``batch`` warped by ``ddf``: in-plane slice by slice (2 channels, border padding)
+    or through each stack in 3-D (3 channels, :func:`~monai_npc.functional.warp_stack_slices`)."""
+    if ddf.shape[1] == 3:
+        return warp_stack_slices(image, ddf, batch.group, batch.n_groups, mode)
+    return warp_image(image, ddf, mode, "border")
 
 
 def _autocast(device: torch.device, amp_dtype: Optional[torch.dtype]):
@@ -183,7 +228,7 @@ def validate_stacks(model: nn.Module, data: DeviceStacks, labels: Tuple[int, ...
         with _autocast(batch.moving.device, amp_dtype):
             ddf = predict(model, batch).float()
         fixed = one_hot_labels(batch.fixed_label, labels)
-        for moving_label, out in ((warp_image(batch.moving_label, ddf, "nearest", "border"), dice), (batch.moving_label, initial)):
+        for moving_label, out in ((warp_batch(batch.moving_label, ddf, batch, "nearest"), dice), (batch.moving_label, initial)):
             inter, pred, target = group_overlap(one_hot_labels(moving_label, labels), fixed, batch.group, batch.n_groups)
             per = torch.where(pred + target > 0, 2 * inter / (pred + target).clamp(min=1), torch.nan)
             out.append(per.nanmean(1).view(2, -1))  # (direction, stack)
@@ -434,7 +479,7 @@ def export_weights(checkpoint: str | Path, path: str | Path, meta: Optional[Mapp
     network_config = state.get("network_config") or state.get("config")
     if network_config is None:
         raise ValueError(f"{checkpoint} records no NPCNet configuration (a custom network): export it with its own code.")
-    net = NPCNet(**{**dict(network_config), "detach_steps": False, **overrides})
+    net = _from_config({**dict(network_config), "detach_steps": False, **overrides})
     net.load_state_dict(state["model"])
     base = {k: v for k, v in dict(load_pretrained(meta_from).meta if meta_from else {}).items() if k not in _PROVENANCE}
     recorded = dict(state.get("meta") or {})

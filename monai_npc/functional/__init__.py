@@ -16,7 +16,8 @@ from .strain import (
 )
 from .taper import taper_window
 from .topk import soft_topk_mask, soft_topk_mask_with_threshold
-from .warp import compose, identity_grid, jacobian_determinant, sample_at, warp_image
+from .stack_field import stack_field_gradients, stack_jacobian_determinant, stack_neighbours, stack_positions, warp_stack_slices
+from .warp import compose, determinant_from_gradients, identity_grid, jacobian_determinant, sample_at, warp_image
 
 __all__ = [
     "dice_by_value",
@@ -50,6 +51,12 @@ __all__ = [
     "soft_topk_mask_with_threshold",
     "identity_grid",
     "jacobian_determinant",
+    "determinant_from_gradients",
+    "stack_positions",
+    "stack_neighbours",
+    "warp_stack_slices",
+    "stack_field_gradients",
+    "stack_jacobian_determinant",
     "sample_at",
     "warp_image",
     "compose",

@@ -12,7 +12,7 @@ from typing import List
 import torch
 import torch.nn.functional as F
 
-__all__ = ["identity_grid", "sample_at", "warp_image", "jacobian_determinant", "compose"]
+__all__ = ["identity_grid", "sample_at", "warp_image", "jacobian_determinant", "determinant_from_gradients", "compose"]
 
 
 def identity_grid(shape: List[int], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -71,7 +71,13 @@ def jacobian_determinant(ddf: torch.Tensor) -> torch.Tensor:
     dims = ddf.dim() - 2
     if dims not in (2, 3) or ddf.shape[1] != dims:
         raise ValueError(f"ddf must be (B, D, *S) with D = 2 or 3 channels, got shape {tuple(ddf.shape)}.")
-    grads = torch.gradient(ddf, dim=list(range(2, dims + 2)))  # grads[j][:, i] = d u_i / d x_j
+    return determinant_from_gradients(list(torch.gradient(ddf, dim=list(range(2, dims + 2)))))
+
+
+def determinant_from_gradients(grads: List[torch.Tensor]) -> torch.Tensor:
+    """``det(I + G)`` ``(B, *S)`` with ``G[r][c] = grads[c][:, r]``: ``grads[c]`` ``(B, D, *S)`` the derivative of
+    every component along axis ``c`` (voxels per voxel), ``D = len(grads)`` 2 or 3."""
+    dims = len(grads)
     j = [[grads[c][:, r] + (1.0 if r == c else 0.0) for c in range(dims)] for r in range(dims)]
     if dims == 2:
         return j[0][0] * j[1][1] - j[0][1] * j[1][0]

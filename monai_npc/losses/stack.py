@@ -7,9 +7,10 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 from torch import nn
 
-from monai_npc.functional.warp import warp_image
+from monai_npc.functional.stack_field import stack_field_gradients, warp_stack_slices
+from monai_npc.functional.warp import determinant_from_gradients, warp_image
 
-from .label import warped_masks
+from .label import one_hot_labels, warped_masks
 from .registration import RegistrationLoss
 
 __all__ = ["StackDiceLoss", "StackRegistrationLoss", "group_overlap"]
@@ -39,7 +40,9 @@ class StackDiceLoss(nn.Module):
         smooth: added to numerator and denominator (voxels).
 
     ``forward(moving_label, fixed_label, ddf, group)``: label maps ``(N, 1, H, W)`` (integer values), ``ddf``
-    ``(N, 2, H, W)`` (voxels, MONAI ``Warp`` convention), ``group`` ``(N,)`` int64 stack index, ``n_groups`` the
+    ``(N, 2, H, W)`` (voxels, MONAI ``Warp`` convention) or a 3-D field per stack ``(N, 3, H, W)`` (channel 0 through
+    the plane in slices; trilinear warp of the stack's masks, :func:`~monai_npc.functional.warp_stack_slices`),
+    ``group`` ``(N,)`` int64 stack index, ``n_groups`` the
     number of stacks (``group.max() + 1`` when ``None``). Returns a scalar (0 when no structure is present).
     """
 
@@ -54,8 +57,12 @@ class StackDiceLoss(nn.Module):
                 n_groups: Optional[int] = None) -> torch.Tensor:
         if group.shape != (ddf.shape[0],):
             raise ValueError(f"group must be (N,) = ({ddf.shape[0]},), one stack index per slice; got {tuple(group.shape)}.")
-        _, fixed, warped = warped_masks(moving_label, fixed_label, ddf, self.labels)
         n = int(group.max()) + 1 if n_groups is None else int(n_groups)  # given: no host synchronisation
+        if ddf.shape[1] == 3:  # a 3-D field per stack: the stack's masks warped through the plane too
+            moving, fixed = (one_hot_labels(x, self.labels).to(ddf.dtype) for x in (moving_label, fixed_label))
+            warped = warp_stack_slices(moving, ddf, group, n)
+        else:
+            _, fixed, warped = warped_masks(moving_label, fixed_label, ddf, self.labels)
         inter, w, f = group_overlap(warped, fixed, group, n)
         dice = (2 * inter + self.smooth) / (w + f + self.smooth)
         present = ((w + f) > 0).to(dice.dtype)
@@ -76,6 +83,13 @@ class StackRegistrationLoss(nn.Module):
     ``forward(moving, fixed, moving_label, fixed_label, ddf, group, n_groups)``: images and label maps
     ``(N, 1, H, W)``, ``ddf`` ``(N, 2, H, W)`` voxels, ``group`` ``(N,)``. Returns the weighted terms
     (``similarity``, ``regularization``, ``fold``, ``logj``, ``label``) and their sum ``loss``, all scalars.
+
+    A 3-D field per stack, ``ddf`` ``(N, 3, H, W)`` (channel 0 through the plane in slices, MONAI ``Warp``
+    convention on each stack's ``(Z, H, W)`` grid; e.g. :class:`~monai_npc.networks.nets.SliceContextNPC`), is
+    scored in 3-D (:meth:`stack_components`): the moving stack and its masks warped trilinearly
+    (:func:`~monai_npc.functional.warp_stack_slices`), LNCC in-plane slice by slice as for 2-D fields, the diffusion
+    regulariser, fold and log-Jacobian penalties on the 3-D field (:func:`~monai_npc.functional.stack_field_gradients`,
+    :func:`~monai_npc.functional.stack_jacobian_determinant`) and the 3-D Dice of the trilinearly warped masks.
     """
 
     def __init__(self, preset: Optional[str] = "acdc", label_weight: float = 1.0, labels: Sequence[int] = (1, 2, 3),
@@ -89,8 +103,35 @@ class StackRegistrationLoss(nn.Module):
 
     def forward(self, moving: torch.Tensor, fixed: torch.Tensor, moving_label: torch.Tensor, fixed_label: torch.Tensor,
                 ddf: torch.Tensor, group: torch.Tensor, n_groups: int) -> Dict[str, torch.Tensor]:
-        terms = self.image.components(warp_image(moving, ddf, "bilinear", "border"), fixed, ddf)
+        if ddf.shape[1] == 3:
+            terms = self.stack_components(moving, fixed, ddf, group, n_groups)
+        else:
+            terms = self.image.components(warp_image(moving, ddf, "bilinear", "border"), fixed, ddf)
         terms["label"] = (self.label_weight * self.dice(moving_label, fixed_label, ddf, group, n_groups)
                           if self.label_weight else torch.zeros_like(terms["loss"]))
         terms["loss"] = terms["loss"] + terms["label"]
+        return terms
+
+    def stack_components(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor,
+                         n_groups: int) -> Dict[str, torch.Tensor]:
+        """The image terms of a 3-D field per stack ``ddf`` ``(N, 3, H, W)`` (voxels; channel 0 in slices), weighted as
+        :class:`RegistrationLoss`'s preset: ``similarity`` the in-plane LNCC of the trilinearly warped moving slices
+        ``(N, 1, H, W)`` against the fixed ones; ``regularization`` the diffusion energy ``sum over the three axes of
+        (d ddf / d axis)^2``, mean over components and voxels (in-plane borders left out as MONAI's ``DiffusionLoss``
+        does; central differences through the plane, one-sided at a stack's ends); ``fold`` ``mean relu(-det J)`` and
+        ``logj`` ``mean log(max(det J, 1e-3))^2`` of the stack's 3-D Jacobian. All in voxel units: a through-plane
+        step is one slice (the determinant needs no spacing, :func:`~monai_npc.functional.stack_jacobian_determinant`;
+        the diffusion energy weighs a slice step as a pixel step, which makes the through-plane component's
+        smoothness cost what a one-slice jump costs, not its length in mm)."""
+        c = self.image.config
+        if c["regularizer"] != "diffusion":
+            raise ValueError(f"a 3-D field per stack is regularised by the diffusion energy; got regularizer={c['regularizer']!r}.")
+        grads = stack_field_gradients(ddf, group, n_groups)
+        det = determinant_from_gradients(grads)
+        energy = sum(g[..., 1:-1, 1:-1] ** 2 for g in grads)
+        terms = {"similarity": self.image.similarity(warp_stack_slices(moving, ddf, group, n_groups), fixed),
+                 "regularization": c["lambda_reg"] * energy.mean(),
+                 "fold": c["lambda_jac"] * torch.relu(-det).mean(),
+                 "logj": c["lambda_logj"] * torch.log(torch.clamp(det, min=self.image.logj.eps)).pow(2).mean()}
+        terms["loss"] = terms["similarity"] + terms["regularization"] + terms["fold"] + terms["logj"]
         return terms

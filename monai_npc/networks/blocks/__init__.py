@@ -5,6 +5,7 @@ from .filter_bank import PairedFilterBank
 from .interaction import PairInteraction
 from .npc_stage import NPCStage
 from .refinement import InstanceRefinement
+from .slice_context import SliceContextHead
 from .topk import ResidualTopKMask
 from .warp import Warp
 from .warp_ode import WarpODE, split_steps
@@ -16,6 +17,7 @@ __all__ = [
     "PairInteraction",
     "NPCStage",
     "InstanceRefinement",
+    "SliceContextHead",
     "ResidualTopKMask",
     "Warp",
     "WarpODE",

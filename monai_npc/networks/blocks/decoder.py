@@ -125,8 +125,10 @@ class PositionalEncodingDecoder(nn.Module):
         gamma = positional_encoding(grid_shape, self.num_pe, None, reference.device, reference.dtype).unsqueeze(0)
         return gamma, self.w_gamma(gamma)
 
-    def forward(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor, embedded: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``features`` ``(B, 3C, *grid)`` (channel ``j * C + k``: feature ``j`` of pair ``k``) -> displacement ``(B, D, *grid)`` (voxels).
+
+        ``embedded``: :meth:`embed` of these features, channel-last ``(B, *grid, G)``, when the caller already has it.
 
         The 1x1 maps run as matrix products over the channel-last view of the inputs; pass
         channel-last memory (``x.movedim(1, -1)`` contiguous, e.g. ``torch.channels_last`` in 2-D)
@@ -140,7 +142,8 @@ class PositionalEncodingDecoder(nn.Module):
         ``n_pe`` (a shorter ODE step).
         """
         pe_in, pe_out = self.mlp_pe[0], self.mlp_pe[2]
-        hidden = F.leaky_relu(F.linear(self._gated(features, gate), pe_in.weight.flatten(1), pe_in.bias), self.negative_slope)
+        gated = self._gated(features, gate) if embedded is None else embedded * gate.movedim(1, -1)
+        hidden = F.leaky_relu(F.linear(gated, pe_in.weight.flatten(1), pe_in.bias), self.negative_slope)
         bias = pe_out.bias
         constant = -gamma if bias is None else bias.view([1, -1] + [1] * (gamma.dim() - 2)) - gamma  # (1, n_pe, *grid)
         if self.unet:
@@ -149,11 +152,14 @@ class PositionalEncodingDecoder(nn.Module):
             return self.head.forward_from_enc(out)
         return _conv_nd(hidden.movedim(-1, 1), _fold(self.head.weight, pe_out.weight), self.head_padding) + self.head(constant)
 
+    def embed(self, features: torch.Tensor) -> torch.Tensor:
+        """``m = MLP_z(z)``: channel-last features ``(B, *grid, 3C)`` -> ``(B, *grid, G)``."""
+        z_in, z_out = self.mlp_z[0], self.mlp_z[2]
+        return _pointwise_mlp(features, z_in.weight, z_in.bias, z_out.weight, z_out.bias, self.negative_slope)
+
     def _gated(self, features: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """``m * gamma_g``, channel-last ``(B, *grid, G)``."""
-        z_in, z_out = self.mlp_z[0], self.mlp_z[2]
-        m = _pointwise_mlp(features.movedim(1, -1), z_in.weight, z_in.bias, z_out.weight, z_out.bias, self.negative_slope)
-        return m * gate.movedim(1, -1)
+        return self.embed(features.movedim(1, -1)) * gate.movedim(1, -1)
 
     def reference_forward(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` computed as the paper writes it: ``head(MLP_pe(m * gamma_g) - gamma)``."""

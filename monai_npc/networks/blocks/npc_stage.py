@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -88,6 +88,16 @@ class NPCStage(nn.Module):
         gate: torch.Tensor,
         threshold: Optional[torch.Tensor] = None,
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        a, features, residual, mask, threshold = self.respond(moving, fixed_responses, fixed_norm, threshold)
+        velocity = self.decode(features, gamma, gate, moving.shape[2:])
+        return velocity, residual.movedim(-1, 1), mask.movedim(-1, 1), threshold.movedim(-1, 1)
+
+    def respond(
+        self, moving: torch.Tensor, fixed_responses: torch.Tensor, fixed_norm: torch.Tensor, threshold: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The first half of :meth:`forward`, location-major: ``(a, features, residual, mask, threshold)`` with the
+        moving responses ``a`` ``(B, *grid, 2, C)``, the masked polar features ``(B, *grid, 3, C)``, the residual and
+        the mask ``(B, *grid, C)`` and the threshold ``(B, *grid, 1)`` (``threshold`` given as ``(B, 1, *grid)``)."""
         a = self.filters.moving_responses(moving).movedim((1, 2), (-2, -1))  # (B, *grid, 2, C)
         features, residual = self.interaction(a, fixed_responses, fixed_norm)  # (B, *grid, 3, C), (B, *grid, C)
         if self.masked:
@@ -98,9 +108,14 @@ class NPCStage(nn.Module):
         else:
             mask = torch.ones_like(residual)
             threshold = torch.full_like(residual.narrow(-1, 0, 1), float("inf"))
-        coarse = self.decoder(features.flatten(-2).movedim(-1, 1), gamma, gate)
-        velocity = F.interpolate(coarse, size=moving.shape[2:], mode=self.mode, align_corners=False)
-        return velocity.contiguous(), residual.movedim(-1, 1), mask.movedim(-1, 1), threshold.movedim(-1, 1)
+        return a, features, residual, mask, threshold
+
+    def decode(self, features: torch.Tensor, gamma: torch.Tensor, gate: torch.Tensor, size: List[int],
+               embedded: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The second half of :meth:`forward`: masked features ``(B, *grid, 3, C)`` -> velocity ``(B, D, *size)`` (voxels);
+        ``embedded``: the decoder's ``MLP_z`` of these features ``(B, *grid, G)`` when already computed."""
+        coarse = self.decoder(features.flatten(-2).movedim(-1, 1), gamma, gate, embedded)
+        return F.interpolate(coarse, size=size, mode=self.mode, align_corners=False).contiguous()
 
 
 def _channel_last_memory(x: torch.Tensor) -> torch.Tensor:

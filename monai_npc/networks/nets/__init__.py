@@ -3,6 +3,7 @@
 from .baselines import DemonsNet, PhaseCorrelationNet, VoxelMorphNet
 from .label_prior import PRIORS_DIR, LabelPrior, load_label_prior, save_label_prior
 from .npc import ACDC_CONFIG, CAMUS_CONFIG, NPCNet
+from .npc_slice_context import SLICE_CONTEXT, SliceContextNPC
 from .pretrained import (
     WEIGHTS_DIR,
     WeightsCheck,
@@ -26,6 +27,8 @@ __all__ = [
     "CAMUS_CONFIG",
     "NPCNet",
     "PhaseCorrelationNet",
+    "SLICE_CONTEXT",
+    "SliceContextNPC",
     "VoxelMorphNet",
     "WEIGHTS_DIR",
     "WeightsCheck",

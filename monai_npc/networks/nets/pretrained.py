@@ -35,6 +35,7 @@ from monai_npc.serialization import CHECKSUM_KEY, ChecksumError, plain, safe_loa
 from monai_npc.utils import atomic_torch_save
 
 from .npc import NPCNet
+from .npc_slice_context import SLICE_CONTEXT, SliceContextNPC
 
 __all__ = [
     "BUNDLE_MODELS",
@@ -302,21 +303,33 @@ def _resolve(
     return bundle_network_config(bundle_dir), state, _bundle_meta(bundle_dir)
 
 
-def _network_to_load(config: Mapping[str, Any]) -> NPCNet:
-    """An ``NPCNet`` of ``config`` whose parameters are about to be replaced by loaded weights.
+#: network classes by the ``architecture`` entry of a saved configuration (absent: ``NPCNet``)
+ARCHITECTURES: Dict[str, type] = {"npc2d": NPCNet, SLICE_CONTEXT: SliceContextNPC}
+
+
+def _network_to_load(config: Mapping[str, Any]) -> NPCNet | SliceContextNPC:
+    """An ``NPCNet`` (or the class of ``config["architecture"]``, :data:`ARCHITECTURES`) of ``config`` whose
+    parameters are about to be replaced by loaded weights.
 
     Its filters start random instead of running the Fourier initialisation (most of the build time)
     that the weights overwrite anyway; the global random state is left as it was, and ``net.config``
     keeps the configured ``init``.
     """
+    architecture = config.get("architecture", "npc2d")
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"unknown network architecture {architecture!r} in the weights' configuration; known: {sorted(ARCHITECTURES)}.")
+    options = {k: v for k, v in config.items() if architecture != "npc2d" or k != "architecture"}
     with torch.random.fork_rng(devices=[]):
-        net = NPCNet(**{**config, "init": "random"})
+        net = ARCHITECTURES[architecture](**{**options, "init": "random"})
     net.config["init"] = config.get("init", "fourier")
     return net
 
 
-def load_pretrained(name_or_path: str | Path, map_location: str | torch.device = "cpu", **overrides: Any) -> NPCNet:
+def load_pretrained(name_or_path: str | Path, map_location: str | torch.device = "cpu", **overrides: Any) -> NPCNet | SliceContextNPC:
     """An ``NPCNet`` from a model argument: a shipped name, a :func:`save_pretrained` file, a bundle or its ``models/model.pt``.
+
+    Weights whose configuration says ``"architecture": "slice_context"`` rebuild a
+    :class:`~monai_npc.networks.nets.SliceContextNPC` (a 3-D field per stack; ``register`` refuses it for now).
 
     ``overrides`` replace configuration entries that do not change the parameters (e.g.
     ``num_steps``). The loaded network is in eval mode; ``net.meta`` holds the file's ``meta``
@@ -331,7 +344,7 @@ def load_pretrained(name_or_path: str | Path, map_location: str | torch.device =
     return _load(name_or_path, map_location, True, overrides)
 
 
-def _load(name_or_path: str | Path, map_location: Any, verify: bool, overrides: Mapping[str, Any]) -> NPCNet:
+def _load(name_or_path: str | Path, map_location: Any, verify: bool, overrides: Mapping[str, Any]) -> NPCNet | SliceContextNPC:
     """:func:`load_pretrained`, with the checksum check optional (an export of a retrained bundle skips it)."""
     config, state, meta = _resolve(name_or_path, map_location, verify)
     config.update(overrides)
@@ -340,7 +353,7 @@ def _load(name_or_path: str | Path, map_location: Any, verify: bool, overrides: 
     return net.eval()
 
 
-def _filled(config: Mapping[str, Any], state: Mapping[str, torch.Tensor], what: str, against: str) -> NPCNet:
+def _filled(config: Mapping[str, Any], state: Mapping[str, torch.Tensor], what: str, against: str) -> NPCNet | SliceContextNPC:
     """An ``NPCNet`` of ``config`` holding ``state``; ``ValueError`` naming ``what`` and ``against`` when they do not fit."""
     net = _network_to_load(dict(config))
     try:

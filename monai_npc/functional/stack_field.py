@@ -1,0 +1,101 @@
+"""Whole stacks batched slice by slice: neighbours, 3-D warp, gradients and Jacobian of a through-plane field.
+
+A batch holds the slices of ``n_groups`` stacks one after the other, each stack's slices contiguous and in order
+(``group`` ``(N,)`` int64, non-decreasing, the stack index of each slice; the layout of
+:class:`~monai_npc.engines.stack_data.StackBatch`). A 3-D field on that batch is ``ddf`` ``(N, 3, H, W)`` in voxels,
+MONAI ``Warp`` convention on each stack's ``(Z, H, W)`` grid: channel 0 through the plane (slices), channel 1 along
+``H``, channel 2 along ``W``; ``out(z, y, x) = img(z + ddf_0, y + ddf_1, x + ddf_2)`` within the same stack,
+replicated beyond its first and last slices. Nothing here synchronises with the host.
+"""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .warp import determinant_from_gradients
+
+__all__ = ["stack_positions", "stack_neighbours", "warp_stack_slices", "stack_field_gradients",
+           "stack_jacobian_determinant"]
+
+
+def stack_positions(group: torch.Tensor, n_groups: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(position, first, count)``, each ``(N,)`` int64: a slice's index within its stack, the batch row of its
+    stack's first slice and its stack's number of slices, for ``group`` ``(N,)`` (contiguous stacks, in order)."""
+    if group.dim() != 1:
+        raise ValueError(f"group must be (N,), one stack index per slice; got shape {tuple(group.shape)}.")
+    counts = torch.bincount(group, minlength=int(n_groups))
+    starts = torch.cumsum(counts, 0) - counts
+    first = starts[group]
+    position = torch.arange(group.shape[0], device=group.device) - first
+    return position, first, counts[group]
+
+
+def stack_neighbours(group: torch.Tensor, n_groups: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(previous, next)`` ``(N,)`` int64 batch rows of each slice's neighbours within its stack; a stack's first
+    (last) slice is its own previous (next) neighbour (replicate padding through the plane)."""
+    position, _, count = stack_positions(group, n_groups)
+    rows = torch.arange(group.shape[0], device=group.device)
+    return torch.where(position > 0, rows - 1, rows), torch.where(position < count - 1, rows + 1, rows)
+
+
+def _check_field(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor) -> None:
+    if ddf.dim() != 4 or ddf.shape[1] != 3:
+        raise ValueError(f"ddf must be (N, 3, H, W) (through-plane, H, W components), got shape {tuple(ddf.shape)}.")
+    if image.dim() != 4 or image.shape[0] != ddf.shape[0] or image.shape[2:] != ddf.shape[2:]:
+        raise ValueError(f"image must be (N, C, H, W) = ({ddf.shape[0]}, C, {ddf.shape[2]}, {ddf.shape[3]}) like ddf, "
+                         f"got shape {tuple(image.shape)}.")
+    if group.shape != (ddf.shape[0],):
+        raise ValueError(f"group must be (N,) = ({ddf.shape[0]},), one stack index per slice; got {tuple(group.shape)}.")
+
+
+def warp_stack_slices(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor, n_groups: int,
+                      mode: str = "bilinear") -> torch.Tensor:
+    """Pull-warp each stack of ``image`` ``(N, C, H, W)`` by its 3-D field ``ddf`` ``(N, 3, H, W)`` (voxels; channel
+    0 in slices) -> ``(N, C, H, W)``.
+
+    Trilinear (``mode="bilinear"``, grid_sample's name) or nearest-neighbour sampling of the stack volume; border
+    padding in-plane, and through the plane the sampled slice coordinate is clamped to the stack's own slices
+    (never another stack's). The batch is sampled as one ``(1, C, D, H, W)`` volume whose depth ``D - 1`` is a power
+    of two, so that an integer slice coordinate stays exact: a zero through-plane component reads the slice itself
+    only (the result equals :func:`~monai_npc.functional.warp_image` of the in-plane components up to the float
+    rounding of grid_sample's 3-D kernel, about 1e-7).
+    """
+    _check_field(image, ddf, group)
+    n, _, h, w = image.shape
+    depth = 1 << max(n - 1, 1).bit_length()  # D - 1 >= N - 1, a power of two
+    volume = torch.cat([image, image.new_zeros((depth + 1 - n,) + tuple(image.shape[1:]))]).movedim(0, 1).unsqueeze(0)
+    position, first, count = stack_positions(group, n_groups)
+    dtype = ddf.dtype
+    z = (first.to(dtype).view(n, 1, 1) + torch.minimum(torch.clamp(position.to(dtype).view(n, 1, 1) + ddf[:, 0], min=0.0),
+                                                       (count - 1).to(dtype).view(n, 1, 1)))
+    y = torch.arange(h, device=ddf.device, dtype=dtype).view(1, h, 1) + ddf[:, 1]
+    x = torch.arange(w, device=ddf.device, dtype=dtype).view(1, 1, w) + ddf[:, 2]
+    grid = torch.stack([x * (2.0 / max(w - 1, 1)) - 1.0, y * (2.0 / max(h - 1, 1)) - 1.0, z * (2.0 / depth) - 1.0], -1)
+    out = F.grid_sample(volume.to(dtype), grid.unsqueeze(0), mode=mode, padding_mode="border", align_corners=True)
+    return out[0].movedim(1, 0)
+
+
+def stack_field_gradients(ddf: torch.Tensor, group: torch.Tensor, n_groups: int) -> List[torch.Tensor]:
+    """``[d/dz, d/dy, d/dx]`` of ``ddf`` ``(N, D, H, W)``, each ``(N, D, H, W)``, in voxels per voxel (per slice
+    through the plane): central differences inside, one-sided at the borders and at each stack's first and last
+    slice (``torch.gradient``'s rule, per stack); a stack of one slice has ``d/dz = 0``."""
+    if group.shape != (ddf.shape[0],):
+        raise ValueError(f"group must be (N,) = ({ddf.shape[0]},), one stack index per slice; got {tuple(group.shape)}.")
+    previous, following = stack_neighbours(group, n_groups)
+    steps = (following - previous).clamp(min=1).to(ddf.dtype).view(-1, 1, 1, 1)
+    dz = (ddf[following] - ddf[previous]) / steps
+    dy, dx = torch.gradient(ddf, dim=[2, 3])
+    return [dz, dy, dx]
+
+
+def stack_jacobian_determinant(ddf: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """``det(I + grad ddf)`` ``(N, H, W)`` of the 3-D map ``x -> x + ddf(x)`` of each stack, ``ddf`` ``(N, 3, H, W)``
+    in voxels (:func:`stack_field_gradients`).
+
+    Voxel units on purpose: with ``S = diag(slice spacing, pixel spacing, pixel spacing)`` the physical Jacobian is
+    ``S (I + grad ddf) S^-1``, whose determinant is the same, so folds (``det <= 0``) and volume change need no
+    spacing."""
+    return determinant_from_gradients(stack_field_gradients(ddf, group, n_groups))

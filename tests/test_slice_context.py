@@ -1,0 +1,177 @@
+"""SliceContextNPC (issue 51 item 1): the 2-D NPC on whole stacks with its neighbouring slices as context and a
+through-plane component out; its 3-D warp, Jacobian and loss; training it with the whole-stack script; export."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from monai_npc.engines.stack_data import DeviceStacks
+from monai_npc.data.stack_pack import load_stack_pack
+from monai_npc.engines.stack_training import StackTrainingConfig, build_network, export_weights, validate_stacks
+from monai_npc.functional import jacobian_determinant, stack_jacobian_determinant, stack_neighbours, warp_image, warp_stack_slices
+from monai_npc.losses import StackRegistrationLoss
+from monai_npc.networks.nets import NPCNet, SliceContextNPC, load_pretrained, save_pretrained
+
+from .test_stack_training import ROOT, TINY, pack_file  # noqa: F401  (the fixture)
+
+
+def _two_stacks(z: int = 6, size: int = 32):
+    """Two stacks of smooth random slices, one with its moving frame a slice below the fixed one (``dz = -1``), one
+    a slice above (``dz = +1``): ``(pair (2z, 2, size, size), group (2z,), truth (2,))``."""
+    torch.manual_seed(0)
+    p = F.avg_pool2d(F.avg_pool2d(torch.rand(z + 2, 1, size, size), 5, 1, 2), 5, 1, 2)[:, 0]
+    p = (p - p.amin((1, 2), keepdim=True)) / (p.amax((1, 2), keepdim=True) - p.amin((1, 2), keepdim=True))
+    fixed = torch.cat([p[1 : z + 1], p[1 : z + 1]])
+    moving = torch.cat([p[2:], p[:z]])  # stack 0: moving(z - 1) = fixed(z); stack 1: moving(z + 1) = fixed(z)
+    return torch.stack([moving, fixed], 1), torch.arange(2).repeat_interleave(z), torch.tensor([-1.0, 1.0])
+
+
+def test_stack_neighbours_stay_within_each_stack():
+    group = torch.tensor([0, 0, 0, 1, 2, 2])
+    previous, following = stack_neighbours(group, 3)
+    assert previous.tolist() == [0, 0, 1, 3, 4, 4] and following.tolist() == [1, 2, 2, 3, 5, 5]
+
+
+def test_a_through_plane_displacement_of_one_slice_shifts_the_stack_by_one_slice():
+    torch.manual_seed(1)
+    image = torch.rand(7, 2, 12, 10)
+    group = torch.tensor([0, 0, 0, 0, 1, 1, 1])
+    ddf = torch.zeros(7, 3, 12, 10)
+    ddf[:, 0] = 1.0  # out(z) = image(z + 1), the last slice of each stack replicated
+    out = warp_stack_slices(image, ddf, group, 2)
+    torch.testing.assert_close(out, image[[1, 2, 3, 3, 5, 6, 6]], rtol=0, atol=1e-6)
+    ddf[:, 0] = -0.5  # halfway to the slice before
+    torch.testing.assert_close(warp_stack_slices(image, ddf, group, 2), 0.5 * (image + image[[0, 0, 1, 2, 4, 4, 5]]), rtol=0,
+                               atol=1e-5)
+    ddf = torch.randn(7, 3, 12, 10)
+    ddf[:, 0] = 0.0  # in-plane only: the 2-D warp of every slice
+    torch.testing.assert_close(warp_stack_slices(image, ddf, group, 2), warp_image(image, ddf[:, 1:]), rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match=r"\(N, 3, H, W\)"):
+        warp_stack_slices(image, ddf[:, 1:], group, 2)
+
+
+def test_stack_jacobian_is_the_3d_jacobian_of_each_stack():
+    torch.manual_seed(2)
+    ddf = 0.3 * torch.randn(9, 3, 8, 8)
+    group = torch.tensor([0] * 5 + [1] * 4)
+    det = stack_jacobian_determinant(ddf, group, 2)
+    for g, rows in ((0, slice(0, 5)), (1, slice(5, 9))):
+        volume = ddf[rows].movedim(0, 1).unsqueeze(0)  # (1, 3, Z, H, W)
+        torch.testing.assert_close(det[rows], jacobian_determinant(volume)[0], msg=f"stack {g}")
+
+
+def test_init_from_the_acdc_weights_gives_their_in_plane_field_and_no_through_plane_motion():
+    npc = load_pretrained("acdc", refine_iterations=0)
+    net = SliceContextNPC.from_npc(npc).eval()
+    assert net.config["architecture"] == "slice_context" and net.config["refine_iterations"] == 0
+    for k, v in npc.state_dict().items():
+        assert torch.equal(net.npc.state_dict()[k], v), k
+    built = build_network(StackTrainingConfig(pack="-", out_dir="-", init="acdc", architecture="slice_context"))
+    assert isinstance(built, SliceContextNPC) and all(torch.equal(built.npc.state_dict()[k], v) for k, v in npc.state_dict().items())
+    pair, group, _ = _two_stacks(5, 48)
+    with torch.no_grad():
+        ddf, ddf_2d = net.forward_stacks(pair, group, 2), npc(pair)
+    assert ddf.shape == (10, 3, 48, 48) and float(ddf_2d.abs().max()) > 0.5
+    assert bool((ddf[:, 0] == 0).all())  # exactly: the heads' output layers start at zero
+    # the in-plane field: the 2-D network's, up to the float rounding of the 3-D warp's kernel (~1e-7 per warp), which
+    # the network amplifies as it does a 1e-7 change of its input (its soft top-K): ~6e-4 voxels at most here
+    with torch.no_grad():
+        rounding = float((npc(pair + 1e-7 * torch.randn(pair.shape, generator=torch.Generator().manual_seed(0))) - ddf_2d).abs().max())
+    assert float((ddf[:, 1:] - ddf_2d).abs().max()) <= max(1e-4, 3 * rounding)
+    assert float((ddf[:, 1:] - ddf_2d).abs().mean()) < 1e-4
+
+
+def test_stacks_in_one_batch_do_not_see_each_other_and_reversing_a_stack_negates_its_through_plane_motion():
+    torch.manual_seed(3)
+    net = SliceContextNPC(context_channels=8, **TINY).eval()
+    for head in net.context:  # a trained-looking head
+        torch.nn.init.normal_(head.out.weight, std=0.3)
+        torch.nn.init.normal_(head.out.bias, std=0.3)
+    pair, group, _ = _two_stacks(5, 32)
+    with torch.no_grad():
+        both = net.forward_stacks(pair, group, 2)
+        first, second = net(pair[:5]), net(pair[5:])
+        reversed_first = net(pair[:5].flip(0)).flip(0)
+    assert float(both[:, 0].abs().max()) > 0.05
+    torch.testing.assert_close(both, torch.cat([first, second]), rtol=0, atol=2e-4)  # float rounding only
+    torch.testing.assert_close(reversed_first[:, 0], -first[:, 0], rtol=0, atol=2e-4)
+    torch.testing.assert_close(reversed_first[:, 1:], first[:, 1:], rtol=0, atol=2e-4)
+
+
+def test_a_through_plane_shift_is_learned_in_a_few_cpu_steps():
+    pair, group, truth = _two_stacks(6, 32)
+    torch.manual_seed(0)
+    net = SliceContextNPC(context_channels=8, **TINY)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    loss = StackRegistrationLoss("acdc", label_weight=0.0)
+    labels = torch.zeros(12, 1, 32, 32)
+    history, shifts = [], None
+    for _ in range(20):
+        ddf = net.forward_stacks(pair, group, 2)
+        terms = loss(pair[:, :1], pair[:, 1:], labels, labels, ddf, group, 2)
+        opt.zero_grad()
+        terms["loss"].backward()
+        opt.step()
+        history.append(float(terms["similarity"].detach()))
+        shifts = torch.stack([ddf[1:5, 0].mean(), ddf[7:11, 0].mean()]).detach()  # interior slices
+    assert history[-1] < history[0] - 0.05, history
+    assert bool((shifts * truth > 0.3).all()), shifts  # each stack's own direction, not a shared constant
+
+
+def test_the_3d_loss_terms_are_finite_and_a_2d_field_keeps_the_2d_path():
+    pair, group, _ = _two_stacks(4, 24)
+    labels = (pair[:, :1] > 0.5).float() * 3
+    loss = StackRegistrationLoss("acdc", label_weight=1.0)
+    ddf = torch.zeros(8, 3, 24, 24, requires_grad=True)
+    terms = loss(pair[:, :1], pair[:, 1:], labels, labels, ddf, group, 2)
+    assert float(terms["fold"].detach()) == 0 and float(terms["regularization"].detach()) == 0
+    terms["loss"].backward()
+    assert float(ddf.grad[:, 0].abs().sum()) > 0  # the through-plane component gets a gradient
+    flat = torch.zeros(8, 2, 24, 24)
+    two_d, three_d = loss(pair[:, :1], pair[:, 1:], labels, labels, flat, group, 2), terms
+    torch.testing.assert_close(two_d["similarity"], three_d["similarity"].detach(), rtol=0, atol=1e-6)
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("train_stacks_gpu", ROOT / "examples" / "train_stacks_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_training_script_trains_the_slice_context_network_and_exports_it(pack_file, tmp_path):  # noqa: F811
+    out = tmp_path / "run"
+    args = ["train", "--pack", str(pack_file), "--out", str(out), "--device", "cpu", "--max-epochs", "1", "--stacks-per-batch", "2",
+            "--timing-steps", "1", "--val-every", "1", "--network", "slice_context", "--network-args",
+            json.dumps({**TINY, "context_channels": 8})]
+    assert _script().main(args) == 0
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["network_class"] == "SliceContextNPC" and state["network_config"]["architecture"] == "slice_context"
+    assert state["step"] == 2 and state["train_config"]["architecture"] == "slice_context"
+    net = load_pretrained(out / "best.pt")  # the shipped weights format rebuilds the class
+    assert isinstance(net, SliceContextNPC) and net.config["context_channels"] == 8
+    data = DeviceStacks(load_stack_pack(pack_file), [3], torch.device("cpu"))
+    exported = load_pretrained(export_weights(out / "checkpoint.pt", tmp_path / "ctx.pt", {"note": "test"}))
+    assert isinstance(exported, SliceContextNPC) and exported.meta["note"] == "test"
+    assert validate_stacks(exported, data)["val_dice"] == pytest.approx(state["curve"][-1]["val_dice"], abs=1e-5)
+    assert _script().main(args[:-4] + ["--network", "npc3d", "--out", str(tmp_path / "bad")]) == 2  # a one-line error
+
+
+def test_save_and_load_round_trip_and_register_refuses_a_3d_field(tmp_path):
+    from monai_npc.apps.registration.models import resolve_model
+
+    torch.manual_seed(4)
+    net = SliceContextNPC.from_npc(NPCNet(**TINY), context_channels=4).eval()
+    torch.nn.init.normal_(net.context[0].out.weight, std=0.1)
+    path = save_pretrained(net, tmp_path / "ctx.pt", {"preprocessing": "minmax"})
+    loaded = load_pretrained(path)
+    pair, _, _ = _two_stacks(4, 24)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(pair[:4]), net(pair[:4]), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="register"):
+        resolve_model(str(path))
