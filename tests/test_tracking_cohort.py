@@ -92,7 +92,7 @@ def test_cohort_single_process(data, single):
 def test_rerun_skips_done_studies(data, single, caplog):
     rows, out = single
     (out / "s2_4d" / "function.json").unlink()  # an interrupted study: redone
-    with caplog.at_level(logging.WARNING, logger="monai_npc.apps.tracking.cohort"):
+    with caplog.at_level(logging.INFO, logger="monai_npc.apps.tracking.cohort"):
         again = track_cohort(data / "cohort.csv", out, **FAST)
     assert [r["status"] for r in again] == ["skipped", "failed", "skipped", "ok"]
     assert "study s0_4d: skipped, already done" in caplog.text and "study s2_4d: skipped" not in caplog.text

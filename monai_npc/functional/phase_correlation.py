@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-import numpy as np
 import torch
 
 __all__ = ["phase_correlation", "tukey_window"]

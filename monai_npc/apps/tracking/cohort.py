@@ -205,7 +205,7 @@ def _track_studies(studies: Any, cohort: PathLike, net: Any, name: str, scheme: 
     for study in studies:
         done = study_done(study.out, _request(study, net, name, scheme, kwargs, strain))
         if done is not None:
-            logger.warning("study %s: skipped, already done (%s is complete)", study.name, Path(study.out) / TRACK_OUTPUTS["function"])
+            logger.info("study %s: skipped, already done (%s is complete)", study.name, Path(study.out) / TRACK_OUTPUTS["function"])
             rows.append(_row(study, "skipped", summary=done, seconds=done.get("seconds", float("nan"))))
             continue
         t0 = time.perf_counter()
