@@ -30,7 +30,9 @@ The steps, with the unit of each quantity:
    (:func:`monai_npc.interop.label_resample.resample_label`).
 
 3-D inputs are registered slice by slice in the planes of their first two index axes (the
-through-plane displacement is zero), as the models are 2-D. Slices where either image is
+through-plane displacement is zero), as the models are 2-D; a stack network
+(:func:`monai_npc.apps.registration.models.is_stack_network`) registers the whole stack in one call and its
+through-plane displacement is written too (``summary.json`` ``stack_network``). Slices where either image is
 constant (or nearly: intensity range below :data:`monai_npc.apps.registration.grids.CONSTANT_RTOL` of its magnitude) get the
 identity, a reliability of 0 and a warning, for every model.
 """
@@ -56,7 +58,7 @@ from monai_npc.runtime import use_threads
 from .align import check_align, wants_rigid
 from .grids import slices_of
 from .inputs import Inputs, read_inputs
-from .models import model_profile, resolve_model
+from .models import is_stack_network, model_profile, resolve_model
 from .pipeline import PipelineResult, run_pipeline
 from .result import Registration
 from .settings import RegisterSettings, check_arguments, resolve_settings
@@ -195,6 +197,7 @@ class _Run:
     guidance: float  # the label-guided term's weight that acted (0: off)
     prior: Optional[Dict[str, Any]]  # summary["label_prior"]
     notes: List[str]  # warnings, in the order they were given
+    stack: Optional[Dict[str, Any]] = None  # summary["stack_network"]: a stack network's field, and what did not apply to it
 
 
 def _warn(notes: List[str], note: str, shown: Optional[str] = None) -> None:
@@ -225,7 +228,26 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
                           label_prior=prior_net, prior_weight=prior_weight)
     prior = _prior_summary(result, settings.label_prior, prior_weight, inputs, notes)
     _check_result(result, inputs, settings, notes)
-    return _Run(result, guidance, prior, notes)
+    return _Run(result, guidance, prior, notes, _stack_record(settings, inputs, notes) if is_stack_network(net) else None)
+
+
+#: why the 2-D test-time steps do not apply to a stack network's field (``summary["stack_network"]["not_applied"]``)
+STACK_NOT_APPLIED = {
+    "refinement": "the test-time refinement is 2-D, per slice; the stack network's field is used as it is",
+    "label_guidance": "the label-guided term acts in the 2-D refinement only; label_guidance is 0",
+    "label_prior": "the label prior is part of the label-guided term; not used",
+    "basal_rules": "the network moves through the plane itself; the stack pipeline's basal rules are not applied on top",
+}
+
+
+def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str]) -> Dict[str, Any]:
+    """``summary["stack_network"]``: the field's through-plane channel comes from the network, and which 2-D steps did not
+    apply (:data:`STACK_NOT_APPLIED`); a label term the caller asked for is warned about."""
+    asked = [k for k, v in (("label_guidance", settings.label_guidance), ("label_prior", settings.label_prior_weight))
+             if v and settings.sources.get(k if k == "label_guidance" else "label_prior_weight") == "argument"]
+    if asked and inputs.moving_label is not None:
+        _warn(notes, f"{' and '.join(asked)} ignored: a stack network's field has no test-time refinement to steer.")
+    return {"through_plane": "network", "not_applied": dict(STACK_NOT_APPLIED)}
 
 
 def _prior_summary(result: PipelineResult, prior_name: Optional[str], weight: float, inputs: Inputs, notes: List[str]) -> Optional[Dict[str, Any]]:
@@ -294,11 +316,11 @@ def _figure(run: _Run, inputs: Inputs, name: str) -> Dict[str, Any]:
         lab_m = torch.from_numpy(slices_of(resample(shown, result.grid, "nearest", 0), dims).astype(np.float32))
         fixed_lab_m = (slices_of(resample(inputs.fixed_label, result.grid, "nearest", 0), dims) if inputs.fixed_label is not None
                        else np.zeros_like(moving_m))
-        carried = warp_image(lab_m[:, None], result.ddf_model.float(), "nearest", "zeros")[:, 0].numpy()
+        carried = warp_image(lab_m[:, None], result.ddf_model[:, -2:].float(), "nearest", "zeros")[:, 0].numpy()  # in-plane
         labels = (lab_m.numpy()[mid], fixed_lab_m[mid], carried[mid])
     turned = result.alignment is not None and result.alignment.applied
     return {
-        "moving": moving_m[mid], "fixed": fixed_m[mid], "warped": result.warped_model[mid, 0], "ddf": result.ddf_model[mid].float(),
+        "moving": moving_m[mid], "fixed": fixed_m[mid], "warped": result.warped_model[mid, 0], "ddf": result.ddf_model[mid, -2:].float(),
         "labels": labels,
         "title": f"{Path(inputs.name('moving') or '').name} -> {Path(inputs.name('fixed') or '').name} ({name}, model grid"
                  + (f"; moving first turned {result.alignment.angle_deg:.1f} deg and shifted "

@@ -48,6 +48,8 @@ __all__ = [
     "register_settings",
     "resolve_model",
     "is_phase_correlation",
+    "is_stack_network",
+    "STACK_FIELDS_OF_VIEW",
     "model_input_size",
 ]
 
@@ -102,8 +104,9 @@ def resolve_model(
             f"{err} Pass --model PATH to a file written by monai_npc.networks.nets.save_pretrained, "
             f"or --model {PHASE_CORRELATION} for the classical baseline."
         ) from err
-    if getattr(net, "spatial_dims", 2) != 2:
-        raise ValueError(f"model {spec} is {net.spatial_dims}-D; register needs a 2-D model.")
+    if getattr(net, "spatial_dims", 2) != 2 and not is_stack_network(net):
+        raise ValueError(f"model {spec} is {net.spatial_dims}-D and not a stack network (stack_network = True); register needs a "
+                         "2-D model or a network of whole stacks, (Z, 2, H, W) -> (Z, 3, H, W).")
     # acdc: 6 ODE + 40 refinement steps, grid stride 8, flip ensemble 2, heart-stack (its dataset's register settings)
     configured = network_settings(net, {"refine_iterations": refine_iterations, "num_steps": num_steps}, register_defaults)
     given = {k for k, v in (("refine_iterations", refine_iterations), ("num_steps", num_steps)) if v is not None}
@@ -128,6 +131,20 @@ def _configure(net: nn.Module, values: Mapping[str, Any]) -> None:
 def is_phase_correlation(model: Any) -> bool:
     """Whether a model argument names the classical baseline (:data:`PHASE_CORRELATION`, or with an underscore)."""
     return isinstance(model, (str, os.PathLike)) and str(model).lower() in (PHASE_CORRELATION, "phase_correlation")
+
+
+def is_stack_network(net: Any) -> bool:
+    """Whether ``net`` registers a whole stack in one call (the class attribute ``stack_network = True``, e.g.
+    :class:`~monai_npc.networks.nets.SliceContextNPC`): ``net(stack)`` with ``stack`` ``(Z, 2, h, w)`` (moving, fixed;
+    the slices in order) -> ``ddf`` ``(Z, 3, h, w)`` in voxels of the stack's grid, MONAI ``Warp`` convention: channel
+    0 through the plane in slices, channels 1-2 in-plane (along ``h`` and ``w``). ``register`` then pastes the
+    through-plane channel back as it does the in-plane ones, and runs no 2-D test-time step (refinement, label
+    guidance, label prior) and no basal rule on top of it."""
+    return bool(getattr(net, "stack_network", False))
+
+
+#: fields of view a stack network can register on: one grid whose slices are the fixed image's, in order
+STACK_FIELDS_OF_VIEW = ("image", "heart-stack")
 
 
 def model_input_size(net: nn.Module, default: int = 128) -> int:

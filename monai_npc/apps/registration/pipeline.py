@@ -8,7 +8,10 @@ calls :func:`run_pipeline` with the network's :class:`~monai_npc.apps.registrati
 Units: images are SimpleITK images (mm, LPS); arrays are in array order ``(Z, H, W)``; a ddf is in
 voxels of its grid, MONAI ``Warp`` convention (channel ``k`` along array axis ``k``).
 Slices are registered independently; with ``"image"`` or ``"heart"`` a slice gives the same field inside
-its stack as alone (``"heart-stack"`` shares the window's centre).
+its stack as alone (``"heart-stack"`` shares the window's centre). A stack network
+(:func:`~monai_npc.apps.registration.models.is_stack_network`) instead gets the grid's whole stack in one call and
+returns a 3-D field whose through-plane channel 0 (slices; the model grid's slices are the fixed image's) is pasted
+back with the in-plane channels.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 from torch import nn
 
 from monai_npc.functional import reliability_map, warp_image
+from monai_npc.functional.stack_field import warp_stack_slices
 from monai_npc.functional.taper import taper_window
 from monai_npc.interop.images import model_grid, resample, resample_model_field
 from monai_npc.interop.transforms import displacement_field_transform
@@ -31,7 +35,7 @@ from .align import RigidAlignment, rigid_in_plane
 from .grids import constant_slices, given_centres, heart_grid, inside_grid, slice_images, slices_of
 from .label_prior import carried_prior_check, fixed_prior
 from .localize import motion_centre
-from .models import ModelProfile
+from .models import STACK_FIELDS_OF_VIEW, ModelProfile, is_stack_network
 
 __all__ = ["PipelineResult", "run_pipeline"]
 
@@ -87,14 +91,34 @@ def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: i
     return torch.cat(ddfs), torch.cat(warps), rel, carried, aside
 
 
+@torch.inference_mode()
+def _predict_stack(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, still: np.ndarray) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A stack network's field: ``moving``, ``fixed`` ``(Z, 1, h, w)``, the grid's slices in order, go through ``net``
+    as ONE stack ``(Z, 2, h, w)`` -> ``ddf`` ``(Z, 3, h, w)`` float32 on the CPU (model voxels; channel 0 through the
+    plane in slices, MONAI ``Warp`` convention) and the moving stack warped by it in 3-D ``(Z, 1, h, w)``
+    (:func:`~monai_npc.functional.stack_field.warp_stack_slices`). ``still`` ``(Z,)`` slices (constant in either
+    image) are left at the identity, as for 2-D models; with every slice still the network is not run."""
+    z, _, h, w = moving.shape
+    if still.all():
+        return torch.zeros(z, 3, h, w), moving.float().cpu().clone()
+    ddf = net(torch.cat([moving, fixed], 1)).float()
+    if tuple(ddf.shape) != (z, 3, h, w):
+        raise ValueError(f"a stack network must return ddf (Z, 3, h, w) = ({z}, 3, {h}, {w}) for a stack (Z, 2, h, w); "
+                         f"{type(net).__name__} returned {tuple(ddf.shape)}.")
+    ddf[torch.from_numpy(still).to(ddf.device)] = 0.0
+    group = torch.zeros(z, dtype=torch.int64, device=ddf.device)
+    return ddf.cpu(), warp_stack_slices(moving.float(), ddf, group, 1).cpu()
+
+
 @dataclass
 class PipelineResult:
     """What :func:`run_pipeline` computes.
 
     Attributes:
         ddf: ``(D, *S)`` float64 on the fixed grid, fixed voxels, array order (3-D: channel 0, the
-            through-plane component, is 0).
-        ddf_model: ``(Z, 2, h, w)`` on the model grid (model voxels), tapered for ``"heart"``.
+            through-plane component in slices, is 0 but for a stack network's).
+        ddf_model: ``(Z, 2, h, w)`` on the model grid (model voxels), tapered for ``"heart"``; a stack network's
+            ``(Z, 3, h, w)`` (channel 0 through the plane, in slices).
         grid: the model grid (SimpleITK image, no pixels used).
         moving_model, fixed_model: ``(Z, h, w)`` network inputs; ``warped_model`` ``(Z, 1, h, w)``.
         reliability: ``(Z, H, W)`` on the fixed grid, or ``None`` for networks without one (0 where
@@ -182,6 +206,9 @@ def run_pipeline(
     """
     dims = fixed.GetDimension()
     nan = float("nan")
+    if is_stack_network(net) and profile.field_of_view not in STACK_FIELDS_OF_VIEW:
+        raise ValueError(f"field_of_view {profile.field_of_view!r}: a stack network ({type(net).__name__}) registers one grid "
+                         f"whose slices are the fixed image's, in order; use one of {STACK_FIELDS_OF_VIEW}.")
     # 1. canonical geometry: the moving image on the fixed grid (NaN outside it)
     moving_on_fixed = slices_of(resample(moving, fixed, "linear", nan), dims)
     fixed_arr = slices_of(sitk.GetArrayFromImage(fixed), dims)
@@ -228,7 +255,7 @@ def run_pipeline(
         if len(runs) == 2:  # "image+heart": inside the window the mean of the two fields (weight 0.5), tapered to the whole-image one
             ddf_f = runs[0].ddf_fixed + 0.5 * runs[1].weight * (runs[1].ddf_fixed - runs[0].ddf_fixed)
     if alignment is not None and alignment.applied:  # x -> x + u(x) -> rigid: a(x + u(x)) + u(x)
-        ddf_f = ddf_f + warp_image(torch.from_numpy(alignment.ddf), ddf_f, "bilinear", "border")
+        ddf_f = _after_rigid(ddf_f, torch.from_numpy(alignment.ddf))
     mid = len(centres) // 2
     # the run whose reliability map is reported, and the one the label prior steered ("image>heart": the coarse one,
     # which gets the label)
@@ -252,10 +279,31 @@ _USES = {False: ("image", "image+heart"), True: ("heart", "heart-stack", "image+
 
 
 def _with_z(ddf_f: torch.Tensor, dims: int) -> np.ndarray:
-    """``(Z, 2, H, W)`` in-plane field -> ``(D, *S)`` array-order ddf of the fixed image (3-D: a zero through-plane channel first)."""
-    out = ddf_f.permute(1, 0, 2, 3).numpy()  # (2, Z, H, W)
+    """``(Z, 2, H, W)`` in-plane field -> ``(D, *S)`` array-order ddf of the fixed image (3-D: a zero through-plane channel
+    first); a stack network's ``(Z, 3, H, W)`` keeps its own through-plane channel (2-D images: only the in-plane ones)."""
+    out = ddf_f.permute(1, 0, 2, 3).numpy()  # (C, Z, H, W)
+    if out.shape[0] == 3:
+        return np.ascontiguousarray(out if dims == 3 else out[1:, 0])
     out = np.concatenate([np.zeros_like(out[:1]), out], 0) if dims == 3 else out[:, 0]
     return np.ascontiguousarray(out)
+
+
+def _after_rigid(ddf_f: torch.Tensor, rigid: torch.Tensor) -> torch.Tensor:
+    """The field ``u`` ``(Z, C, H, W)`` (fixed voxels) composed with the rigid pre-alignment ``a`` ``(Z, 2, H, W)``:
+    ``a(x + u(x)) + u(x)``. A stack network's through-plane channel 0 stays as it is and ``a`` is read at the in-plane
+    point: the alignment is one in-plane turn and shift of the whole stack, the same on every slice."""
+    if ddf_f.shape[1] == 2:
+        return ddf_f + warp_image(rigid, ddf_f, "bilinear", "border")
+    return torch.cat([ddf_f[:, :1], ddf_f[:, 1:] + warp_image(rigid, ddf_f[:, 1:], "bilinear", "border")], 1)
+
+
+def _paste_field(ddf_m: torch.Tensor, grid: sitk.Image, target: sitk.Image) -> torch.Tensor:
+    """A model-grid field ``(n, C, h, w)`` (model voxels) -> ``(n, C, H, W)`` in ``target``'s voxels; a stack network's
+    through-plane channel 0 (slices, the same on both grids) is resampled as a value, not rescaled."""
+    if ddf_m.shape[1] == 2:
+        return resample_model_field(ddf_m, grid, target, displacement=True)
+    return torch.cat([resample_model_field(ddf_m[:, :1].contiguous(), grid, target),
+                      resample_model_field(ddf_m[:, 1:].contiguous(), grid, target, displacement=True)], 1)
 
 
 @dataclass
@@ -266,7 +314,7 @@ class _GridRun:
     still: np.ndarray
     ddf_model: torch.Tensor
     warped_model: torch.Tensor
-    ddf_fixed: torch.Tensor  # (Z, 2, H, W) fixed voxels
+    ddf_fixed: torch.Tensor  # (Z, 2, H, W) fixed voxels (a stack network's: (Z, 3, H, W))
     weight: Optional[torch.Tensor]  # (Z, 1, H, W) window weight on the fixed grid (windows only)
     reliability: Optional[np.ndarray]
     seen: np.ndarray  # (Z, H, W) bool: fixed voxels inside a model grid (where the network looked)
@@ -282,7 +330,8 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
                        moving_label: Optional[sitk.Image] = None, label_guidance: float = 0.0, label_prior: Optional[nn.Module] = None,
                        prior_weight: float = 0.0) -> _GridRun:
     """Steps 3-5 of :func:`run_pipeline`: ``grids`` are ``(model grid, the fixed image or slice it covers)``
-    pairs in slice order; all their slices go through the network as one batch of independent pairs."""
+    pairs in slice order; all their slices go through the network as one batch of independent pairs (a stack network:
+    as one stack, :func:`_predict_stack`, with no label term)."""
     nan = float("nan")
     # 3. model inputs
     fixed_raw = np.concatenate([slices_of(resample(target, grid, "linear", nan), grid.GetDimension()) for grid, target in grids])
@@ -300,12 +349,15 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     rel_m: Optional[torch.Tensor] = None
     active = np.flatnonzero(~still)
     lab_t = prior_t = agreement = fixed_agreement = prior_note = carried_agreement = None
-    if moving_label is not None and label_guidance > 0:
+    stack = is_stack_network(net)
+    if moving_label is not None and label_guidance > 0 and not stack:
         lab = np.concatenate([slices_of(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
         lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
         if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
             prior_t, agreement, fixed_agreement, prior_note = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
-    if active.size:
+    if stack:
+        ddf_m, warped_m = _predict_stack(net, m_t, f_t, still)
+    elif active.size:
         d, wp, r, carried_agreement, aside = _predict(
             net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active], label_guidance=label_guidance,
             fixed_prior=prior_t, prior_weight=prior_weight, prior_agreement=agreement)
@@ -331,7 +383,7 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     for grid, target in grids:
         n = grid.GetSize()[2] if grid.GetDimension() == 3 else 1
         part = slice(start, start + n)
-        ddf_f.append(resample_model_field(ddf_m[part], grid, target, displacement=True))  # (n, 2, H, W)
+        ddf_f.append(_paste_field(ddf_m[part], grid, target))  # (n, 2 or 3, H, W)
         if prior_m is not None:
             on_grid = sitk.GetImageFromArray(prior_m[part] if grid.GetDimension() == 3 else prior_m[part][0])
             on_grid.CopyInformation(grid)

@@ -75,6 +75,8 @@ def registration_summary(run: Any, inputs: Inputs, settings: RegisterSettings, n
     elif result.still.all():
         summary["reliability_mean"] = 0.0
     summary["overlap_percent"] = result.overlap_percent
+    if getattr(run, "stack", None) is not None:  # a stack network's field: its through-plane channel, no 2-D test-time step
+        summary["stack_network"] = run.stack
     summary.update(reg.field_summary())
     summary.update(
         identity_slices=np.flatnonzero(result.still).tolist(),

@@ -23,11 +23,18 @@ __all__ = ["basal_through_plane"]
 def basal_through_plane(reg: Registration, direction: str) -> Optional[Dict[str, Any]]:
     """Apply the basal rules of ``direction`` (``"ED->ES"`` or ``"ES->ED"``) to ``reg`` in place, as a through-plane part
     of its field; returns what ``reg.summary["basal_descent"]`` records (``None``: nothing to do: no moving label, not a
-    3-D stack of 3 slices or more, another direction, or no rule changed anything).
+    3-D stack of 3 slices or more, another direction, or no rule changed anything). A stack network's field
+    (``reg.summary["stack_network"]``) moves through the plane itself: no rule is applied, and
+    ``reg.summary["basal_descent"]`` says so (``{"applied": False, "reason": ...}``, also returned).
 
     The summary gives the voxels cleared or filled, the slice the label prior found the LV gone from (``ED->ES`` with
     a prior) and ``rule_agreement``: the share of the labelled voxels on which the transform's label equals the rules'.
     """
+    stack = reg.summary.get("stack_network")
+    if stack is not None:
+        reg.summary["basal_descent"] = {"applied": False, "direction": direction,
+                                        "reason": stack.get("not_applied", {}).get("basal_rules", "a stack network's field")}
+        return reg.summary["basal_descent"]
     if reg.moving_label is None or reg.warped_label is None or reg.ddf_array is None or reg.ddf_array.shape[0] != 3:
         return None
     on_fixed = reg.warped_label

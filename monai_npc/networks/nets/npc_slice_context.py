@@ -54,8 +54,11 @@ class SliceContextNPC(nn.Module):
     channel 0 through the plane in slices, channels 1-2 along ``H`` and ``W``.
     """
 
-    #: the field's dimension (``register``'s model check refuses a model whose ``spatial_dims`` is not 2)
+    #: the field's dimension
     spatial_dims = 3
+    #: ``register`` feeds this network the whole (window) stack in one call, ``forward(stack)``
+    #: (:func:`monai_npc.apps.registration.models.is_stack_network`)
+    stack_network = True
 
     def __init__(self, context_channels: int = 32, architecture: str = SLICE_CONTEXT, **npc_options: Any) -> None:
         super().__init__()
@@ -64,7 +67,7 @@ class SliceContextNPC(nn.Module):
         for key, allowed in _FIXED.items():
             if npc_options.get(key, allowed) != allowed:
                 raise ValueError(f"SliceContextNPC needs {key}={allowed!r} (a 2-D test-time option with no through-plane "
-                                 f"counterpart), got {npc_options[key]!r}; register cannot run a 3-D field yet "
+                                 f"counterpart), got {npc_options[key]!r}; register runs this network with none of them "
                                  "(docs/training_gpu.md).")
         self.npc = NPCNet(**{k: v for k, v in npc_options.items() if k not in _FIXED})
         stages: List[NPCStage] = list(self.npc.ode.stages)

@@ -329,7 +329,7 @@ def load_pretrained(name_or_path: str | Path, map_location: str | torch.device =
     """An ``NPCNet`` from a model argument: a shipped name, a :func:`save_pretrained` file, a bundle or its ``models/model.pt``.
 
     Weights whose configuration says ``"architecture": "slice_context"`` rebuild a
-    :class:`~monai_npc.networks.nets.SliceContextNPC` (a 3-D field per stack; ``register`` refuses it for now).
+    :class:`~monai_npc.networks.nets.SliceContextNPC` (a 3-D field per stack, which ``register`` writes).
 
     ``overrides`` replace configuration entries that do not change the parameters (e.g.
     ``num_steps``). The loaded network is in eval mode; ``net.meta`` holds the file's ``meta``

@@ -1,0 +1,134 @@
+"""``register`` with a stack network (issue 51 item 1, the ``register`` side): the whole heart-window stack in one
+call, the network's through-plane channel written into the transform, no 2-D test-time step and no basal rule on
+top of it."""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import numpy as np
+import SimpleITK as sitk
+import torch
+from torch import nn
+
+from monai_npc.apps.registration.models import is_stack_network
+from monai_npc.apps.registration.result import field_jacobian
+from monai_npc.apps.registration.through_plane import basal_through_plane
+from monai_npc.data.phantom_cine import cardiac_cine
+from monai_npc.networks.nets import SliceContextNPC, load_pretrained
+from monai_npc import register
+
+SPACING = (8.0, 1.5, 1.5)  # (slice, row, col) mm
+
+
+class ShiftStack(nn.Module):
+    """A stack network test double: a constant through-plane displacement of ``+1`` slice, no in-plane motion."""
+
+    stack_network = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meta = {"field_of_view": "heart-stack", "input_size": 32, "taper": 4}
+        self.calls: List[Tuple[int, ...]] = []
+
+    def forward(self, stack: torch.Tensor) -> torch.Tensor:
+        """``(Z, 2, h, w)`` -> ``(Z, 3, h, w)``: channel 0 = 1 slice, channels 1-2 = 0."""
+        self.calls.append(tuple(stack.shape))
+        ddf = stack.new_zeros((stack.shape[0], 3) + tuple(stack.shape[2:]))
+        ddf[:, 0] = 1.0
+        return ddf
+
+
+def _smooth_stack(z: int = 8, size: int = 64, seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+    """``(moving, fixed)`` ``(z, size, size)`` float32: smooth random slices, each unlike its neighbours; the fixed
+    stack has a bright blob in its centre (what the heart window centres on)."""
+    rng = np.random.default_rng(seed)
+    noise = torch.from_numpy(rng.random((z, 1, size, size)).astype(np.float32))
+    smooth = torch.nn.functional.avg_pool2d(torch.nn.functional.avg_pool2d(noise, 7, 1, 3), 7, 1, 3)[:, 0].numpy()
+    moving = (smooth - smooth.min()) / (smooth.max() - smooth.min())
+    yy, xx = np.mgrid[:size, :size]
+    blob = np.exp(-((yy - size / 2) ** 2 + (xx - size / 2) ** 2) / (2 * 6.0**2)).astype(np.float32)
+    return moving.astype(np.float32), (moving + 0.5 * blob[None]).astype(np.float32)
+
+
+def test_a_stack_network_is_fed_the_window_stack_once_and_its_through_plane_field_is_written(tmp_path):
+    moving, fixed = _smooth_stack()
+    net = ShiftStack()
+    reg = register(moving, fixed, model=net, spacing=SPACING)
+    assert net.calls == [(8, 2, 32, 32)]  # one call, every slice of the window stack in order
+    ddf = reg.ddf_array
+    assert ddf.shape == (3, 8, 64, 64) and not np.any(ddf[1:])
+    inside = np.isclose(ddf[0], 1.0, rtol=0, atol=1e-9)  # the window's interior, where the taper is 1
+    assert inside[0].sum() >= 200 and np.all(ddf[0] >= -1e-12) and np.all(ddf[0] <= 1 + 1e-12)
+    assert not inside[:, 0].any() and not inside[:, :, 0].any()  # identity outside the window, tapered to it
+    warped = sitk.GetArrayFromImage(reg.warped)
+    for z in range(7):  # the warped image is the moving stack one slice on, in the interior of the heart window
+        np.testing.assert_allclose(warped[z][inside[z]], moving[z + 1][inside[z]], rtol=0, atol=1e-4)
+    assert np.abs(warped[3][inside[3]] - moving[3][inside[3]]).max() > 0.1  # (a shift that is visible)
+    # the written transform says the same (transform.h5 read back and applied with ITK) ...
+    summary = reg.save(tmp_path, overview=False)
+    written = sitk.ReadTransform(str(tmp_path / summary["outputs"]["transform"]))
+    by_file = sitk.GetArrayFromImage(sitk.Resample(reg.moving, reg.fixed, written, sitk.sitkLinear, 0.0, sitk.sitkFloat32))
+    np.testing.assert_allclose(by_file[:7][inside[:7]], warped[:7][inside[:7]], rtol=0, atol=1e-5)
+    # ... and the summary's folding is the written field's (det J of the 3-D field, and ITK's of the displacement in mm)
+    det = field_jacobian(ddf)
+    assert summary["folding_percent"] == float(100.0 * (det <= 0).mean())
+    disp = sitk.DisplacementFieldTransform(reg.transform).GetDisplacementField()  # LPS mm on the fixed grid
+    itk_det = sitk.GetArrayFromImage(sitk.DisplacementFieldJacobianDeterminant(disp))
+    assert abs(summary["folding_percent"] - float(100.0 * (itk_det <= 0).mean())) < 1e-9
+    assert summary["stack_network"]["through_plane"] == "network" and summary["label_guidance"] == 0.0
+    assert set(summary["stack_network"]["not_applied"]) == {"refinement", "label_guidance", "label_prior", "basal_rules"}
+
+
+def test_a_stack_network_with_a_moving_label_carries_it_through_the_plane_and_no_basal_rule_applies():
+    moving, fixed = _smooth_stack()
+    label = np.zeros(moving.shape, np.uint8)
+    label[:, 28:36, 28:36] = np.arange(1, 9, dtype=np.uint8)[:, None, None] % 3 + 1  # each slice its own value
+    reg = register(moving, fixed, model=ShiftStack(), moving_label=label, spacing=SPACING, label_sigma=0.0)
+    warped_label = sitk.GetArrayFromImage(reg.warped_label)
+    assert (warped_label[:7, 30:34, 30:34] == label[1:8, 30:34, 30:34]).all()  # the label one slice on, as transform.h5 does
+    before = reg.ddf_array.copy()
+    info = basal_through_plane(reg, "ED->ES")  # what the stack pipeline's descend_registration calls
+    assert info == reg.summary["basal_descent"] and info["applied"] is False and "through the plane" in info["reason"]
+    assert np.array_equal(reg.ddf_array, before)
+
+
+def test_the_stack_pipeline_does_not_apply_the_basal_rules_with_a_stack_network():
+    from monai_npc.apps.stacks.pairs import descend_registration
+
+    moving, fixed = _smooth_stack()
+    label = np.zeros(moving.shape, np.uint8)
+    label[:3, 20:44, 20:44] = 1  # a base that the ED->ES rules would clear
+    reg = register(moving, fixed, model=ShiftStack(), moving_label=label, spacing=SPACING)
+
+    class _Pair:  # the fields of a StudyPair that descend_registration reads
+        direction = "ED->ES"
+
+        class moving:  # noqa: N801
+            label = "ED_gt.nii.gz"
+
+    before = reg.ddf_array.copy()
+    descend_registration(_Pair(), reg)
+    assert reg.summary["basal_descent"]["applied"] is False and np.array_equal(reg.ddf_array, before)
+
+
+def _phantom_pair():
+    cine = cardiac_cine(frames=5, size=96, levels=(0.2, 0.35, 0.5, 0.65, 0.8), seed=1)
+    return cine["image"][cine["ed"]], cine["image"][cine["es"]], tuple(float(s) for s in cine["spacing"])
+
+
+def test_slice_context_from_the_acdc_weights_registers_a_phantom_stack_like_its_2d_network():
+    npc = load_pretrained("acdc", refine_iterations=0)
+    net = SliceContextNPC.from_npc(npc).eval()
+    assert is_stack_network(net) and not is_stack_network(npc)
+    ed, es, spacing = _phantom_pair()
+    reg = register(ed, es, model=net, spacing=spacing, field_of_view="heart-stack")
+    ref = register(ed, es, model=npc, spacing=spacing, field_of_view="heart-stack")  # the 2-D network's own field, 1 call
+    ddf, ddf_2d = reg.ddf_array, ref.ddf_array
+    assert ddf.shape == ddf_2d.shape == (3,) + ed.shape
+    assert not np.any(ddf[0]) and not np.any(ddf_2d[0])  # exactly 0 through the plane: the heads start at zero
+    assert float(np.abs(ddf_2d[1:]).max()) > 0.5  # the phantom moves
+    # in-plane: the 2-D network's field up to the float rounding of the 3-D warp (~1e-7, amplified by the soft top-K)
+    assert float(np.abs(ddf[1:] - ddf_2d[1:]).max()) < 2e-3
+    assert reg.summary["stack_network"]["through_plane"] == "network" and "steps" not in reg.summary
+    assert reg.summary["folding_percent"] == ref.summary["folding_percent"]
