@@ -225,6 +225,10 @@ def model_profile(net: nn.Module, size: Optional[int] = None, field_of_view: Opt
     ``field_of_view``, ``spacing_mm``, ``taper``; older shipped weights get their bundle's defaults).
 
     ``size`` / ``field_of_view`` override the weights' values (``register(size=..., field_of_view=...)``).
+
+    Raises:
+        ValueError: an unknown field of view or preprocessing, or a stack network with a field of view other than
+            :data:`STACK_FIELDS_OF_VIEW` (``"heart"`` windows move from slice to slice; the mixes register twice).
     """
     meta = _model_meta(net)
     trained = meta.get("input_size")
@@ -236,6 +240,9 @@ def model_profile(net: nn.Module, size: Optional[int] = None, field_of_view: Opt
     fov = str(field_of_view or meta.get("field_of_view", "image"))
     if fov not in FIELDS_OF_VIEW:
         raise ValueError(f"field_of_view must be one of {FIELDS_OF_VIEW}, got {fov!r}.")
+    if is_stack_network(net) and fov not in STACK_FIELDS_OF_VIEW:
+        raise ValueError(f"field_of_view {fov!r}: a stack network ({type(net).__name__}) registers one grid whose slices are the "
+                         f"fixed image's, in order; use one of {STACK_FIELDS_OF_VIEW}.")
     low, high = meta.get("spacing_mm", (0.0, math.inf))
     profile = ModelProfile(
         input_size=int(size or meta.get("input_size", 128)),

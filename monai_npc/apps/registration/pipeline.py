@@ -35,7 +35,7 @@ from .align import RigidAlignment, rigid_in_plane
 from .grids import constant_slices, given_centres, heart_grid, inside_grid, slice_images, slices_of
 from .label_prior import carried_prior_check, fixed_prior
 from .localize import motion_centre
-from .models import STACK_FIELDS_OF_VIEW, ModelProfile, is_stack_network
+from .models import ModelProfile, is_stack_network
 
 __all__ = ["PipelineResult", "run_pipeline"]
 
@@ -187,7 +187,7 @@ def run_pipeline(
     Args:
         net: a network in eval mode, ``(B, 2, h, w) -> (B, 2, h, w)`` or with ``register``.
         moving, fixed: float32 images of one dimensionality (checked by the caller), mm / LPS.
-        profile: :func:`model_profile` of ``net``.
+        profile: :func:`model_profile` of ``net`` (a stack network: ``"image"`` or ``"heart-stack"``, checked there).
         keep_aspect: ``"image"`` field of view: isotropic grid (pad the short side).
         device: torch device of ``net``.
         moving_label: the moving image's label map (on its grid), for ``label_guidance``.
@@ -206,9 +206,6 @@ def run_pipeline(
     """
     dims = fixed.GetDimension()
     nan = float("nan")
-    if is_stack_network(net) and profile.field_of_view not in STACK_FIELDS_OF_VIEW:
-        raise ValueError(f"field_of_view {profile.field_of_view!r}: a stack network ({type(net).__name__}) registers one grid "
-                         f"whose slices are the fixed image's, in order; use one of {STACK_FIELDS_OF_VIEW}.")
     # 1. canonical geometry: the moving image on the fixed grid (NaN outside it)
     moving_on_fixed = slices_of(resample(moving, fixed, "linear", nan), dims)
     fixed_arr = slices_of(sitk.GetArrayFromImage(fixed), dims)
