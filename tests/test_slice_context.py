@@ -162,8 +162,8 @@ def test_the_training_script_trains_the_slice_context_network_and_exports_it(pac
     assert _script().main(args[:-4] + ["--network", "npc3d", "--out", str(tmp_path / "bad")]) == 2  # a one-line error
 
 
-def test_save_and_load_round_trip_and_register_refuses_a_3d_field(tmp_path):
-    from monai_npc.apps.registration.models import resolve_model
+def test_save_and_load_round_trip_and_register_takes_it_as_a_stack_network(tmp_path):
+    from monai_npc.apps.registration.models import is_stack_network, resolve_model
 
     torch.manual_seed(4)
     net = SliceContextNPC.from_npc(NPCNet(**TINY), context_channels=4).eval()
@@ -173,5 +173,7 @@ def test_save_and_load_round_trip_and_register_refuses_a_3d_field(tmp_path):
     pair, _, _ = _two_stacks(4, 24)
     with torch.no_grad():
         torch.testing.assert_close(loaded(pair[:4]), net(pair[:4]), rtol=0, atol=0)
-    with pytest.raises(ValueError, match="register"):
-        resolve_model(str(path))
+    resolved, _ = resolve_model(str(path))  # register's model step (tests/test_register_stack_net.py runs it)
+    assert isinstance(resolved, SliceContextNPC) and is_stack_network(resolved)
+    with pytest.raises(ValueError, match="refine_iterations"):  # a 2-D test-time option it has no counterpart of
+        resolve_model(str(path), refine_iterations=5)

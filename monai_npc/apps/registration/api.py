@@ -99,7 +99,9 @@ def register(
             PNG/JPEG/TIFF) or arrays in array order ``([Z,] H, W)``; both 2-D or both 3-D
             (3-D: registered slice by slice).
         model: ``"acdc"``, ``"camus"``, ``"sar"``, ``"brain2d"`` (shipped weights), a
-            ``save_pretrained`` file, ``"phase-correlation"`` or a network (``(B, 2, h, w) -> (B, 2, h, w)``).
+            ``save_pretrained`` file, ``"phase-correlation"`` or a network (``(B, 2, h, w) -> (B, 2, h, w)``), or a stack
+            network (``stack_network = True``: one stack ``(Z, 2, h, w) -> (Z, 3, h, w)``, channel 0 through the plane in
+            slices; :func:`~monai_npc.apps.registration.models.is_stack_network`), whose 3-D field is written.
         moving_label, fixed_label: optional label maps on their image's grid (same kinds of input).
         spacing: mm per array axis for array inputs (array order); default 1 mm.
         moving_select, fixed_select: for DICOM folders and multi-frame files: ``"phase=3"``,

@@ -50,7 +50,9 @@ def basal_descent_label(pair: StudyPair, warped: np.ndarray, reference: np.ndarr
 def descend_registration(pair: StudyPair, reg: Any) -> None:
     """The basal rules of :func:`basal_descent_label` made part of ``reg``'s transform (in place,
     :func:`monai_npc.apps.registration.through_plane.basal_through_plane`): ``reg.warped_label``, ``transform.h5``
-    and the displacement all say the same; recorded in ``reg.summary["basal_descent"]``."""
+    and the displacement all say the same; recorded in ``reg.summary["basal_descent"]``. A stack network's field
+    (``reg.summary["stack_network"]``) moves through the plane itself: the rules are not applied on top of it
+    (``basal_descent.applied`` false, with the reason)."""
     if pair.moving.label is not None:
         basal_through_plane(reg, pair.direction)
 
