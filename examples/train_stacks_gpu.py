@@ -1,4 +1,4 @@
-"""Whole-stack NPC training on one GPU for a fixed wall time (issue 51): pack the data, train, export.
+"""Whole-stack NPC training on one GPU for a fixed wall time: pack the data, train, export.
 
     # once, on a machine with ../shared/data (about 16 MB, 25 s):
     OMP_NUM_THREADS=1 python examples/train_stacks_gpu.py pack --out .cache/acdc70_stacks.npz

@@ -1,4 +1,4 @@
-"""Whole short-axis stacks in a heart window, packed into one small ``.npz`` for GPU training (issue 51).
+"""Whole short-axis stacks in a heart window, packed into one small ``.npz`` for GPU training.
 
 One file holds, for every patient, the ED and ES stacks cropped to a ``size x size`` in-plane window at the
 source's resolution (zero outside the image), as ``uint8`` images (the source's ``[0, 1]`` range times 255)

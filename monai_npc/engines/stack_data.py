@@ -1,10 +1,10 @@
 """Whole-stack pairs on the device: a packed file (:mod:`monai_npc.data.stack_pack`) loaded once, batches built by
-indexing device tensors, so the GPU never waits for a CPU input pipeline (issue 51).
+indexing device tensors, so the GPU never waits for a CPU input pipeline.
 
 A batch of ``S`` stacks holds both directions of each pair: the slices of the ``S`` ED -> ES pairs, then those of
 the ``S`` ES -> ED pairs, each stack's slices contiguous and in the file's order (basal to apical). ``group``
 ``(N,)`` says which of the ``2 S`` registrations a slice belongs to: a slice-wise network ignores it, a
-slice-context network (issue 51 item 1) finds a slice's neighbours with it, the loss sums the 3-D Dice with it.
+slice-context network finds a slice's neighbours with it, the loss sums the 3-D Dice with it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What a whole-stack training run writes beside its checkpoint: the log (one JSON line and one text line per
-epoch), the GPU utilisation samples, and the loss / validation-Dice curve figure (issue 51)."""
+epoch), the GPU utilisation samples, and the loss / validation-Dice curve figure."""
 
 from __future__ import annotations
 

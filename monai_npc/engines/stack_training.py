@@ -1,4 +1,4 @@
-"""Train a registration network on whole ACDC stacks for a fixed wall time, on one CUDA GPU or the CPU (issue 51).
+"""Train a registration network on whole ACDC stacks for a fixed wall time, on one CUDA GPU or the CPU.
 
 :func:`train_stacks` reads a packed file (:mod:`monai_npc.data.stack_pack`) onto the device once
 (:class:`~monai_npc.engines.stack_data.DeviceStacks`), builds each batch there (``stacks_per_batch`` training
@@ -19,7 +19,7 @@ bf16 autocast on CUDA. It stops cleanly before ``minutes`` of wall time and writ
 
 The network: by default (``architecture="npc2d"``) the ``train.json`` / ``acdc`` NPCNet (:data:`DEFAULT_NETWORK`)
 applied to every slice (the batch is the slices); ``architecture="slice_context"`` the
-:class:`~monai_npc.networks.nets.SliceContextNPC` of the same 2-D configuration (issue 51 item 1), from the ``init``
+:class:`~monai_npc.networks.nets.SliceContextNPC` of the same 2-D configuration, from the ``init``
 weights' 2-D parameters when given. ``network_factory`` is the extension point for other networks: a module with
 ``forward_stacks(pair (N, 2, H, W), group (N,), n_groups) -> ddf`` sees which slices form a stack (contiguous, in
 order); a plain module is called as ``model(pair)``. A field of 2 channels ``(N, 2, H, W)`` is in-plane, slice by

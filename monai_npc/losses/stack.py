@@ -1,4 +1,4 @@
-"""Soft 3-D Dice of warped labels over whole stacks batched slice by slice (training only; issue 51)."""
+"""Soft 3-D Dice of warped labels over whole stacks batched slice by slice (training only)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Through-plane readout of one NPC stage over the slices of whole stacks (issue 51 item 1)."""
+"""Through-plane readout of one NPC stage over the slices of whole stacks."""
 
 from __future__ import annotations
 
