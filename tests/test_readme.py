@@ -1,4 +1,4 @@
-"""The READMEs run as written (issue 52, item 5).
+"""The READMEs run as written.
 
 Every fenced ``bash`` and ``python`` block of the README and the bundle READMEs is found by :func:`readme_blocks`,
 so a new block is picked up without touching this file. Each command of a ``bash`` block runs with its exact

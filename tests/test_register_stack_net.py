@@ -1,4 +1,4 @@
-"""``register`` with a stack network (issue 51 item 1, the ``register`` side): the whole heart-window stack in one
+"""``register`` with a stack network: the whole heart-window stack in one
 call, the network's through-plane channel written into the transform, no 2-D test-time step and no basal rule on
 top of it."""
 

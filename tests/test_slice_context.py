@@ -1,4 +1,4 @@
-"""SliceContextNPC (issue 51 item 1): the 2-D NPC on whole stacks with its neighbouring slices as context and a
+"""SliceContextNPC: the 2-D NPC on whole stacks with its neighbouring slices as context and a
 through-plane component out; its 3-D warp, Jacobian and loss; training it with the whole-stack script; export."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Whole-stack GPU training infrastructure on the CPU (issue 51 item 3): the packer, the device batches and their
+"""Whole-stack GPU training infrastructure on the CPU: the packer, the device batches and their
 augmentation, the per-stack 3-D Dice loss, the fixed-budget loop with its log, curve, resume, bf16 refusal and export."""
 
 from __future__ import annotations
