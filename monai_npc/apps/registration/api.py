@@ -213,9 +213,7 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
     profile = model_profile(net, size, settings.field_of_view)
     # the term acts only in an NPC network's test-time refinement, with a moving label: else it is 0 (and recorded so)
     refines = getattr(getattr(net, "refiner", None), "iterations", 0) > 0
-    asked = [f"{k} ({flag})" for k, flag in (("label_guidance", "--label-guidance"), ("label_prior", "--label-prior"))
-             if settings.sources[k if k != "label_prior" else "label_prior_weight"] == "argument"
-             and (settings.label_guidance if k == "label_guidance" else settings.label_prior_weight)]
+    asked = settings.label_terms_asked()
     if asked and inputs.moving_label is None:  # set by the caller, with nothing to steer: say so rather than drop it silently
         _warn(notes, f"{' and '.join(asked)} ignored: the label-guided term steers a moving label (moving_label, --moving-label), and none was given.")
     guidance = settings.label_guidance if inputs.moving_label is not None and refines else 0.0
@@ -245,8 +243,7 @@ STACK_NOT_APPLIED = {
 def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str]) -> Dict[str, Any]:
     """``summary["stack_network"]``: the field's through-plane channel comes from the network, and which 2-D steps did not
     apply (:data:`STACK_NOT_APPLIED`); a label term the caller asked for is warned about."""
-    asked = [k for k, v in (("label_guidance", settings.label_guidance), ("label_prior", settings.label_prior_weight))
-             if v and settings.sources.get(k if k == "label_guidance" else "label_prior_weight") == "argument"]
+    asked = settings.label_terms_asked()
     if asked and inputs.moving_label is not None:
         _warn(notes, f"{' and '.join(asked)} ignored: a stack network's field has no test-time refinement to steer.")
     return {"through_plane": "network", "not_applied": dict(STACK_NOT_APPLIED)}

@@ -110,7 +110,8 @@ def resolve_model(
     # acdc: 6 ODE + 40 refinement steps, grid stride 8, flip ensemble 2, heart-stack (its dataset's register settings)
     configured = network_settings(net, {"refine_iterations": refine_iterations, "num_steps": num_steps}, register_defaults)
     given = {k for k, v in (("refine_iterations", refine_iterations), ("num_steps", num_steps)) if v is not None}
-    _configure(net, {k: v for k, (v, _) in configured.items() if k in given or k in (register_settings(net) if register_defaults else {})})
+    layer = register_settings(net) if register_defaults else {}
+    _configure(net, {k: v for k, (v, _) in configured.items() if k in given or k in layer})
     remember(net, configured)
     return net.to(device), spec
 

@@ -22,7 +22,7 @@ import math
 import os
 import weakref
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torch import nn
 
@@ -96,6 +96,11 @@ class RegisterSettings:
     flip_ensemble: Optional[int] = None
     label_model_mix: Optional[float] = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def label_terms_asked(self) -> List[str]:
+        """The label terms the caller set above 0, named with their flags (for the warnings when they cannot act)."""
+        terms = (("label_guidance (--label-guidance)", "label_guidance"), ("label_prior (--label-prior)", "label_prior_weight"))
+        return [name for name, attr in terms if self.sources.get(attr) == "argument" and getattr(self, attr)]
 
     def record(self) -> Dict[str, Dict[str, Any]]:
         """``{setting: {"value": v, "source": s}}`` for every setting: what ``summary.json`` records."""
