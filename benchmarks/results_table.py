@@ -55,7 +55,7 @@ METHODS: Dict[str, str] = {
     "initial": "no registration",
     "demons": "SimpleITK demons 200 it., slice by slice, images only",
     "demons+helpers": "demons + basal rules (prior's LV rule) + fused with the label prior (label edits after the field)",
-    "npc-images": "NPC `acdc`, images only (network + image-only refinement); label through transform.h5",
+    "npc-images": "NPC, images only (network + image-only refinement); label through transform.h5",
     "npc-label": "NPC + moving label in the refinement + basal rules in the transform; no prior",
     "npc-label-prior": "NPC defaults: moving label + label prior + basal rules in the transform (warped_label)",
     "npc-fused": "the same run's fused_label (prior's outlines where it agrees with warped_label)",
@@ -92,8 +92,9 @@ def dice3(a: np.ndarray, b: np.ndarray) -> List[float]:
     return [float(2 * ((a == v) & (b == v)).sum() / max(int((a == v).sum() + (b == v).sum()), 1)) for v in (1, 2, 3)]
 
 
-def run_pair(moving, fixed, moving_label, direction: str, methods: Sequence[str], threads: int) -> Dict[str, Tuple[np.ndarray, float]]:
-    """``{method: (label on the fixed grid (Z, H, W), seconds)}``."""
+def run_pair(moving, fixed, moving_label, direction: str, methods: Sequence[str], threads: int,
+             model: str = "acdc") -> Dict[str, Tuple[np.ndarray, float]]:
+    """``{method: (label on the fixed grid (Z, H, W), seconds)}``; the NPC rows register with ``model``."""
     import SimpleITK as sitk
 
     import monai_npc
@@ -108,7 +109,7 @@ def run_pair(moving, fixed, moving_label, direction: str, methods: Sequence[str]
     out: Dict[str, Tuple[np.ndarray, float]] = {}
     reference = arr(sitk.Resample(moving_label, fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
     out["initial"] = (reference, 0.0)
-    kw = dict(model="acdc", threads=threads)
+    kw = dict(model=model, threads=threads)
     prior = None
     if {"npc-label-prior", "npc-fused", "prior-alone", "demons+helpers"} & set(methods):
         t0 = time.perf_counter()
@@ -163,7 +164,7 @@ def ejection_fraction(ed: np.ndarray, es: np.ndarray, value: int) -> float:
     return 100.0 * (edv - float((es == value).sum())) / edv if edv else float("nan")
 
 
-def table(rows: List[Dict[str, Any]], methods: Sequence[str]) -> str:
+def table(rows: List[Dict[str, Any]], methods: Sequence[str], model: str = "acdc") -> str:
     groups = [g for g in GROUPS if any(r["group"] == g for r in rows)] + ["all"]
     lines = ["| row | what produced it | " + " | ".join(groups) + " | pairs above demons | s / pair |",
              "|---|---|" + "---|" * (len(groups) + 2)]
@@ -175,7 +176,8 @@ def table(rows: List[Dict[str, Any]], methods: Sequence[str]) -> str:
         above = sum(np.mean(r["dice"][m]) > np.mean(r["dice"]["demons"]) for r in x if "demons" in r["dice"])
         lines.append(f"| `{m}` | {METHODS[m]} | " + " | ".join(cells) + f" | {above} / {len(x)} | {np.mean([r['seconds'][m] for r in x]):.1f} |")
     n = len({r['patient'] for r in rows})
-    lines += ["", f"3-D Dice, mean of RV / Myo / LV, {len(rows)} pairs of {n} patients (both directions), by pathology group.", "",
+    lines += ["", f"3-D Dice, mean of RV / Myo / LV, {len(rows)} pairs of {n} patients (both directions), by pathology group;"
+              f" NPC rows with the model `{model}`.", "",
               "| row | LV EF MAE | LV EF bias | RV EF MAE | RV EF bias |", "|---|---|---|---|---|"]
     ed_es = [r for r in rows if r["direction"] == "ED->ES"]
     for m in methods:
@@ -198,6 +200,8 @@ def main(argv=None) -> int:
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--shard", default="0/1", help="i/n: every n-th patient from the i-th")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--model", default="acdc", help="the NPC rows' model: a shipped name or a save_pretrained file (e.g. a"
+                   " stack network's); give each model its own --out, since rows are resumed from there")
     args = p.parse_args(argv)
 
     import SimpleITK as sitk
@@ -218,14 +222,17 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "rows.jsonl"
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    other = {r.get("model", "acdc") for r in rows} - {args.model}
+    if other:
+        p.error(f"{log} holds rows of --model {sorted(other)}, not {args.model!r}: give this model its own --out")
     done = {(r["patient"], r["direction"]) for r in rows}
     data = args.data_dir or DEFAULT_DATA
     with log.open("a") as f:
         for pt, group, direction, moving, fixed, moving_label, target in tqdm(pairs(data, args.data_dir is not None, (i, n)), desc="pairs", unit="pair"):
             if (pt, direction) in done:
                 continue
-            labels = run_pair(moving, fixed, moving_label, direction, methods, args.threads)
-            row = {"patient": pt, "group": group, "direction": direction,
+            labels = run_pair(moving, fixed, moving_label, direction, methods, args.threads, args.model)
+            row = {"patient": pt, "group": group, "direction": direction, "model": args.model,
                    "dice": {m: dice3(lab, target) for m, (lab, _) in labels.items()},
                    "seconds": {m: s for m, (_, s) in labels.items()}}
             if direction == "ED->ES":
@@ -235,7 +242,7 @@ def main(argv=None) -> int:
             f.write(json.dumps(row) + "\n")
             f.flush()
             rows.append(row)
-    text = table(rows, methods)
+    text = table(rows, methods, args.model)
     (args.out / "results.md").write_text(text + "\n")
     print(text)
     return 0
