@@ -29,6 +29,7 @@ Light to import (the command line's ``--help`` reads :data:`SCHEMES`): torch loa
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
 if TYPE_CHECKING:
@@ -44,7 +45,8 @@ __all__ = [
 
 @dataclasses.dataclass
 class SchemeFields:
-    """What a scheme built: ``per_frame`` ``T`` fields ``(Z, 2, H, W)`` (frame voxels, frame order) to the reference,
+    """What a scheme built: ``per_frame`` ``T`` fields ``(Z, C, H, W)`` (frame voxels, frame order; ``C`` 2 in-plane, 3
+    from a stack network, channel 0 through the plane) to the reference,
     ``cycle`` the chain's field once round the cycle (``None`` without a chain), the registrations it used
     (``pairs``) and the ``settings`` it records."""
 
@@ -181,19 +183,27 @@ class Anchored(TrackingScheme):
 
         s = run.settings  # between consecutive frames the network alone (0 refinement steps); a module as it is
         net, name = tracking_model(s.model, s.device, None if isinstance(s.model, torch.nn.Module) else 0, s.num_steps, consecutive=True)
+        pairs = run.pairs(self.labels(s.label_guidance), {True: (net, name)})
+        if pairs.channels == 3:  # a stack network's chain as it is: the correction is a 2-D refinement (settings["stack_network"])
+            if s.refine_iterations:
+                warnings.warn(f"refine_iterations={s.refine_iterations} (--refine) ignored: anchored's correction is a 2-D refinement, "
+                              "not applied to a stack network's fields.", RuntimeWarning, stacklevel=4)
+            by_offset = chain(pairs, run.reference, len(run.cine), +1)
+            return SchemeFields(frame_order(by_offset[:-1], run.reference), by_offset[-1], pairs, pairs.settings())
         if not isinstance(s.model, torch.nn.Module):  # the 0 refinement steps are this scheme's own, not the caller's
             mark_defaults(net, {"refine_iterations": 0})
         anchor = ReferenceAnchor(run.cine.arrays(), run.reference, run.label, getattr(net, "refiner", None), s.refine_iterations)
-        pairs = run.pairs(self.labels(s.label_guidance), {True: (net, name)})
         by_offset = chain(pairs, run.reference, len(run.cine), +1, anchor)
         settings = dict(pairs.settings(), **{"anchored to the reference": anchor.settings})
         return SchemeFields(frame_order(by_offset[:-1], run.reference), by_offset[-1], pairs, settings)
 
 
 def chain(pairs: "FrameRegistrations", ref: int, n: int, step: int, anchor: Any = None) -> List["torch.Tensor"]:
-    """Fields ``(Z, 2, H, W)`` of the frames ``ref, ref + step, ..., ref + n step`` (mod T) to ``ref`` by composing
-    consecutive registrations; ``anchor(frame, field)``: each composed field corrected before the next frame builds on it."""
-    from monai_npc.functional.warp import compose
+    """Fields ``(Z, C, H, W)`` of the frames ``ref, ref + step, ..., ref + n step`` (mod T) to ``ref`` by composing
+    consecutive registrations (in-plane, ``C = 2``, or a stack network's on the ``(Z, H, W)`` grid, ``C = 3``:
+    :func:`~monai_npc.apps.tracking.fields.compose_fields`); ``anchor(frame, field)``: each composed field corrected
+    before the next frame builds on it."""
+    from .fields import compose_fields as compose
 
     out = [pairs(ref, ref)]
     frames = len(pairs.cine)
