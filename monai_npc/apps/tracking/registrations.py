@@ -94,7 +94,8 @@ def tracking_model(
     :data:`TRACK_NUM_STEPS` and :data:`TRACK_REFINE_ITERATIONS` (and the :data:`TRACK_FLIP_ENSEMBLE`) for ``consecutive`` frames,
     ``register``'s otherwise (:func:`monai_npc.apps.registration.models.register_settings`; 6 and
     40 for ``acdc``: ``direct`` registers the reference onto every frame, up to the whole motion of
-    the cycle). A network is used as it is (:func:`monai_npc.apps.registration.models.resolve_model`)."""
+    the cycle). A network is used as it is (:func:`monai_npc.apps.registration.models.resolve_model`); weights of a
+    stack network are loaded as ``register`` loads them, without tracking's steps (:func:`_stack_model`)."""
     from monai_npc.apps.registration.models import is_phase_correlation, names_stack_network, resolve_model
 
     if isinstance(model, torch.nn.Module):

@@ -1,7 +1,8 @@
 """The tracking schemes: how :func:`monai_npc.track` builds every frame's field from pairwise registrations.
 
 Every frame shares the cine's grid, so displacements are composed in frame voxels (MONAI ``Warp`` convention:
-``label_t(x) = label_ref(x + ddf_t(x))``). With ``r`` the reference frame, ``T`` frames and ``k = (t - r) mod T``
+``label_t(x) = label_ref(x + ddf_t(x))``; in-plane ``(Z, 2, H, W)``, or a stack network's ``(Z, 3, H, W)`` composed on
+the ``(Z, H, W)`` grid, :mod:`~monai_npc.apps.tracking.fields`). With ``r`` the reference frame, ``T`` frames and ``k = (t - r) mod T``
 the offset of frame ``t`` along the cycle:
 
 - :class:`Direct` (``direct``, the default): ``ddf_t`` = registration of frame ``r`` onto frame ``t``
@@ -160,7 +161,8 @@ class Anchored(TrackingScheme):
     :data:`~monai_npc.apps.tracking.anchor.ANCHOR_ITERATIONS`; used for a network given as a module too),
     ``num_steps`` the network's between consecutive frames. The consecutive registrations get a label only for
     ``label_guidance > 0``; the correction has its own label-guided term
-    (:data:`~monai_npc.apps.tracking.anchor.ANCHOR_LABEL_GUIDANCE`).
+    (:data:`~monai_npc.apps.tracking.anchor.ANCHOR_LABEL_GUIDANCE`). A stack network's chain is used as it is: the
+    correction is a 2-D refinement (recorded in ``Tracking.settings["stack_network"]``).
     """
 
     name = "anchored"

@@ -2,7 +2,8 @@
 
 Every frame shares the cine's grid, so displacements are composed in frame voxels (MONAI
 ``Warp`` convention: ``label_t(x) = label_ref(x + ddf_t(x))``, channel ``k`` = array axis ``k``,
-channel 0 (through-plane) zero since the models are 2-D). The schemes (``direct``, the default, ``sequential``,
+channel 0 (through-plane) zero for the 2-D models; a stack network's fields move through the plane too and are
+composed, averaged and applied on the ``(Z, H, W)`` grid, :mod:`~monai_npc.apps.tracking.fields`). The schemes (``direct``, the default, ``sequential``,
 ``average``, ``bidirectional``, ``anchored``) are objects of :mod:`~monai_npc.apps.tracking.schemes`: each builds every
 frame's field from the pairwise registrations of :mod:`~monai_npc.apps.tracking.registrations`.
 
@@ -12,6 +13,12 @@ contours and volumes than nearest neighbour). The default scheme was chosen by m
 base descends are then cleared; with the ES frame, those it re-enters as the base rises are
 filled (:mod:`~monai_npc.cardiac.through_plane`; ``basal_descent``), as a through-plane part of
 each frame's field: every carried label is what its field does to the reference label.
+
+With a stack network (:func:`~monai_npc.apps.registration.models.is_stack_network`, ``model`` given as one or as its
+weights) every scheme runs on its 3-D fields, the labels carried trilinearly through the slices; what cannot apply to
+it (the 2-D refinement and its label terms, tracking's own steps and flip ensemble, the basal rules, ``anchored``'s
+correction) is left out and recorded in ``Tracking.settings["stack_network"]["not_applied"]`` with the reason, as
+``register`` records it in ``summary["stack_network"]``.
 """
 
 from __future__ import annotations
@@ -162,7 +169,8 @@ def track(
         scheme: one of :data:`SCHEMES` (:mod:`~monai_npc.apps.tracking.schemes`).
         model: the registration model as for :func:`monai_npc.register`; NPC weights by name or
             file are loaded once with the tracking settings (:func:`tracking_model`), a network is
-            used as it is.
+            used as it is. A stack network (or its weights, architecture ``"slice_context"``) gives 3-D fields: every
+            scheme composes them through the plane, and what does not apply to it is recorded (module docstring).
         refine_iterations, num_steps: test-time refinement steps and learned ODE steps of each registration
             (:class:`~monai_npc.apps.tracking.registrations.TrackSettings`); ``None``: between consecutive frames
             :data:`TRACK_REFINE_ITERATIONS` (10) and :data:`TRACK_NUM_STEPS` (4), in less time than the pair defaults
