@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -87,6 +87,8 @@ class Strain:
         unresolved: ``(T,)`` share of the myocardium voxels left out of each frame (miss above
             :data:`INVERSION_TOL_VOXELS`, or a fold; NaN in ``strain_map``, not in the averages).
         myocardium_voxels: voxels averaged.
+        notes: what the caller says about how the strain was read (``strain.json`` ``notes`` where there are any; e.g.
+            a stack network's through-plane motion, which this in-plane strain does not read).
     """
 
     global_circumferential: np.ndarray
@@ -100,6 +102,7 @@ class Strain:
     inversion_residual: Optional[np.ndarray] = None
     unresolved: Optional[np.ndarray] = None
     myocardium_voxels: int = 0
+    notes: List[str] = field(default_factory=list)
 
     @property
     def frames(self) -> int:
@@ -183,6 +186,7 @@ class Strain:
         """JSON-ready (NaN as ``None``): units, reference frame, global peaks / times / rates and curves,
         per-segment peaks and names, the AHA placement, the conventions (what ``strain.json`` holds)."""
         seg_peaks = self.segments
+        notes = {"notes": list(self.notes)} if self.notes else {}
         glob = {}
         for k, curve in self.curves.items():
             glob[k] = {"peak": _nan_to_none(self.peak[k]), "peak_frame": self.peak_frame[k], "time_to_peak": _nan_to_none(self.time_to_peak[k]),
@@ -200,6 +204,7 @@ class Strain:
             "convention": ("Lagrangian strain relative to the reference frame, in-plane per short-axis slice, averaged over the "
                            "reference myocardium; circumferential and radial directions around each slice's LV centre; "
                            f"{'stretch - 1' if self.kind == 'engineering' else 'Green-Lagrange'}; frames 0-based"),
+            **notes,
         }
 
 

@@ -38,7 +38,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="0-based frame of --label (default, with an ACDC Info.cfg beside the cine: the frame the label file names, "
                    "else Info.cfg's ED; else 0)")
     p.add_argument("--scheme", choices=SCHEMES, default=DEFAULT_SCHEME, help=f"tracking scheme (default: {DEFAULT_SCHEME})")
-    p.add_argument("--model", default="acdc", help="registration model as for monai-npc register (default: acdc)")
+    p.add_argument("--model", default="acdc", help="registration model as for monai-npc register (default: acdc); a stack network's "
+                   "weights (architecture slice_context) track through the plane (docs/tracking.md)")
     p.add_argument("--refine", type=int, default=None, metavar="N",
                    help="test-time refinement steps of each registration (default: register's, 40 for acdc, for the default "
                    "direct scheme; 10 between consecutive frames of the chained schemes; docs/tracking.md, Speed); for the "

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .warp import determinant_from_gradients
 
-__all__ = ["stack_positions", "stack_neighbours", "warp_stack_slices", "stack_field_gradients",
+__all__ = ["stack_positions", "stack_neighbours", "warp_stack_slices", "compose_stack_fields", "stack_field_gradients",
            "stack_jacobian_determinant"]
 
 
@@ -76,6 +76,21 @@ def warp_stack_slices(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tenso
     grid = torch.stack([x * (2.0 / max(w - 1, 1)) - 1.0, y * (2.0 / max(h - 1, 1)) - 1.0, z * (2.0 / depth) - 1.0], -1)
     out = F.grid_sample(volume.to(dtype), grid.unsqueeze(0), mode=mode, padding_mode="border", align_corners=True)
     return out[0].movedim(1, 0)
+
+
+def compose_stack_fields(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
+    """The 3-D displacement of ``x`` through ``then`` and then ``first``: ``then(x) + first(x + then(x))``, both
+    ``(Z, 3, H, W)`` fields of one stack (voxels, channel 0 through the plane in slices; MONAI ``Warp`` convention).
+
+    The 3-D counterpart of :func:`~monai_npc.functional.warp.compose`: ``first`` is read trilinearly at ``x + then(x)``
+    on the stack's ``(Z, H, W)`` grid (:func:`warp_stack_slices`: border values in-plane, the slice coordinate clamped to
+    the stack), so a zero through-plane component reads each slice itself only.
+    """
+    if first.shape != then.shape or first.dim() != 4 or first.shape[1] != 3:
+        raise ValueError(f"first and then must be (Z, 3, H, W) fields of one stack, got shapes {tuple(first.shape)} and "
+                         f"{tuple(then.shape)}.")
+    group = torch.zeros(then.shape[0], dtype=torch.int64, device=then.device)
+    return then + warp_stack_slices(first, then, group, 1)
 
 
 def stack_field_gradients(ddf: torch.Tensor, group: torch.Tensor, n_groups: int) -> List[torch.Tensor]:

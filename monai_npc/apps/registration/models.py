@@ -49,6 +49,7 @@ __all__ = [
     "resolve_model",
     "is_phase_correlation",
     "is_stack_network",
+    "names_stack_network",
     "STACK_FIELDS_OF_VIEW",
     "model_input_size",
 ]
@@ -142,6 +143,22 @@ def is_stack_network(net: Any) -> bool:
     through-plane channel back as it does the in-plane ones, and runs no 2-D test-time step (refinement, label
     guidance, label prior) and no basal rule on top of it."""
     return bool(getattr(net, "stack_network", False))
+
+
+def names_stack_network(model: Any) -> bool:
+    """Whether the model argument ``model`` (as for :func:`resolve_model`: a name, a ``save_pretrained`` file or a
+    network) is a stack network (:func:`is_stack_network`), read from the weights' configuration without loading them;
+    ``False`` for ``"phase-correlation"`` and for an argument that names no weights (:func:`resolve_model` says why)."""
+    if isinstance(model, nn.Module):
+        return is_stack_network(model)
+    if is_phase_correlation(model):
+        return False
+    from monai_npc.networks.nets.pretrained import weights_network_class
+
+    try:
+        return is_stack_network(weights_network_class(model))
+    except (FileNotFoundError, ValueError):
+        return False
 
 
 #: fields of view a stack network can register on: one grid whose slices are the fixed image's, in order

@@ -8,6 +8,7 @@
   ``anchored``) as objects: their networks, label rule, registrations and per-frame fields.
 - :mod:`~monai_npc.apps.tracking.registrations`: the run's settings, the networks tracking loads, the pairwise
   registrations cached between schemes.
+- :mod:`~monai_npc.apps.tracking.fields`: the fields the schemes compose, in-plane or a stack network's 3-D ones.
 - :mod:`~monai_npc.apps.tracking.anchor`: the ``anchored`` scheme's correction of a chained field against the reference frame.
 - :mod:`~monai_npc.apps.tracking.cohort`: :func:`track_cohort`, many studies from a CSV, resumable,
   shared between ``torchrun`` ranks.

@@ -52,5 +52,7 @@ def track_pair(data: Cine, ref: int, ref_label: np.ndarray, settings: TrackSetti
     settings = {"pair": {"model": reg.summary["model"], "num_steps": steps.get("num_steps"), "refine_iterations": steps.get("refine_iterations"),
                          "label_guidance": reg.summary.get("label_guidance"), "label_prior": reg.summary.get("label_prior"),
                          "basal_descent": reg.summary.get("basal_descent"), "settings": reg.summary.get("settings")}}
+    if reg.summary.get("stack_network") is not None:  # a stack network's field, and what register left out
+        settings["stack_network"] = reg.summary["stack_network"]
     return Tracking(labels=labels, ddf=ddf, volumes=volumes, function=cardiac_function(volumes, ed_frame, es_frame), reference_frame=ref,
                     scheme="pair", drift=None, seconds=time.perf_counter() - t0, cine=data, registrations=1, settings=settings)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -13,9 +14,11 @@ import SimpleITK as sitk
 import torch
 
 from monai_npc.apps.registration.api import register
+from monai_npc.apps.registration.models import is_stack_network
 from monai_npc.functional.label_warp import warp_label
 
 from .cine import Cine
+from .fields import zero_field
 
 __all__ = ["TrackSettings", "TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "TRACK_FLIP_ENSEMBLE", "tracking_model", "FrameRegistrations", "TrackingRun"]
 
@@ -91,11 +94,14 @@ def tracking_model(
     :data:`TRACK_NUM_STEPS` and :data:`TRACK_REFINE_ITERATIONS` (and the :data:`TRACK_FLIP_ENSEMBLE`) for ``consecutive`` frames,
     ``register``'s otherwise (:func:`monai_npc.apps.registration.models.register_settings`; 6 and
     40 for ``acdc``: ``direct`` registers the reference onto every frame, up to the whole motion of
-    the cycle). A network is used as it is (:func:`monai_npc.apps.registration.models.resolve_model`)."""
-    from monai_npc.apps.registration.models import is_phase_correlation, resolve_model
+    the cycle). A network is used as it is (:func:`monai_npc.apps.registration.models.resolve_model`); weights of a
+    stack network are loaded as ``register`` loads them, without tracking's steps (:func:`_stack_model`)."""
+    from monai_npc.apps.registration.models import is_phase_correlation, names_stack_network, resolve_model
 
     if isinstance(model, torch.nn.Module):
         return resolve_model(model, device, refine_iterations, num_steps)  # used as it is (warns if steps were given)
+    if names_stack_network(model):  # weights of a stack network: its own steps, none of tracking's 2-D test-time options
+        return _stack_model(model, device, refine_iterations, num_steps)
     from monai_npc.apps.registration.settings import mark_defaults
 
     defaults = []  # tracking's own defaults, recorded as such (not as the caller's arguments)
@@ -114,9 +120,25 @@ def tracking_model(
     return net, name
 
 
+def _stack_model(model: Any, device: Union[str, torch.device], refine_iterations: Optional[int], num_steps: Optional[int]
+                 ) -> Tuple[torch.nn.Module, str]:
+    """:func:`tracking_model` of weights that build a stack network: loaded with register's settings for every pair (as
+    ``register(model=...)`` loads them: one heart window per stack, which a stack network needs), tracking's own steps
+    and flip ensemble left out (the network has none: ``Tracking.settings["stack_network"]``); ``refine_iterations`` /
+    ``num_steps`` given are ignored with a warning."""
+    from monai_npc.apps.registration.models import resolve_model
+
+    ignored = [f"{k}={v}" for k, v in (("refine_iterations", refine_iterations), ("num_steps", num_steps)) if v]
+    if ignored:
+        warnings.warn(f"{', '.join(ignored)} (--refine / --steps) ignored: model {model} is a stack network, which has no test-time "
+                      "refinement and runs with its own steps.", RuntimeWarning, stacklevel=3)
+    return resolve_model(model, device)
+
+
 class FrameRegistrations:
-    """Pairwise in-plane fields ``(Z, 2, H, W)`` (frame voxels) from :func:`monai_npc.register`, cached
-    (the chains' consecutive frames registered with one network, the rest with register's settings).
+    """Pairwise fields from :func:`monai_npc.register`, cached (the chains' consecutive frames registered with one
+    network, the rest with register's settings): in-plane ``(Z, 2, H, W)`` (frame voxels), or ``(Z, 3, H, W)`` from a
+    stack network (channel 0 through the plane in slices; :attr:`channels`), which gets no label.
 
     Args:
         cine: the frames.
@@ -135,6 +157,11 @@ class FrameRegistrations:
     ) -> None:
         self.cine, self.models, self.kwargs, self.progress = cine, models, register_kwargs, progress
         self.reference, self.carry = reference, carry
+        #: channels of every field: 3 for a stack network (:func:`~monai_npc.apps.registration.models.is_stack_network`), else 2
+        self.channels = 3 if any(is_stack_network(net) for net, _ in models.values()) else 2
+        if self.channels == 3 and (register_kwargs.get("label_guidance") or 0) > 0:
+            warnings.warn(f"label_guidance={register_kwargs['label_guidance']} (--label-guidance) ignored: a stack network has no "
+                          "test-time refinement for the label-guided term to steer.", RuntimeWarning, stacklevel=3)
         self.cache: _Cache = {} if cache is None else cache
         self.used: set = set()
         #: registration seconds of the pairs this object registered itself (not found in the cache)
@@ -162,14 +189,16 @@ class FrameRegistrations:
         settings record (``settings``) and, for a registration that got a label, its weight and prior summary (``label``)."""
         moving, fixed, near = key
         if moving == fixed:
-            z, (h, w) = self.cine.frames[0].GetSize()[2], self.cine.frames[0].GetSize()[1::-1]
-            return torch.zeros(z, 2, h, w), None
+            return zero_field(self.cine.frames[0].GetSize()[::-1], self.channels), None
         net, name = self.models[near]
         kwargs = dict(self.kwargs, model=net)
         kwargs.setdefault("model_name", name)
-        label = self._label(moving, to_reference)
+        if self.channels == 3:  # a stack network has no label-guided term (Tracking.settings["stack_network"])
+            kwargs.pop("label_guidance", None)
+        label = None if self.channels == 3 else self._label(moving, to_reference)
         reg = register(self.cine.frames[moving], self.cine.frames[fixed], moving_label=label, **kwargs)
-        field_ = reg.ddf[1:].permute(1, 0, 2, 3).contiguous().float()  # (3, Z, H, W) -> (Z, 2, H, W)
+        # (3, Z, H, W) -> (Z, 2, H, W); a stack network's through-plane channel 0 too: (Z, 3, H, W)
+        field_ = reg.ddf[3 - self.channels:].permute(1, 0, 2, 3).contiguous().float()
         guided = label is not None and (reg.summary.get("label_guidance") or 0) > 0
         note = {"settings": reg.summary.get("settings"),
                 "label": {"label_guidance": reg.summary["label_guidance"], "label_prior": reg.summary.get("label_prior")} if guided else None}

@@ -33,8 +33,9 @@ class Tracking:
     Attributes:
         labels: ``(T, Z, H, W)`` int32, the reference label carried to every frame (cine grid).
         ddf: ``(T, 3, Z, H, W)`` float32 frame voxels, ``label_t(x) = label_ref(x + ddf[t](x))``
-            (MONAI Warp convention; channel 0, through-plane, is zero except where the basal rules are part of the
-            field: ``labels[t]`` is the reference label carried by ``ddf[t]``, nothing edits it afterwards).
+            (MONAI Warp convention; channel 0, through-plane in slices, is zero except where the basal rules are part
+            of the field, or the stack network's own: ``labels[t]`` is the reference label carried by ``ddf[t]``,
+            nothing edits it afterwards).
         volumes: ``{"lv", "rv", "myo"}`` -> ``(T,)`` mL per frame.
         function: :func:`~monai_npc.cardiac.function.cardiac_function` of ``volumes``
             (ED/ES from the LV curve; EDV/ESV/SV mL, EF %, LV mass g).
@@ -59,7 +60,8 @@ class Tracking:
     registrations: int = 0
     #: the networks the registrations used (``{"consecutive frames" | "register's settings": {model, num_steps,
     #: refine_iterations}}``) and, where they got the label, ``"label"``: guidance weight, label prior, the frames it acted
-    #: on and stood aside on
+    #: on and stood aside on; with a stack network ``"stack_network"``: its through-plane channel, what was not applied
+    #: to it and why (:func:`~monai_npc.apps.tracking.fields.stack_record`)
     settings: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     _lazy: Dict[str, Any] = field(default_factory=dict, repr=False)
 

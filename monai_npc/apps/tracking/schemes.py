@@ -1,7 +1,8 @@
 """The tracking schemes: how :func:`monai_npc.track` builds every frame's field from pairwise registrations.
 
 Every frame shares the cine's grid, so displacements are composed in frame voxels (MONAI ``Warp`` convention:
-``label_t(x) = label_ref(x + ddf_t(x))``). With ``r`` the reference frame, ``T`` frames and ``k = (t - r) mod T``
+``label_t(x) = label_ref(x + ddf_t(x))``; in-plane ``(Z, 2, H, W)``, or a stack network's ``(Z, 3, H, W)`` composed on
+the ``(Z, H, W)`` grid, :mod:`~monai_npc.apps.tracking.fields`). With ``r`` the reference frame, ``T`` frames and ``k = (t - r) mod T``
 the offset of frame ``t`` along the cycle:
 
 - :class:`Direct` (``direct``, the default): ``ddf_t`` = registration of frame ``r`` onto frame ``t``
@@ -29,6 +30,7 @@ Light to import (the command line's ``--help`` reads :data:`SCHEMES`): torch loa
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
 if TYPE_CHECKING:
@@ -44,7 +46,8 @@ __all__ = [
 
 @dataclasses.dataclass
 class SchemeFields:
-    """What a scheme built: ``per_frame`` ``T`` fields ``(Z, 2, H, W)`` (frame voxels, frame order) to the reference,
+    """What a scheme built: ``per_frame`` ``T`` fields ``(Z, C, H, W)`` (frame voxels, frame order; ``C`` 2 in-plane, 3
+    from a stack network, channel 0 through the plane) to the reference,
     ``cycle`` the chain's field once round the cycle (``None`` without a chain), the registrations it used
     (``pairs``) and the ``settings`` it records."""
 
@@ -158,7 +161,8 @@ class Anchored(TrackingScheme):
     :data:`~monai_npc.apps.tracking.anchor.ANCHOR_ITERATIONS`; used for a network given as a module too),
     ``num_steps`` the network's between consecutive frames. The consecutive registrations get a label only for
     ``label_guidance > 0``; the correction has its own label-guided term
-    (:data:`~monai_npc.apps.tracking.anchor.ANCHOR_LABEL_GUIDANCE`).
+    (:data:`~monai_npc.apps.tracking.anchor.ANCHOR_LABEL_GUIDANCE`). A stack network's chain is used as it is: the
+    correction is a 2-D refinement (recorded in ``Tracking.settings["stack_network"]``).
     """
 
     name = "anchored"
@@ -181,19 +185,27 @@ class Anchored(TrackingScheme):
 
         s = run.settings  # between consecutive frames the network alone (0 refinement steps); a module as it is
         net, name = tracking_model(s.model, s.device, None if isinstance(s.model, torch.nn.Module) else 0, s.num_steps, consecutive=True)
+        pairs = run.pairs(self.labels(s.label_guidance), {True: (net, name)})
+        if pairs.channels == 3:  # a stack network's chain as it is: the correction is a 2-D refinement (settings["stack_network"])
+            if s.refine_iterations:
+                warnings.warn(f"refine_iterations={s.refine_iterations} (--refine) ignored: anchored's correction is a 2-D refinement, "
+                              "not applied to a stack network's fields.", RuntimeWarning, stacklevel=4)
+            by_offset = chain(pairs, run.reference, len(run.cine), +1)
+            return SchemeFields(frame_order(by_offset[:-1], run.reference), by_offset[-1], pairs, pairs.settings())
         if not isinstance(s.model, torch.nn.Module):  # the 0 refinement steps are this scheme's own, not the caller's
             mark_defaults(net, {"refine_iterations": 0})
         anchor = ReferenceAnchor(run.cine.arrays(), run.reference, run.label, getattr(net, "refiner", None), s.refine_iterations)
-        pairs = run.pairs(self.labels(s.label_guidance), {True: (net, name)})
         by_offset = chain(pairs, run.reference, len(run.cine), +1, anchor)
         settings = dict(pairs.settings(), **{"anchored to the reference": anchor.settings})
         return SchemeFields(frame_order(by_offset[:-1], run.reference), by_offset[-1], pairs, settings)
 
 
 def chain(pairs: "FrameRegistrations", ref: int, n: int, step: int, anchor: Any = None) -> List["torch.Tensor"]:
-    """Fields ``(Z, 2, H, W)`` of the frames ``ref, ref + step, ..., ref + n step`` (mod T) to ``ref`` by composing
-    consecutive registrations; ``anchor(frame, field)``: each composed field corrected before the next frame builds on it."""
-    from monai_npc.functional.warp import compose
+    """Fields ``(Z, C, H, W)`` of the frames ``ref, ref + step, ..., ref + n step`` (mod T) to ``ref`` by composing
+    consecutive registrations (in-plane, ``C = 2``, or a stack network's on the ``(Z, H, W)`` grid, ``C = 3``:
+    :func:`~monai_npc.apps.tracking.fields.compose_fields`); ``anchor(frame, field)``: each composed field corrected
+    before the next frame builds on it."""
+    from .fields import compose_fields as compose
 
     out = [pairs(ref, ref)]
     frames = len(pairs.cine)

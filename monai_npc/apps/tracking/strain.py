@@ -6,6 +6,11 @@ circumferential and radial strain of every frame relative to the reference frame
 segment. The basal rules of ``track`` are a through-plane part of the field (channel 0, which strain ignores);
 from an ED reference they only clear basal slices, which leaves the in-plane displacements and so the strain as
 they were (from an ES reference the slices they fill take the in-plane motion of the slice below).
+
+A tracking with a stack network (``tracking.settings["stack_network"]``) moves through the plane itself: the strain
+stays in-plane per slice, the in-plane displacements read on each slice as they are, its through-plane channel not
+read; :attr:`~monai_npc.cardiac.strain.Strain.notes` (``strain.json`` ``notes``) says so, with the largest
+through-plane displacement.
 """
 
 from __future__ import annotations
@@ -43,4 +48,9 @@ def strain(tracking: Any, label: Optional[Any] = None, frame_ms: Optional[float]
         if not (np.isfinite(frame_ms) and frame_ms > 0):
             raise ValueError(f"frame_ms (--frame-ms) must be a number > 0 (ms between frames), got {frame_ms}.")
         times = float(frame_ms) * np.arange(len(tracking.labels))
-    return strain_from_displacements(tracking.ddf, reference, tracking.cine.spacing, ref, times, **kwargs)
+    out = strain_from_displacements(tracking.ddf, reference, tracking.cine.spacing, ref, times, **kwargs)
+    if "stack_network" in (tracking.settings or {}):
+        moved = float(tracking.ddf[:, 0].abs().max())
+        out.notes.append(f"the tracking's stack network moves up to {moved:.2f} slices through the plane; this strain is in-plane "
+                         "per slice and does not read that motion (the in-plane displacements of each slice as they are)")
+    return out

@@ -2,7 +2,8 @@
 
 Every frame shares the cine's grid, so displacements are composed in frame voxels (MONAI
 ``Warp`` convention: ``label_t(x) = label_ref(x + ddf_t(x))``, channel ``k`` = array axis ``k``,
-channel 0 (through-plane) zero since the models are 2-D). The schemes (``direct``, the default, ``sequential``,
+channel 0 (through-plane) zero for the 2-D models; a stack network's fields move through the plane too and are
+composed, averaged and applied on the ``(Z, H, W)`` grid, :mod:`~monai_npc.apps.tracking.fields`). The schemes (``direct``, the default, ``sequential``,
 ``average``, ``bidirectional``, ``anchored``) are objects of :mod:`~monai_npc.apps.tracking.schemes`: each builds every
 frame's field from the pairwise registrations of :mod:`~monai_npc.apps.tracking.registrations`.
 
@@ -12,6 +13,12 @@ contours and volumes than nearest neighbour). The default scheme was chosen by m
 base descends are then cleared; with the ES frame, those it re-enters as the base rises are
 filled (:mod:`~monai_npc.cardiac.through_plane`; ``basal_descent``), as a through-plane part of
 each frame's field: every carried label is what its field does to the reference label.
+
+With a stack network (:func:`~monai_npc.apps.registration.models.is_stack_network`, ``model`` given as one or as its
+weights) every scheme runs on its 3-D fields, the labels carried trilinearly through the slices; what cannot apply to
+it (the 2-D refinement and its label terms, tracking's own steps and flip ensemble, the basal rules, ``anchored``'s
+correction) is left out and recorded in ``Tracking.settings["stack_network"]["not_applied"]`` with the reason, as
+``register`` records it in ``summary["stack_network"]``.
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ import torch
 
 from monai_npc.cardiac.function import cardiac_function, volume_curves
 from monai_npc.cardiac.through_plane import BASAL_ASCENT_MM, BASAL_DESCENT_MM, apply_basal_ascent, apply_basal_descent, diastolic_phase, systolic_phase
-from monai_npc.functional.label_warp import indicator_tensor, warp_indicators
+from monai_npc.functional.label_warp import indicator_tensor
 
 from .cine import Cine, label_frame, read_cine, read_frame_label
+from .fields import carry_label, frame_ddf, stack_record
 from .pair import track_pair
 from .progress import progress_bar
 from .registrations import TRACK_FLIP_ENSEMBLE, TRACK_NUM_STEPS, TRACK_REFINE_ITERATIONS, TrackingRun, TrackSettings, tracking_model
@@ -80,20 +88,22 @@ def _result(run: TrackingRun, method: TrackingScheme, ed_frame: Optional[int], e
     data, ref, ref_label = run.cine, run.reference, run.label
     values = sorted(int(v) for v in np.unique(ref_label) if v != 0)
     built = method.fields(run)
+    stack = built.pairs.channels == 3  # a stack network's fields, through the plane too (fields.stack_record)
     indicators = indicator_tensor(ref_label, values, LABEL_SIGMA)  # smoothed once for every frame
-    labels = np.stack([ref_label if t == ref else warp_indicators(*indicators, f) for t, f in enumerate(built.per_frame)])
-    ddf = torch.stack([torch.cat([torch.zeros_like(f[:, :1]), f], 1).permute(1, 0, 2, 3) for f in built.per_frame]).float()  # (T, 3, Z, H, W)
+    labels = np.stack([ref_label if t == ref else carry_label(indicators, f) for t, f in enumerate(built.per_frame)])
+    ddf = torch.stack([frame_ddf(f) for f in built.per_frame]).float()  # (T, 3, Z, H, W)
     through_plane = None
-    if any(descent) and values:
+    if any(descent) and values and not stack:
         labels, through_plane = _basal_rules_in_field(labels, ddf, ref_label, ref, data.spacing, descent, indicators)
-    drift = label_dice(warp_indicators(*indicators, built.cycle), ref_label) if built.cycle is not None else None
+    drift = label_dice(carry_label(indicators, built.cycle), ref_label) if built.cycle is not None else None
     volumes = volume_curves(labels, data.spacing)
     function = cardiac_function(volumes, ed_frame, es_frame)
     # registration seconds of every pair the scheme uses (also those cached by another scheme) + composition
     seconds = built.pairs.seconds + (time.perf_counter() - t0) - built.pairs.new_seconds
     return Tracking(labels=labels, ddf=ddf.float(), volumes=volumes, function=function, reference_frame=ref, scheme=method.name,
                     drift=drift, seconds=seconds, cine=data, registrations=sum(k[0] != k[1] for k in built.pairs.used),
-                    settings=dict(built.settings, **({} if through_plane is None else {"basal rules in the transform": through_plane})))
+                    settings=dict(built.settings, **({} if through_plane is None else {"basal rules in the transform": through_plane}),
+                                  **({"stack_network": stack_record(method.name)} if stack else {})))
 
 
 def _basal_rules_in_field(labels: np.ndarray, ddf: torch.Tensor, ref_label: np.ndarray, ref: int, spacing: Sequence[float],
@@ -159,7 +169,8 @@ def track(
         scheme: one of :data:`SCHEMES` (:mod:`~monai_npc.apps.tracking.schemes`).
         model: the registration model as for :func:`monai_npc.register`; NPC weights by name or
             file are loaded once with the tracking settings (:func:`tracking_model`), a network is
-            used as it is.
+            used as it is. A stack network (or its weights, architecture ``"slice_context"``) gives 3-D fields: every
+            scheme composes them through the plane, and what does not apply to it is recorded (module docstring).
         refine_iterations, num_steps: test-time refinement steps and learned ODE steps of each registration
             (:class:`~monai_npc.apps.tracking.registrations.TrackSettings`); ``None``: between consecutive frames
             :data:`TRACK_REFINE_ITERATIONS` (10) and :data:`TRACK_NUM_STEPS` (4), in less time than the pair defaults

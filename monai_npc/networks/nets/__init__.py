@@ -17,6 +17,7 @@ from .pretrained import (
     model_argument_help,
     record_checksum,
     save_pretrained,
+    weights_network_class,
 )
 
 __all__ = [
@@ -44,4 +45,5 @@ __all__ = [
     "record_checksum",
     "save_label_prior",
     "save_pretrained",
+    "weights_network_class",
 ]

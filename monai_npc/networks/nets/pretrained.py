@@ -52,6 +52,7 @@ __all__ = [
     "model_argument_help",
     "record_checksum",
     "save_pretrained",
+    "weights_network_class",
 ]
 
 #: folder of the weights shipped inside the package (``monai_npc/weights/NAME.pt``)
@@ -323,6 +324,21 @@ def _network_to_load(config: Mapping[str, Any]) -> NPCNet | SliceContextNPC:
         net = ARCHITECTURES[architecture](**{**options, "init": "random"})
     net.config["init"] = config.get("init", "fourier")
     return net
+
+
+def weights_network_class(name_or_path: str | Path) -> type:
+    """The network class :func:`load_pretrained` builds for a model argument (from the ``architecture`` entry of its
+    configuration, :data:`ARCHITECTURES`), read without building the network or verifying the checksum.
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`load_pretrained` (no such weights, not NPC weights, an unknown
+            architecture).
+    """
+    config, _, _ = _resolve(name_or_path, "cpu", verify=False)
+    architecture = config.get("architecture", "npc2d")
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"unknown network architecture {architecture!r} in the weights' configuration; known: {sorted(ARCHITECTURES)}.")
+    return ARCHITECTURES[architecture]
 
 
 def load_pretrained(name_or_path: str | Path, map_location: str | torch.device = "cpu", **overrides: Any) -> NPCNet | SliceContextNPC:
