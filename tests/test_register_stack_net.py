@@ -77,7 +77,8 @@ def test_a_stack_network_is_fed_the_window_stack_once_and_its_through_plane_fiel
     itk_det = sitk.GetArrayFromImage(sitk.DisplacementFieldJacobianDeterminant(disp))
     assert abs(summary["folding_percent"] - float(100.0 * (itk_det <= 0).mean())) < 1e-9
     assert summary["stack_network"]["through_plane"] == "network" and summary["label_guidance"] == 0.0
-    assert set(summary["stack_network"]["not_applied"]) == {"refinement", "label_guidance", "label_prior", "basal_rules"}
+    assert set(summary["stack_network"]["not_applied"]) == {"refinement", "label_guidance", "label_prior", "flip_ensemble", "basal_rules"}
+    assert summary["stack_network"]["refined_3d"] is False
 
 
 def test_a_stack_network_with_a_moving_label_carries_it_through_the_plane_and_no_basal_rule_applies():
@@ -130,5 +131,5 @@ def test_slice_context_from_the_acdc_weights_registers_a_phantom_stack_like_its_
     assert float(np.abs(ddf_2d[1:]).max()) > 0.5  # the phantom moves
     # in-plane: the 2-D network's field up to the float rounding of the 3-D warp (~1e-7, amplified by the soft top-K)
     assert float(np.abs(ddf[1:] - ddf_2d[1:]).max()) < 2e-3
-    assert reg.summary["stack_network"]["through_plane"] == "network" and "steps" not in reg.summary
+    assert reg.summary["stack_network"]["through_plane"] == "network" and reg.summary["steps"]["refine_iterations"] == 0
     assert reg.summary["folding_percent"] == ref.summary["folding_percent"]
