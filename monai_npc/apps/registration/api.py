@@ -31,8 +31,9 @@ The steps, with the unit of each quantity:
 
 3-D inputs are registered slice by slice in the planes of their first two index axes (the
 through-plane displacement is zero), as the models are 2-D; a stack network
-(:func:`monai_npc.apps.registration.models.is_stack_network`) registers the whole stack in one call and its
-through-plane displacement is written too (``summary.json`` ``stack_network``). Slices where either image is
+(:func:`monai_npc.apps.registration.models.is_stack_network`) registers the whole stack in one call, its 3-D field
+refined by its ``refiner`` when it has one (with the label-guided term and the label prior), and its through-plane
+displacement is written too (``summary.json`` ``stack_network``). Slices where either image is
 constant (or nearly: intensity range below :data:`monai_npc.apps.registration.grids.CONSTANT_RTOL` of its magnitude) get the
 identity, a reliability of 0 and a warning, for every model.
 """
