@@ -16,7 +16,8 @@ ES->ED; only the moving label is ever given. Rows (``--methods``), each the labe
   2-D network's in-plane field, the same ODE steps and refinement settings) with its 3-D refinement
   (:meth:`~monai_npc.networks.blocks.InstanceRefinement.refine_stack`), the label term and the prior; ``3d-images``:
   the same with ``label_guidance=0``; ``3d-label-inplane``: ``3d-label`` with the through-plane channel held at the
-  network's (0 here).
+  network's (0 here); ``3d-label-imagez``: ``3d-label`` with the label term moving the in-plane channels only (the
+  through-plane one follows the images and the regulariser).
 
 Writes ``OUT/rows.jsonl`` (reruns skip what is there) and prints the table.
 """
@@ -35,17 +36,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-METHODS = ("2d-label", "2d-images", "3d-label", "3d-images", "3d-label-inplane")
+METHODS = ("2d-label", "2d-images", "3d-label", "3d-images", "3d-label-inplane", "3d-label-imagez")
 
 
-def stack_network(through_plane: bool = True):
+def stack_network(through_plane: bool = True, label_through_plane: bool = True):
     """The slice-context network of the ``acdc`` weights as ``register`` configures them (its refinement settings kept)."""
     from monai_npc.apps.registration.models import resolve_model
     from monai_npc.networks.nets import SliceContextNPC
 
     net = SliceContextNPC.from_npc(resolve_model("acdc")[0]).eval()
-    if not through_plane:
-        net.refiner.refine_stack = functools.partial(net.refiner.refine_stack, through_plane=False)
+    if not (through_plane and label_through_plane):
+        net.refiner.refine_stack = functools.partial(net.refiner.refine_stack, through_plane=through_plane,
+                                                     label_through_plane=label_through_plane)
     return net
 
 
@@ -56,7 +58,7 @@ def run(method: str, nets, moving, fixed, moving_label, threads: int):
     import monai_npc
     from monai_npc.interop.label_resample import resample_label
 
-    model = "acdc" if method.startswith("2d") else nets["inplane" if method.endswith("inplane") else "3d"]
+    model = "acdc" if method.startswith("2d") else nets[method.rsplit("-", 1)[-1] if method.endswith(("inplane", "imagez")) else "3d"]
     images = method.endswith("images")
     t0 = time.perf_counter()
     reg = monai_npc.register(moving, fixed, model=model, moving_label=moving_label, threads=threads,
@@ -85,7 +87,7 @@ def main(argv=None) -> int:
     log = args.out / "rows.jsonl"
     rows = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
     done = {(r["patient"], r["direction"], r["method"]) for r in rows}
-    nets = {"3d": stack_network(True), "inplane": stack_network(False)}
+    nets = {"3d": stack_network(True), "inplane": stack_network(False), "imagez": stack_network(True, False)}
     data = DEFAULT_DATA / "data"
     for pt in patients:
         (ed, edl), (es, esl) = read_stack(data, pt, 1), read_stack(data, pt, 2)

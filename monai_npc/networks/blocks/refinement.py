@@ -239,7 +239,7 @@ class InstanceRefinement(nn.Module):
     @torch.jit.ignore
     def refine_stack(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: Optional[torch.Tensor] = None,
                      lambda_label: Optional[float] = None, fixed_prior: Optional[torch.Tensor] = None,
-                     prior_weight: Optional[float] = None, through_plane: bool = True) -> torch.Tensor:
+                     prior_weight: Optional[float] = None, through_plane: bool = True, label_through_plane: bool = True) -> torch.Tensor:
         """The same refinement of one stack's 3-D field (a stack network's, e.g.
         :class:`~monai_npc.networks.nets.SliceContextNPC`): ``moving``, ``fixed`` ``(Z, 1, H, W)`` (the stack's slices in
         order), ``ddf`` ``(Z, 3, H, W)`` (voxels, channel 0 through the plane in slices, MONAI ``Warp`` convention on the
@@ -251,7 +251,8 @@ class InstanceRefinement(nn.Module):
         (:func:`~monai_npc.functional.warp_stack_slices`), ``lambda_reg`` times the diffusion energy over the three axes
         and ``lambda_jac`` times the fold of the 3-D Jacobian (:func:`~monai_npc.functional.stack_smoothness_fold`), and
         with ``moving_label`` ``(Z, 1, H, W)`` the label-guided term (:meth:`forward`'s, the labels warped in 3-D), with
-        the prior's ``fixed_prior`` ``(Z, K, H, W)``. The loss is evaluated at full resolution (``level`` and the area
+        the prior's ``fixed_prior`` ``(Z, K, H, W)`` (``label_through_plane=False``: that term moves the in-plane channels
+        only, the through-plane one follows the images and the regulariser). The loss is evaluated at full resolution (``level`` and the area
         term ``lambda_area`` are 2-D only)."""
         if self.iterations == 0:
             return ddf
@@ -284,7 +285,9 @@ class InstanceRefinement(nn.Module):
             def objective(field: torch.Tensor) -> torch.Tensor:
                 loss = -_per_sample_mean(local_ncc(warp(m, field), f, window, target_stats=f_stats))
                 loss = loss + stack_smoothness_fold(field, group, 1, self.lambda_reg, self.lambda_jac)
-                return loss + lam * label_term(field) if label_term is not None else loss
+                if label_term is None:
+                    return loss
+                return loss + lam * label_term(field if label_through_plane else torch.cat([field[:, :1].detach(), field[:, 1:]], 1))
 
             return self._descend(v, field_of, objective)
 
