@@ -175,5 +175,9 @@ def test_save_and_load_round_trip_and_register_takes_it_as_a_stack_network(tmp_p
         torch.testing.assert_close(loaded(pair[:4]), net(pair[:4]), rtol=0, atol=0)
     resolved, _ = resolve_model(str(path))  # register's model step (tests/test_register_stack_net.py runs it)
     assert isinstance(resolved, SliceContextNPC) and is_stack_network(resolved)
-    with pytest.raises(ValueError, match="refine_iterations"):  # a 2-D test-time option it has no counterpart of
-        resolve_model(str(path), refine_iterations=5)
+    refining, _ = resolve_model(str(path), refine_iterations=5)  # the refinement register runs on the 3-D field
+    assert refining.refiner.iterations == 5 and refining.config["refine_iterations"] == 5
+    with torch.no_grad():  # forward is the network's field: the refinement is register's
+        torch.testing.assert_close(refining(pair[:4]), net(pair[:4]), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="flip_ensemble"):  # a 2-D test-time option it has no counterpart of
+        load_pretrained(path, flip_ensemble=2)

@@ -16,7 +16,10 @@ from .strain import (
 )
 from .taper import taper_window
 from .topk import soft_topk_mask, soft_topk_mask_with_threshold
-from .stack_field import compose_stack_fields, stack_field_gradients, stack_jacobian_determinant, stack_neighbours, stack_positions, warp_stack_slices
+from .stack_field import (
+    compose_stack_fields, stack_diffusion_per_slice, stack_field_gradients, stack_jacobian_determinant, stack_neighbours,
+    stack_positions, stack_smoothness_fold, warp_stack_slices,
+)
 from .warp import compose, determinant_from_gradients, identity_grid, jacobian_determinant, sample_at, warp_image
 
 __all__ = [
@@ -58,6 +61,8 @@ __all__ = [
     "compose_stack_fields",
     "stack_field_gradients",
     "stack_jacobian_determinant",
+    "stack_diffusion_per_slice",
+    "stack_smoothness_fold",
     "sample_at",
     "warp_image",
     "compose",

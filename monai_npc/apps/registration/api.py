@@ -31,8 +31,9 @@ The steps, with the unit of each quantity:
 
 3-D inputs are registered slice by slice in the planes of their first two index axes (the
 through-plane displacement is zero), as the models are 2-D; a stack network
-(:func:`monai_npc.apps.registration.models.is_stack_network`) registers the whole stack in one call and its
-through-plane displacement is written too (``summary.json`` ``stack_network``). Slices where either image is
+(:func:`monai_npc.apps.registration.models.is_stack_network`) registers the whole stack in one call, its 3-D field
+refined by its ``refiner`` when it has one (with the label-guided term and the label prior), and its through-plane
+displacement is written too (``summary.json`` ``stack_network``). Slices where either image is
 constant (or nearly: intensity range below :data:`monai_npc.apps.registration.grids.CONSTANT_RTOL` of its magnitude) get the
 identity, a reliability of 0 and a warning, for every model.
 """
@@ -228,25 +229,33 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
                           label_prior=prior_net, prior_weight=prior_weight)
     prior = _prior_summary(result, settings.label_prior, prior_weight, inputs, notes)
     _check_result(result, inputs, settings, notes)
-    return _Run(result, guidance, prior, notes, _stack_record(settings, inputs, notes) if is_stack_network(net) else None)
+    return _Run(result, guidance, prior, notes, _stack_record(settings, inputs, notes, refines) if is_stack_network(net) else None)
 
 
-#: why the 2-D test-time steps do not apply to a stack network's field (``summary["stack_network"]["not_applied"]``)
+#: why a 2-D test-time step does not apply to a stack network's field (``summary["stack_network"]["not_applied"]``); the
+#: first three (:data:`STACK_REFINED`) do apply when the network has a refinement (``net.refiner.iterations`` > 0)
 STACK_NOT_APPLIED = {
-    "refinement": "the test-time refinement is 2-D, per slice; the stack network's field is used as it is",
-    "label_guidance": "the label-guided term acts in the 2-D refinement only; label_guidance is 0",
+    "refinement": "this stack network has no test-time refinement (no refiner, or refiner.iterations 0); its field is used as it is",
+    "label_guidance": "the label-guided term acts in the test-time refinement only; label_guidance is 0",
     "label_prior": "the label prior is part of the label-guided term; not used",
+    "flip_ensemble": "the network's field is one pass over the stack as given; no flip ensemble",
     "basal_rules": "the network moves through the plane itself; the stack pipeline's basal rules are not applied on top",
 }
+#: the steps of :data:`STACK_NOT_APPLIED` that a stack network's 3-D refinement brings
+#: (:meth:`~monai_npc.networks.blocks.InstanceRefinement.refine_stack`)
+STACK_REFINED = ("refinement", "label_guidance", "label_prior")
 
 
-def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str]) -> Dict[str, Any]:
-    """``summary["stack_network"]``: the field's through-plane channel comes from the network, and which 2-D steps did not
-    apply (:data:`STACK_NOT_APPLIED`); a label term the caller asked for is warned about."""
+def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str], refines: bool) -> Dict[str, Any]:
+    """``summary["stack_network"]``: the field's through-plane channel comes from the network, ``refined_3d`` whether the
+    whole 3-D field was refined (``refines``), and which 2-D steps did not apply (:data:`STACK_NOT_APPLIED`); without a refinement, a label term the
+    caller asked for is warned about."""
     asked = settings.label_terms_asked()
-    if asked and inputs.moving_label is not None:
-        _warn(notes, f"{' and '.join(asked)} ignored: a stack network's field has no test-time refinement to steer.")
-    return {"through_plane": "network", "not_applied": dict(STACK_NOT_APPLIED)}
+    if asked and inputs.moving_label is not None and not refines:
+        _warn(notes, f"{' and '.join(asked)} ignored: this stack network's field has no test-time refinement to steer "
+                     "(refiner.iterations 0).")
+    return {"through_plane": "network", "refined_3d": bool(refines),
+            "not_applied": {k: v for k, v in STACK_NOT_APPLIED.items() if not (refines and k in STACK_REFINED)}}
 
 
 def _prior_summary(result: PipelineResult, prior_name: Optional[str], weight: float, inputs: Inputs, notes: List[str]) -> Optional[Dict[str, Any]]:

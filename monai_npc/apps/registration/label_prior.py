@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from monai_npc.functional import dice_by_value, warp_image
+from monai_npc.functional.stack_field import warp_stack_slices
 
 __all__ = ["PRIOR_CHECK_SLICES", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "PRIOR_MIN_FIXED_AGREEMENT", "PRIOR_MIN_GAP",
            "prior_agreement", "fixed_prior", "carried_prior_check"]
@@ -108,7 +109,9 @@ def carried_prior_check(prior: torch.Tensor, agreement: float, label: torch.Tens
         prior: ``(N, K, h, w)`` class probabilities of the fixed slices (:func:`fixed_prior`).
         agreement: the prior against the moving label on the moving image (mean Dice, :func:`fixed_prior`).
         label: ``(N, 1, h, w)`` moving label.
-        ddf: ``(N, 2, h, w)`` the network's field (voxels), before the refinement the prior would steer.
+        ddf: ``(N, 2, h, w)`` the network's field (voxels), before the refinement the prior would steer; a stack network's
+            ``(N, 3, h, w)`` (one stack, channel 0 through the plane in slices) carries the label in 3-D
+            (:func:`~monai_npc.functional.stack_field.warp_stack_slices`, nearest).
 
     The prior helps where the transform's label is further from its segmentation of the fixed image than the prior is
     from an expert's label (its error on the moving image): it acts only when ``agreement - carried``
@@ -117,7 +120,11 @@ def carried_prior_check(prior: torch.Tensor, agreement: float, label: torch.Tens
     labelled = (label > 0).flatten(1).any(1)
     if not bool(labelled.any()):
         return None, None
-    carried = warp_image(label[labelled].to(ddf.dtype), ddf[labelled], "nearest", "zeros")
+    if ddf.shape[1] == 3:  # one stack's 3-D field: the label carried through the plane too
+        group = torch.zeros(ddf.shape[0], dtype=torch.int64, device=ddf.device)
+        carried = warp_stack_slices(label.to(ddf.dtype), ddf, group, 1, "nearest")[labelled]
+    else:
+        carried = warp_image(label[labelled].to(ddf.dtype), ddf[labelled], "nearest", "zeros")
     on_carried = prior_agreement(prior[labelled], carried)
     if on_carried is None or agreement - on_carried >= PRIOR_MIN_GAP:
         return on_carried, None

@@ -140,8 +140,10 @@ def is_stack_network(net: Any) -> bool:
     :class:`~monai_npc.networks.nets.SliceContextNPC`): ``net(stack)`` with ``stack`` ``(Z, 2, h, w)`` (moving, fixed;
     the slices in order) -> ``ddf`` ``(Z, 3, h, w)`` in voxels of the stack's grid, MONAI ``Warp`` convention: channel
     0 through the plane in slices, channels 1-2 in-plane (along ``h`` and ``w``). ``register`` then pastes the
-    through-plane channel back as it does the in-plane ones, and runs no 2-D test-time step (refinement, label
-    guidance, label prior) and no basal rule on top of it."""
+    through-plane channel back as it does the in-plane ones; when the network has a test-time refinement
+    (``net.refiner``, an :class:`~monai_npc.networks.blocks.InstanceRefinement` with ``iterations`` > 0) it first
+    refines the whole 3-D field with it (:meth:`~monai_npc.networks.blocks.InstanceRefinement.refine_stack`: the
+    label-guided term and the label prior as for 2-D networks); no flip ensemble and no basal rule on top of it."""
     return bool(getattr(net, "stack_network", False))
 
 

@@ -92,22 +92,41 @@ def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: i
 
 
 @torch.inference_mode()
-def _predict_stack(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, still: np.ndarray) -> Tuple[torch.Tensor, torch.Tensor]:
+def _predict_stack(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, still: np.ndarray, moving_label: Optional[torch.Tensor] = None,
+                   label_guidance: float = 0.0, fixed_prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0,
+                   prior_agreement: Optional[float] = None):
     """A stack network's field: ``moving``, ``fixed`` ``(Z, 1, h, w)``, the grid's slices in order, go through ``net``
     as ONE stack ``(Z, 2, h, w)`` -> ``ddf`` ``(Z, 3, h, w)`` float32 on the CPU (model voxels; channel 0 through the
-    plane in slices, MONAI ``Warp`` convention) and the moving stack warped by it in 3-D ``(Z, 1, h, w)``
-    (:func:`~monai_npc.functional.stack_field.warp_stack_slices`). ``still`` ``(Z,)`` slices (constant in either
-    image) are left at the identity, as for 2-D models; with every slice still the network is not run."""
+    plane in slices, MONAI ``Warp`` convention), the moving stack warped by it in 3-D ``(Z, 1, h, w)``
+    (:func:`~monai_npc.functional.stack_field.warp_stack_slices`), and as :func:`_predict` the prior's agreement with the
+    label the network's field carries and why it stood aside.
+
+    With ``net.refiner.iterations`` > 0 the field is refined in 3-D
+    (:meth:`~monai_npc.networks.blocks.InstanceRefinement.refine_stack`), with ``moving_label`` ``(Z, 1, h, w)`` and
+    ``label_guidance`` > 0 in its label-guided term, and there ``fixed_prior`` ``(Z, K, h, w)`` weighted by
+    ``prior_weight`` unless :func:`carried_prior_check` (given ``prior_agreement``, on the network's 3-D field) says why
+    not. ``still`` ``(Z,)`` slices (constant in either image) are left at the identity, as for 2-D models; with every
+    slice still the network is not run."""
     z, _, h, w = moving.shape
     if still.all():
-        return torch.zeros(z, 3, h, w), moving.float().cpu().clone()
+        return torch.zeros(z, 3, h, w), moving.float().cpu().clone(), None, None
     ddf = net(torch.cat([moving, fixed], 1)).float()
     if tuple(ddf.shape) != (z, 3, h, w):
         raise ValueError(f"a stack network must return ddf (Z, 3, h, w) = ({z}, 3, {h}, {w}) for a stack (Z, 2, h, w); "
                          f"{type(net).__name__} returned {tuple(ddf.shape)}.")
+    carried = aside = None
+    refiner = getattr(net, "refiner", None)
+    if getattr(refiner, "iterations", 0) > 0:
+        guided = moving_label is not None and label_guidance > 0
+        prior = fixed_prior if guided and fixed_prior is not None and prior_weight > 0 else None
+        if prior is not None and prior_agreement is not None:
+            carried, aside = carried_prior_check(prior, prior_agreement, moving_label, ddf)
+            prior = None if aside else prior
+        ddf = refiner.refine_stack(moving.float(), fixed.float(), ddf, moving_label if guided else None, float(label_guidance),
+                                   prior, float(prior_weight))
     ddf[torch.from_numpy(still).to(ddf.device)] = 0.0
     group = torch.zeros(z, dtype=torch.int64, device=ddf.device)
-    return ddf.cpu(), warp_stack_slices(moving.float(), ddf, group, 1).cpu()
+    return ddf.cpu(), warp_stack_slices(moving.float(), ddf, group, 1).cpu(), carried, aside
 
 
 @dataclass
@@ -328,7 +347,7 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
                        prior_weight: float = 0.0) -> _GridRun:
     """Steps 3-5 of :func:`run_pipeline`: ``grids`` are ``(model grid, the fixed image or slice it covers)``
     pairs in slice order; all their slices go through the network as one batch of independent pairs (a stack network:
-    as one stack, :func:`_predict_stack`, with no label term)."""
+    as one stack, :func:`_predict_stack`, its refinement and label term in 3-D)."""
     nan = float("nan")
     # 3. model inputs
     fixed_raw = np.concatenate([slices_of(resample(target, grid, "linear", nan), grid.GetDimension()) for grid, target in grids])
@@ -347,13 +366,17 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     active = np.flatnonzero(~still)
     lab_t = prior_t = agreement = fixed_agreement = prior_note = carried_agreement = None
     stack = is_stack_network(net)
-    if moving_label is not None and label_guidance > 0 and not stack:
+    if stack:  # the whole stack is refined together: the label term and the prior see every slice
+        active = np.arange(z) if active.size else active
+    if moving_label is not None and label_guidance > 0:
         lab = np.concatenate([slices_of(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
         lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
         if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
             prior_t, agreement, fixed_agreement, prior_note = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
     if stack:
-        ddf_m, warped_m = _predict_stack(net, m_t, f_t, still)
+        ddf_m, warped_m, carried_agreement, aside = _predict_stack(net, m_t, f_t, still, lab_t, label_guidance, prior_t, prior_weight, agreement)
+        if aside:
+            prior_t, prior_note = None, aside
     elif active.size:
         d, wp, r, carried_agreement, aside = _predict(
             net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active], label_guidance=label_guidance,
@@ -376,6 +399,7 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     if prior_t is not None:  # the prior's most likely value per model-grid voxel (0 on slices left at the identity)
         prior_m = np.zeros((z, h, w), np.uint8)
         prior_m[active] = prior_t.argmax(1).cpu().numpy().astype(np.uint8)
+        prior_m[still] = 0
     ddf_f, weights, rels, seen, priors, start = [], [], [], [], [], 0
     for grid, target in grids:
         n = grid.GetSize()[2] if grid.GetDimension() == 3 else 1

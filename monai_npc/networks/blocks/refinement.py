@@ -13,6 +13,7 @@ from monai_npc.functional.area import carried_area_change
 from monai_npc.functional.label_intensity import intensity_models, label_core, label_intensity_weights, label_onehot, label_region
 from monai_npc.functional.label_prior import label_prior_weights
 from monai_npc.functional.similarity import local_ncc, local_target_stats
+from monai_npc.functional.stack_field import stack_smoothness_fold, warp_stack_slices
 from monai_npc.functional.regularisers import smoothness_fold_penalty
 from monai_npc.functional.warp import identity_grid, sample_at, warp_image
 
@@ -173,15 +174,7 @@ class InstanceRefinement(nn.Module):
                 prior_weight: Optional[float] = None) -> torch.Tensor:
         if self.iterations == 0:
             return ddf
-        lam = self.lambda_label if lambda_label is None else float(lambda_label)
-        if moving_label is not None and moving_label.shape[0] != ddf.shape[0]:
-            raise ValueError(f"moving_label has {moving_label.shape[0]} samples, the field {ddf.shape[0]}.")
-        if fixed_prior is not None and (fixed_prior.shape[0] != ddf.shape[0] or fixed_prior.shape[2:] != ddf.shape[2:]):
-            raise ValueError(f"fixed_prior {tuple(fixed_prior.shape)} must be (B, K, *S) of the field {tuple(ddf.shape)}.")
-        mu = self.label_prior_weight if prior_weight is None else float(prior_weight)
-        if not mu >= 0:
-            raise ValueError(f"prior_weight must be >= 0, got {prior_weight}.")
-        guided = lam > 0 and moving_label is not None and bool((moving_label > 0).any())
+        lam, mu, guided = self._label_weights(ddf, moving_label, lambda_label, fixed_prior, prior_weight)
         full = list(ddf.shape[2:])
         level_size = [max(1, s // self.level) for s in full]
         coarse = [max(1, s // self.grid_stride) for s in full]
@@ -193,7 +186,6 @@ class InstanceRefinement(nn.Module):
             axis_scale = torch.tensor(scale, dtype=ddf.dtype, device=ddf.device).view([1, -1] + [1] * len(full))
             base = ddf.detach().clone()
             v = torch.zeros([ddf.shape[0], ddf.shape[1]] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
-            moments = (torch.zeros_like(v), torch.zeros_like(v))
             upsample = _linear_upsampler(coarse, full, ddf.dtype, ddf.device)
             prior = fixed_prior.detach().clone() if guided and fixed_prior is not None and mu > 0 else None
             label_term = self._label_term(moving.clone(), fixed.clone(), base, moving_label.clone(), prior, mu) if guided else None
@@ -202,8 +194,8 @@ class InstanceRefinement(nn.Module):
                 label = moving_label.detach().round().to(torch.int64)
                 kept = torch.cat([(label == v) for v in self.area_values], 1).to(ddf.dtype)
             f_stats = local_target_stats(f, self.window)  # the fixed image's part of the LNCC, once
-            for step in range(1, self.iterations + 1):
-                field = base + upsample(v)  # the regularisers see the full-grid field the caller gets
+
+            def objective(field: torch.Tensor) -> torch.Tensor:
                 coarse_field = field if self.level == 1 else _resize(field, level_size) * axis_scale
                 loss = -_per_sample_mean(local_ncc(warp_image(m, coarse_field, "bilinear", "border"), f, self.window, target_stats=f_stats))
                 if self.lambda_reg or self.lambda_jac:  # diffusion + JacobianFoldLoss, per pair, closed-form gradient
@@ -212,21 +204,106 @@ class InstanceRefinement(nn.Module):
                     loss = loss + lam * label_term(field)
                 if kept is not None:
                     loss = loss + self.lambda_area * carried_area_change(kept, field).square().sum(1)
-                # the sum of per-pair losses: each pair's residual gets exactly the gradient (and, Adam being
-                # per element, the steps) it would get alone, so a slice registers the same inside its stack
-                (grad,) = torch.autograd.grad(loss.sum(), v)
-                _adam_step(v, grad, moments, step, self.learning_rate)
-        return (base + upsample(v.detach())).detach()
+                return loss
+
+            # the regularisers see the full-grid field the caller gets
+            return self._descend(v, lambda r: base + upsample(r), objective)
+
+    def _label_weights(self, ddf: torch.Tensor, moving_label: Optional[torch.Tensor], lambda_label: Optional[float],
+                       fixed_prior: Optional[torch.Tensor], prior_weight: Optional[float]) -> Tuple[float, float, bool]:
+        """``(label term weight, prior weight within it, whether the label term acts)`` of a call, its arguments checked
+        against the field ``ddf`` ``(B, D, *S)``."""
+        lam = self.lambda_label if lambda_label is None else float(lambda_label)
+        if moving_label is not None and moving_label.shape[0] != ddf.shape[0]:
+            raise ValueError(f"moving_label has {moving_label.shape[0]} samples, the field {ddf.shape[0]}.")
+        if fixed_prior is not None and (fixed_prior.shape[0] != ddf.shape[0] or fixed_prior.shape[2:] != ddf.shape[2:]):
+            raise ValueError(f"fixed_prior {tuple(fixed_prior.shape)} must be (B, K, *S) of the field {tuple(ddf.shape)}.")
+        mu = self.label_prior_weight if prior_weight is None else float(prior_weight)
+        if not mu >= 0:
+            raise ValueError(f"prior_weight must be >= 0, got {prior_weight}.")
+        return lam, mu, lam > 0 and moving_label is not None and bool((moving_label > 0).any())
+
+    def _descend(self, v: torch.Tensor, field_of: Callable[[torch.Tensor], torch.Tensor],
+                 objective: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """``iterations`` Adam steps on the residual ``v`` (leaf, ``requires_grad``) against ``objective(field_of(v))``
+        (``(B,)`` per-pair losses); returns ``field_of(v)`` at the end, detached."""
+        moments = (torch.zeros_like(v), torch.zeros_like(v))
+        for step in range(1, self.iterations + 1):
+            loss = objective(field_of(v))
+            # the sum of per-pair losses: each pair's residual gets exactly the gradient (and, Adam being
+            # per element, the steps) it would get alone, so a slice registers the same inside its stack
+            (grad,) = torch.autograd.grad(loss.sum(), v)
+            _adam_step(v, grad, moments, step, self.learning_rate)
+        return field_of(v.detach()).detach()
+
+    @torch.jit.ignore
+    def refine_stack(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: Optional[torch.Tensor] = None,
+                     lambda_label: Optional[float] = None, fixed_prior: Optional[torch.Tensor] = None,
+                     prior_weight: Optional[float] = None, through_plane: bool = True, label_through_plane: bool = True) -> torch.Tensor:
+        """The same refinement of one stack's 3-D field (a stack network's, e.g.
+        :class:`~monai_npc.networks.nets.SliceContextNPC`): ``moving``, ``fixed`` ``(Z, 1, H, W)`` (the stack's slices in
+        order), ``ddf`` ``(Z, 3, H, W)`` (voxels, channel 0 through the plane in slices, MONAI ``Warp`` convention on the
+        stack's ``(Z, H, W)`` grid) -> the refined ``(Z, 3, H, W)`` (no gradient).
+
+        The residual lives on each slice's in-plane grid ``grid_stride`` voxels apart, three components
+        (``through_plane=False``: the two in-plane ones, channel 0 kept as given); the objective is the 2-D one summed over
+        the slices, each term in its 3-D form: the in-plane LNCC of the trilinearly warped moving slices
+        (:func:`~monai_npc.functional.warp_stack_slices`), ``lambda_reg`` times the diffusion energy over the three axes
+        and ``lambda_jac`` times the fold of the 3-D Jacobian (:func:`~monai_npc.functional.stack_smoothness_fold`), and
+        with ``moving_label`` ``(Z, 1, H, W)`` the label-guided term (:meth:`forward`'s, the labels warped in 3-D), with
+        the prior's ``fixed_prior`` ``(Z, K, H, W)`` (``label_through_plane=False``: that term moves the in-plane channels
+        only, the through-plane one follows the images and the regulariser). The loss is evaluated at full resolution (``level`` and the area
+        term ``lambda_area`` are 2-D only)."""
+        if self.iterations == 0:
+            return ddf
+        z = ddf.shape[0]
+        if ddf.dim() != 4 or ddf.shape[1] != 3 or tuple(moving.shape) != (z, 1) + tuple(ddf.shape[2:]) or moving.shape != fixed.shape:
+            raise ValueError(f"refine_stack needs moving, fixed (Z, 1, H, W) and ddf (Z, 3, H, W) of one stack; got "
+                             f"{tuple(moving.shape)}, {tuple(fixed.shape)} and {tuple(ddf.shape)}.")
+        lam, mu, guided = self._label_weights(ddf, moving_label, lambda_label, fixed_prior, prior_weight)
+        group = torch.zeros(z, dtype=torch.int64, device=ddf.device)
+        full = list(ddf.shape[2:])
+        coarse = [max(1, s // self.grid_stride) for s in full]
+        window = max(1, int(self.window) * self.level // 2 * 2 + 1) if self.level > 1 else self.window
+        with torch.inference_mode(False), torch.enable_grad():
+            m, f = moving.detach().clone().to(ddf.dtype), fixed.detach().clone().to(ddf.dtype)
+            base = ddf.detach().clone()
+            v = torch.zeros([z, 3 if through_plane else 2] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
+            upsample = _linear_upsampler(coarse, full, ddf.dtype, ddf.device)
+
+            def warp(image: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
+                return warp_stack_slices(image, field, group, 1)
+
+            def field_of(r: torch.Tensor) -> torch.Tensor:
+                r = upsample(r)
+                return base + (r if through_plane else torch.cat([torch.zeros_like(r[:, :1]), r], 1))
+
+            prior = fixed_prior.detach().clone().to(ddf.dtype) if guided and fixed_prior is not None and mu > 0 else None
+            label_term = self._label_term(m, f, base, moving_label.clone(), prior, mu, warp) if guided else None
+            f_stats = local_target_stats(f, window)
+
+            def objective(field: torch.Tensor) -> torch.Tensor:
+                loss = -_per_sample_mean(local_ncc(warp(m, field), f, window, target_stats=f_stats))
+                loss = loss + stack_smoothness_fold(field, group, 1, self.lambda_reg, self.lambda_jac)
+                if label_term is None:
+                    return loss
+                return loss + lam * label_term(field if label_through_plane else torch.cat([field[:, :1].detach(), field[:, 1:]], 1))
+
+            return self._descend(v, field_of, objective)
 
     def _label_term(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: torch.Tensor,
-                    prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0) -> Optional[Callable]:
+                    prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0,
+                    warp: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None) -> Optional[Callable]:
         """``field -> (B,)`` label-guided cost: intensity models of the moving image under each moving
         label (within the labels dilated by ``label_margin``), scored on the fixed image under the
         labels warped by ``field``, within that region carried by the starting field ``ddf``; plus
         ``prior_weight`` times the prior's cost of those labels (:func:`label_prior_weights`) when a
         ``prior`` of the fixed image is given.
         ``None`` (with a warning) for a label map of more than :data:`MAX_GUIDE_LABELS` values (an
-        atlas parcellation: one warped channel per value and step would dominate the time)."""
+        atlas parcellation: one warped channel per value and step would dominate the time). ``warp(image, field)``:
+        how labels are carried by a field (``None``: in 2-D, :func:`warp_image` with zero padding; :meth:`refine_stack`
+        gives the 3-D warp of a stack)."""
+        carry = warp or (lambda image, field: warp_image(image, field, "bilinear", "zeros"))
         label = moving_label.detach().round().to(torch.int64)
         values = [0] + sorted(int(v) for v in torch.unique(label).tolist() if int(v) != 0)
         if len(values) - 1 > MAX_GUIDE_LABELS:
@@ -236,9 +313,9 @@ class InstanceRefinement(nn.Module):
         onehot = label_onehot(label, values).to(ddf.dtype)
         region_m = label_region(label, self.label_margin).to(ddf.dtype)
         means, sds = intensity_models(moving.detach().to(ddf.dtype), onehot, region_m)
-        region_f = (warp_image(region_m, ddf.detach(), "bilinear", "zeros") > 0.5).to(ddf.dtype)
+        region_f = (carry(region_m, ddf.detach()) > 0.5).to(ddf.dtype)
         if self.label_model_mix > 0:  # the fixed image's own statistics under the carried labels' insides
-            carried = label_core((warp_image(onehot, ddf.detach(), "bilinear", "zeros") > 0.5).to(ddf.dtype), self.label_model_erosion)
+            carried = label_core((carry(onehot, ddf.detach()) > 0.5).to(ddf.dtype), self.label_model_erosion)
             f_means, f_sds = intensity_models(fixed.detach().to(ddf.dtype), carried, region_f)
             means, sds = torch.lerp(means, f_means, self.label_model_mix), torch.lerp(sds, f_sds, self.label_model_mix)
         # the cost is a sum over region_f: evaluate it on the box around region_f in every pair of the batch
@@ -248,8 +325,10 @@ class InstanceRefinement(nn.Module):
             return None
         lo, hi = inside.amin(0).tolist(), inside.amax(0).tolist()
         box = (slice(None), slice(None)) + tuple(slice(a, b + 1) for a, b in zip(lo, hi))
-        points = identity_grid(list(ddf.shape[2:]), ddf.device, ddf.dtype).unsqueeze(0)[box]
         weights = label_intensity_weights(fixed.detach().to(ddf.dtype)[box], region_f[box], means, sds)  # once
         if prior is not None:
             weights = weights + prior_weight * label_prior_weights(prior.to(ddf.dtype)[box], values, region_f[box])
+        if warp is not None:  # the whole grid warped, the box kept
+            return lambda field: (warp(onehot, field)[box] * weights).flatten(1).sum(1)
+        points = identity_grid(list(ddf.shape[2:]), ddf.device, ddf.dtype).unsqueeze(0)[box]
         return lambda field: (sample_at(onehot, points + field[box], "bilinear", "zeros") * weights).flatten(1).sum(1)

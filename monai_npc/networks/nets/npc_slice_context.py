@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+import copy
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -10,6 +11,7 @@ from torch import nn
 
 from monai_npc.functional.stack_field import stack_neighbours, warp_stack_slices
 from monai_npc.networks.blocks.npc_stage import NPCStage
+from monai_npc.networks.blocks.refinement import InstanceRefinement
 from monai_npc.networks.blocks.slice_context import SliceContextHead
 
 from .npc import NPCNet
@@ -19,7 +21,10 @@ __all__ = ["SliceContextNPC", "SLICE_CONTEXT"]
 #: the ``architecture`` entry of a :class:`SliceContextNPC` configuration (what :func:`load_pretrained` rebuilds)
 SLICE_CONTEXT = "slice_context"
 #: NPCNet options that have no slice-context counterpart, and the only value they may take here
-_FIXED = {"spatial_dims": 2, "phase_init": None, "refine_iterations": 0, "flip_ensemble": 1}
+_FIXED = {"spatial_dims": 2, "phase_init": None, "flip_ensemble": 1}
+#: NPCNet options of the test-time refinement: here they configure :attr:`SliceContextNPC.refiner`, which ``register``
+#: runs on the stack's 3-D field (the shared 2-D part never refines)
+_REFINE = ("refine_iterations", "refine_options")
 
 
 class SliceContextNPC(nn.Module):
@@ -42,11 +47,17 @@ class SliceContextNPC(nn.Module):
     training, the 2-D network's in-plane field (up to float rounding of the 3-D warp) and a zero through-plane
     component.
 
+    :attr:`refiner` holds the test-time refinement's settings (:class:`~monai_npc.networks.blocks.InstanceRefinement`,
+    as ``NPCNet.refiner``); ``forward`` does not run it: ``register`` refines the stack's 3-D field with it
+    (:meth:`~monai_npc.networks.blocks.InstanceRefinement.refine_stack`, with the moving label and the label prior when
+    given), as it runs an NPC network's refinement.
+
     Args:
         context_channels: hidden width of each head.
         architecture: must be ``"slice_context"`` (the key that lets :func:`load_pretrained` rebuild this class).
         npc_options: :class:`NPCNet` arguments of the shared 2-D part (``spatial_dims`` 2, no ``phase_init``,
-            ``refine_iterations`` 0, ``flip_ensemble`` 1: those are 2-D test-time options with no 3-D counterpart).
+            ``flip_ensemble`` 1: those are 2-D test-time options with no 3-D counterpart); ``refine_iterations`` and
+            ``refine_options`` configure :attr:`refiner`.
 
     ``forward(stack)``: one stack ``(Z, 2, H, W)`` (moving, fixed; slices in order) -> ``ddf`` ``(Z, 3, H, W)``.
     ``forward_stacks(pair, group, n_groups)``: several stacks batched slice by slice (``group`` ``(N,)``, contiguous,
@@ -69,21 +80,29 @@ class SliceContextNPC(nn.Module):
                 raise ValueError(f"SliceContextNPC needs {key}={allowed!r} (a 2-D test-time option with no through-plane "
                                  f"counterpart), got {npc_options[key]!r}; register runs this network with none of them "
                                  "(docs/training_gpu.md).")
-        self.npc = NPCNet(**{k: v for k, v in npc_options.items() if k not in _FIXED})
+        self.npc = NPCNet(**{k: v for k, v in npc_options.items() if k not in _FIXED and k not in _REFINE})
+        refine: Mapping[str, Any] = npc_options.get("refine_options") or {}
+        #: the test-time refinement of the stack's 3-D field (run by ``register``, not by ``forward``)
+        self.refiner = InstanceRefinement(int(npc_options.get("refine_iterations", 0)), **refine)
         stages: List[NPCStage] = list(self.npc.ode.stages)
         self.context = nn.ModuleList(
             [SliceContextHead(s.decoder.w_gamma.out_channels + 1, int(context_channels)) for s in stages])
         #: constructor arguments, enough to rebuild the network (saved with pretrained weights)
-        self.config: Dict[str, Any] = {**self.npc.config, "context_channels": int(context_channels), "architecture": SLICE_CONTEXT}
+        self.config: Dict[str, Any] = {**self.npc.config, "context_channels": int(context_channels), "architecture": SLICE_CONTEXT,
+                                       "refine_iterations": self.refiner.iterations, "refine_options": dict(refine) or None}
 
     @classmethod
     def from_npc(cls, npc: NPCNet, context_channels: int = 32) -> "SliceContextNPC":
         """A slice-context network whose shared 2-D part holds ``npc``'s parameters (e.g. ``load_pretrained("acdc")``)
         and whose heads are new (zero output): before training it gives ``npc``'s in-plane field and no through-plane
-        motion. ``npc``'s test-time options (refinement, flip ensemble) are dropped."""
-        options = {k: v for k, v in npc.config.items() if k not in _FIXED}
+        motion. ``npc``'s ODE steps and test-time refinement settings (``npc.refiner``: iterations, residual grid,
+        label-model mix, ...) are kept, the refinement to be run on the 3-D field; its flip ensemble is dropped."""
+        options = {k: v for k, v in npc.config.items() if k not in _FIXED and k not in _REFINE}
         net = cls(context_channels=context_channels, **{**options, "init": "random"})
         net.npc.load_state_dict(npc.state_dict())
+        net.npc.ode.set_steps(list(npc.ode.steps_per_stage))
+        net.refiner = copy.deepcopy(npc.refiner)
+        net.config.update(refine_iterations=net.refiner.iterations, refine_options=npc.config.get("refine_options"))
         net.config["init"] = npc.config.get("init", "fourier")
         net.meta = dict(getattr(npc, "meta", {}) or {})
         return net.to(next(npc.parameters()).device)
