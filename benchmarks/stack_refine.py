@@ -15,8 +15,8 @@ ES->ED; only the moving label is ever given. Rows (``--methods``), each the labe
 - ``3d-label``: ``SliceContextNPC.from_npc(acdc configured by register's settings)`` (zero through-plane heads: the
   2-D network's in-plane field, the same ODE steps and refinement settings) with its 3-D refinement
   (:meth:`~monai_npc.networks.blocks.InstanceRefinement.refine_stack`), the label term and the prior; ``3d-images``:
-  the same with ``label_guidance=0``; ``3d-label-inplane``: ``3d-label`` with the through-plane channel held at the
-  network's (0 here); ``3d-label-imagez``: ``3d-label`` with the label term moving the in-plane channels only (the
+  the same with ``label_guidance=0`` (both refine all three channels, ``through_plane=True``); ``3d-label-inplane``:
+  ``3d-label`` with the through-plane channel held at the network's (0 here; ``register``'s default); ``3d-label-imagez``: ``3d-label`` with the label term moving the in-plane channels only (the
   through-plane one follows the images and the regulariser).
 
 Writes ``OUT/rows.jsonl`` (reruns skip what is there) and prints the table.
@@ -45,9 +45,8 @@ def stack_network(through_plane: bool = True, label_through_plane: bool = True):
     from monai_npc.networks.nets import SliceContextNPC
 
     net = SliceContextNPC.from_npc(resolve_model("acdc")[0]).eval()
-    if not (through_plane and label_through_plane):
-        net.refiner.refine_stack = functools.partial(net.refiner.refine_stack, through_plane=through_plane,
-                                                     label_through_plane=label_through_plane)
+    net.refiner.refine_stack = functools.partial(net.refiner.refine_stack, through_plane=through_plane,
+                                                 label_through_plane=label_through_plane)
     return net
 
 

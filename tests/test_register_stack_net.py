@@ -174,14 +174,15 @@ def test_the_3d_refinement_recovers_a_through_plane_shift_and_an_in_plane_deform
     zero = torch.zeros_like(u)
     assert _errors(zero, u) == pytest.approx((0.4, 1.924), abs=1e-3)
     # from zero: 0.4 slice -> 0.035, 1.92 voxels -> 0.13 (measured)
-    through, in_plane = _errors(refiner.refine_stack(moving, fixed, zero), u)
+    through, in_plane = _errors(refiner.refine_stack(moving, fixed, zero, through_plane=True), u)
     assert through < 0.07 and in_plane < 0.25
     # from the in-plane motion alone (what a 2-D network finds): 0.4 slice -> 0.014, in-plane stays at 0.05
     in_plane_only = torch.cat([zero[:, :1], u[:, 1:]], 1)
-    through, in_plane = _errors(refiner.refine_stack(moving, fixed, in_plane_only), u)
+    through, in_plane = _errors(refiner.refine_stack(moving, fixed, in_plane_only, through_plane=True), u)
     assert through < 0.03 and in_plane < 0.1
-    # the through-plane channel held (in-plane refinement only): the shift cannot be found, the in-plane field goes astray
-    through, in_plane = _errors(refiner.refine_stack(moving, fixed, in_plane_only, through_plane=False), u)
+    # the through-plane channel held (in-plane refinement only, the default): the shift cannot be found, the in-plane field
+    # goes astray
+    through, in_plane = _errors(refiner.refine_stack(moving, fixed, in_plane_only), u)
     assert through == pytest.approx(0.4, abs=1e-5) and in_plane > 0.5
     assert torch.equal(InstanceRefinement(0).refine_stack(moving, fixed, zero), zero)
 
@@ -216,8 +217,8 @@ def test_the_label_term_moves_a_stack_field_toward_the_fixed_label():
                          for v in (1, 2)])
 
     refiner = InstanceRefinement(10, grid_stride=8)
-    by_images = dice(refiner.refine_stack(moving, fixed, torch.zeros_like(u)))
-    by_label = dice(refiner.refine_stack(moving, fixed, torch.zeros_like(u), label, 0.05))  # LABEL_GUIDANCE
+    by_images = dice(refiner.refine_stack(moving, fixed, torch.zeros_like(u), through_plane=True))
+    by_label = dice(refiner.refine_stack(moving, fixed, torch.zeros_like(u), label, 0.05, through_plane=True))  # LABEL_GUIDANCE
     assert np.all(by_label > by_images + 0.002), (by_images, by_label)  # measured: (0.862, 0.830) -> (0.867, 0.832)
 
 
@@ -231,7 +232,9 @@ def test_register_refines_a_stack_network_field_with_the_label_term():
     guided = register(ed, es, **kw)  # LABEL_GUIDANCE
     by_images = _mean_dice(sitk.GetArrayFromImage(images.warped_label), es_label)
     assert by_images > _mean_dice(ed_label, es_label) + 0.3  # 0.49 -> 0.86: the 3-D refinement from a zero field
-    assert np.any(guided.ddf_array[0]) and not np.array_equal(guided.ddf_array, images.ddf_array)  # through the plane too
+    # the label moves the in-plane channels; the through-plane one stays the network's (here 0)
+    assert not np.any(guided.ddf_array[0]) and not np.array_equal(guided.ddf_array, images.ddf_array)
     record = guided.summary["stack_network"]
     assert record["refined_3d"] is True and set(record["not_applied"]) == {"flip_ensemble", "basal_rules"}
+    assert record["refined_channels"].startswith("in-plane")
     assert guided.summary["label_guidance"] == 0.05 and images.summary["label_guidance"] == 0.0

@@ -13,6 +13,7 @@ import SimpleITK as sitk
 import torch
 from torch import nn
 
+from monai_npc.apps.registration.models import register_settings
 from monai_npc.apps.tracking.fields import STACK_NOT_APPLIED, carry_label, compose_fields
 from monai_npc.apps.tracking.result import label_dice
 from monai_npc.apps.tracking.track import LABEL_SIGMA, SCHEMES, track, track_schemes
@@ -174,7 +175,10 @@ def test_cli_tracks_with_a_saved_stack_network(networks, tmp_path):
     summary = json.loads((out / "function.json").read_text())
     settings = summary["registration_settings"]
     assert settings["stack_network"]["through_plane"] == "network"
-    assert settings["consecutive frames"]["model"] == str(weights) and settings["consecutive frames"]["refine_iterations"] is None
+    # register's settings for the weights (their 3-D refinement), not tracking's 2-D steps between consecutive frames
+    refine = register_settings(load_pretrained(weights))["refine_iterations"]
+    assert refine > 0 and "refinement" not in settings["stack_network"]["not_applied"]
+    assert settings["consecutive frames"]["model"] == str(weights) and settings["consecutive frames"]["refine_iterations"] == refine
     assert "basal rules in the transform" not in settings  # 3 slices: basal_descent's default is on, recorded as not applied
     assert "basal_rules" in settings["stack_network"]["not_applied"]
     labels = sitk.GetArrayFromImage(sitk.ReadImage(str(out / "labels_4d.nii.gz")))

@@ -255,6 +255,7 @@ def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str], 
         _warn(notes, f"{' and '.join(asked)} ignored: this stack network's field has no test-time refinement to steer "
                      "(refiner.iterations 0).")
     return {"through_plane": "network", "refined_3d": bool(refines),
+            "refined_channels": "in-plane (the network's through-plane channel kept)" if refines else None,
             "not_applied": {k: v for k, v in STACK_NOT_APPLIED.items() if not (refines and k in STACK_REFINED)}}
 
 

@@ -18,7 +18,7 @@ from monai_npc.apps.registration.models import is_stack_network
 from monai_npc.functional.label_warp import warp_label
 
 from .cine import Cine
-from .fields import zero_field
+from .fields import LABEL_NOT_APPLIED, zero_field
 
 __all__ = ["TrackSettings", "TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "TRACK_FLIP_ENSEMBLE", "tracking_model", "FrameRegistrations", "TrackingRun"]
 
@@ -122,17 +122,13 @@ def tracking_model(
 
 def _stack_model(model: Any, device: Union[str, torch.device], refine_iterations: Optional[int], num_steps: Optional[int]
                  ) -> Tuple[torch.nn.Module, str]:
-    """:func:`tracking_model` of weights that build a stack network: loaded with register's settings for every pair (as
-    ``register(model=...)`` loads them: one heart window per stack, which a stack network needs), tracking's own steps
-    and flip ensemble left out (the network has none: ``Tracking.settings["stack_network"]``); ``refine_iterations`` /
-    ``num_steps`` given are ignored with a warning."""
+    """:func:`tracking_model` of weights that build a stack network: loaded as ``register(model=...)`` loads them for
+    every pair (register's settings: one heart window per stack, which a stack network needs, and its 3-D refinement),
+    ``refine_iterations`` / ``num_steps`` where given; tracking's own steps and flip ensemble between consecutive
+    frames are the 2-D network's (``Tracking.settings["stack_network"]``)."""
     from monai_npc.apps.registration.models import resolve_model
 
-    ignored = [f"{k}={v}" for k, v in (("refine_iterations", refine_iterations), ("num_steps", num_steps)) if v]
-    if ignored:
-        warnings.warn(f"{', '.join(ignored)} (--refine / --steps) ignored: model {model} is a stack network, which has no test-time "
-                      "refinement and runs with its own steps.", RuntimeWarning, stacklevel=3)
-    return resolve_model(model, device)
+    return resolve_model(model, device, refine_iterations, num_steps)
 
 
 class FrameRegistrations:
@@ -160,8 +156,8 @@ class FrameRegistrations:
         #: channels of every field: 3 for a stack network (:func:`~monai_npc.apps.registration.models.is_stack_network`), else 2
         self.channels = 3 if any(is_stack_network(net) for net, _ in models.values()) else 2
         if self.channels == 3 and (register_kwargs.get("label_guidance") or 0) > 0:
-            warnings.warn(f"label_guidance={register_kwargs['label_guidance']} (--label-guidance) ignored: a stack network has no "
-                          "test-time refinement for the label-guided term to steer.", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"label_guidance={register_kwargs['label_guidance']} (--label-guidance) ignored: {LABEL_NOT_APPLIED}",
+                          RuntimeWarning, stacklevel=3)
         self.cache: _Cache = {} if cache is None else cache
         self.used: set = set()
         #: registration seconds of the pairs this object registered itself (not found in the cache)
@@ -193,7 +189,7 @@ class FrameRegistrations:
         net, name = self.models[near]
         kwargs = dict(self.kwargs, model=net)
         kwargs.setdefault("model_name", name)
-        if self.channels == 3:  # a stack network has no label-guided term (Tracking.settings["stack_network"])
+        if self.channels == 3:  # no label for a stack network's registrations (Tracking.settings["stack_network"])
             kwargs.pop("label_guidance", None)
         label = None if self.channels == 3 else self._label(moving, to_reference)
         reg = register(self.cine.frames[moving], self.cine.frames[fixed], moving_label=label, **kwargs)

@@ -107,6 +107,12 @@ class SliceContextNPC(nn.Module):
         net.meta = dict(getattr(npc, "meta", {}) or {})
         return net.to(next(npc.parameters()).device)
 
+    @property
+    def ode(self) -> nn.Module:
+        """The shared 2-D part's :class:`~monai_npc.networks.blocks.WarpODE` (its steps are this network's:
+        ``net.ode.set_steps(n)``, as ``register(num_steps=n)`` sets them)."""
+        return self.npc.ode
+
     def forward(self, stack: torch.Tensor) -> torch.Tensor:
         """One stack ``(Z, 2, H, W)`` (moving, fixed) -> ``ddf`` ``(Z, 3, H, W)`` (voxels; channel 0 in slices)."""
         group = torch.zeros(stack.shape[0], dtype=torch.int64, device=stack.device)
