@@ -9,10 +9,11 @@
     python examples/train_stacks_gpu.py export runs/stacks/best.pt runs/stacks/acdc_stacks.pt --meta-from acdc
 
 ``pack`` crops every ACDC SSL4MIS patient's ED and ES stacks to a 128 x 128 window (by default ``register``'s
-label-free window, :func:`monai_npc.apps.registration.localize.motion_centre` of the whole stack with the
-SSL4MIS pixel size taken as 360 mm over the larger side, as ``benchmarks/localisation.py``) and records the
+label-free window, :func:`monai_npc.apps.stacks.training.motion_window_centre`: ``motion_centre`` of the whole
+stack with the SSL4MIS pixel size taken as 360 mm over the larger side, as ``benchmarks/localisation.py``) and records the
 split of ``bundles/npc_acdc/configs/acdc70_split.json``. ``train`` is :func:`monai_npc.engines.stack_training.train_stacks`
-(what it writes: docs/training_gpu.md). It runs on the CPU too (a few steps: ``--minutes 1 --max-epochs 1``).
+(what it writes: docs/training_gpu.md). It runs on the CPU too (a few steps: ``--minutes 1 --max-epochs 1``), and
+on several GPUs under ``torchrun --nproc_per_node=N`` (each process ``--stacks-per-batch`` stacks of every step).
 """
 
 from __future__ import annotations
@@ -21,26 +22,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SPLIT = ROOT / "bundles" / "npc_acdc" / "configs" / "acdc70_split.json"
 DATA = ROOT.parent / "shared" / "data" / "acdc_ssl4mis"
-#: the SSL4MIS copy stores no spacing: its field of view is taken as 360 mm over the larger in-plane side
-FIELD_OF_VIEW_MM = 360.0
-
-
-def motion_window_centre(ed, es, ed_label, es_label) -> Tuple[float, float]:
-    """``register``'s label-free stack window centre (the labels are not used)."""
-    from monai_npc.apps.registration.localize import motion_centre
-
-    spacing = FIELD_OF_VIEW_MM / max(ed.shape[1:])
-    return motion_centre(ed, es, (spacing, spacing))
 
 
 def pack(args: argparse.Namespace) -> int:
+    from monai_npc.apps.stacks.training import motion_window_centre
     from monai_npc.data.stack_pack import label_union_centre, pack_acdc_stacks
 
     centre = motion_window_centre if args.centre == "motion" else label_union_centre
@@ -52,6 +44,7 @@ def pack(args: argparse.Namespace) -> int:
 
 def train(args: argparse.Namespace) -> int:
     from monai_npc.engines.stack_training import StackTrainingConfig, train_stacks
+    from monai_npc.runtime import distributed
 
     architecture, network = args.network, json.loads(args.network_args)
     if architecture.lstrip().startswith("{"):  # the earlier spelling: --network '{JSON}' (NPCNet arguments)
@@ -61,8 +54,10 @@ def train(args: argparse.Namespace) -> int:
         learning_rate=args.lr, lr_decay=args.lr_decay, weight_decay=args.weight_decay, label_weight=args.label_weight,
         val_every=args.val_every, save_every=args.save_every, bf16=args.bf16, device=args.device, seed=args.seed,
         init=args.init, resume=args.resume, architecture=architecture, network=network, timing_steps=args.timing_steps)
-    summary = train_stacks(config)
-    print(json.dumps({k: v for k, v in summary.items() if k != "files"}))
+    with distributed() as (rank, _):  # under torchrun: the process group (one process per GPU)
+        summary = train_stacks(config)
+    if rank == 0:
+        print(json.dumps({k: v for k, v in summary.items() if k != "files"}))
     return 0
 
 
@@ -105,7 +100,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--timing-steps", type=int, default=5)
     t.add_argument("--network", default="npc2d", help="npc2d (the 2-D NPC slice by slice, default) or slice_context "
                    "(SliceContextNPC: neighbouring slices in, a 3-D field with a through-plane component out)")
-    t.add_argument("--network-args", default="{}", help="NPCNet arguments as JSON, over the train.json network "
+    t.add_argument("--network-args", default="{}", help="NPCNet arguments as JSON, over the train_crops.json network "
                    "(slice_context: also context_channels)")
     e = sub.add_parser("export", help="a checkpoint.pt / best.pt -> shipped weights format")
     e.add_argument("checkpoint")

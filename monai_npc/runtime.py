@@ -44,6 +44,7 @@ __all__ = [
     "distributed",
     "gather_shards",
     "barrier",
+    "on_rank_zero",
     "rank_device",
     "rank_desc",
 ]
@@ -284,6 +285,31 @@ def barrier() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+
+
+def on_rank_zero(work: Callable[[], Any], what: str) -> Any:
+    """``work()`` on rank 0 of an initialised ``torch.distributed`` group, the other ranks waiting for it (files that
+    every rank then reads: phantom data, a training pack); returns its result on every rank (it must pickle).
+    Without a group: ``work()`` itself, its errors as they are.
+
+    Raises:
+        RuntimeError: on every rank, when ``work`` failed on rank 0 (naming ``what`` and the cause), instead of
+            the other ranks waiting for rank 0 forever.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return work()
+    outcome: List[Any] = [None, None]  # (failure, result)
+    if dist.get_rank() == 0:
+        try:
+            outcome[1] = work()
+        except Exception as err:  # noqa: BLE001 - told to the other ranks, then raised
+            outcome[0] = f"{type(err).__name__}: {err}"
+    dist.broadcast_object_list(outcome, src=0)
+    if outcome[0] is not None:
+        raise RuntimeError(f"{what} failed on rank 0: {outcome[0]}")
+    return outcome[1]
 
 
 def rank_device(device: Optional[Union[str, Any]] = None) -> Any:

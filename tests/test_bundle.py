@@ -33,6 +33,9 @@ ACDC_SHARED = SHARED / "data" / "acdc_ssl4mis"
 NAMES = ("npc_acdc", "npc_camus")
 #: the 128 x 128 crop configs (evaluate, inference): ACDC's main configs take whole stacks (tests/test_stacks.py)
 CROPS = {"npc_acdc": ("evaluate_crops.json", "inference_crops.json"), "npc_camus": ("evaluate.json", "inference.json")}
+#: the ignite training on 2-D crops and its torchrun override: ACDC's train.json trains whole stacks
+#: (tests/test_bundle_stack_training.py)
+TRAIN = {"npc_acdc": ("train_crops.json", "multi_gpu_train_crops.json"), "npc_camus": ("train.json", "multi_gpu_train.json")}
 
 #: a tiny NPCNet (about 10 k parameters) on 64 x 64 crops: exercises the real configs quickly
 TINY = {
@@ -99,7 +102,7 @@ def test_bundle_layout(bundle):
     root = BUNDLES / bundle
     for rel in (
         "configs/metadata.json", "configs/inference.json", "configs/train.json", "configs/evaluate.json",
-        *(f"configs/{c}" for c in CROPS[bundle]), "configs/multi_gpu_train.json", "configs/multi_gpu_inference.json",
+        *(f"configs/{c}" for c in CROPS[bundle] + TRAIN[bundle]), "configs/multi_gpu_train.json", "configs/multi_gpu_inference.json",
         "configs/multi_gpu_evaluate.json", "configs/logging.conf", "models/model.pt", "docs/README.md",
         "docs/data_license.txt", "LICENSE",
     ):
@@ -136,7 +139,7 @@ def test_verify_metadata(bundle):
 @pytest.mark.parametrize("bundle", NAMES)
 def test_configs_reproduce_paper_recipe(bundle):
     """Network, loss and schedule of the configs are the paper's per-benchmark values."""
-    train, evaluate, infer = (_load(bundle, n) for n in ("train.json", *CROPS[bundle]))
+    train, evaluate, infer = (_load(bundle, n) for n in (TRAIN[bundle][0], *CROPS[bundle]))
     net = {k: v for k, v in train["network_def"].items() if k not in ("_target_", "detach_steps")}
     # test-time refinement and the ODE steps are inference options (evaluate and inference agree on
     # them; their defaults were chosen on the validation patients); the rest of the network is shared
@@ -196,7 +199,7 @@ def test_configs_reproduce_paper_recipe(bundle):
 @pytest.mark.parametrize("bundle", NAMES)
 def test_check_properties(bundle, tmp_path, phantom_dir):
     common = dict(TINY, output_dir=str(tmp_path), phantom_dir=str(phantom_dir))
-    train = _workflow(bundle, "train.json", "train", ckpt_dir=str(tmp_path / "models"), **common, **PHANTOM[bundle])
+    train = _workflow(bundle, TRAIN[bundle][0], "train", ckpt_dir=str(tmp_path / "models"), **common, **PHANTOM[bundle])
     train.initialize()
     assert train.check_properties() == []
     assert train.max_epochs == (400 if bundle == "npc_acdc" else 300)
@@ -220,7 +223,7 @@ def test_acdc_train_resume(tmp_path, phantom_dir):
         TINY, output_dir=str(out), ckpt_dir=str(models), phantom_dir=str(phantom_dir), batch_size=2,
         max_iterations_per_epoch=2, **PHANTOM["npc_acdc"],
     )
-    first = _workflow("npc_acdc", "train.json", "train", epochs=1, **common)
+    first = _workflow("npc_acdc", "train_crops.json", "train", epochs=1, **common)
     first.initialize()
     first.run()
     trainer, evaluator = first.trainer, first.evaluator
@@ -234,7 +237,7 @@ def test_acdc_train_resume(tmp_path, phantom_dir):
     assert (models / "model.pt").is_file() and (out / "checkpoints" / "checkpoint_epoch=1.pt").is_file()
     assert list(out.glob("events.out.tfevents.*"))  # TensorBoard
 
-    second = _workflow("npc_acdc", "train.json", "train", epochs=2, resume=True, **common)
+    second = _workflow("npc_acdc", "train_crops.json", "train", epochs=2, resume=True, **common)
     second.initialize()
     second.run()
     trainer2 = second.trainer
@@ -412,7 +415,7 @@ def test_verify_net_in_out_and_torchscript_export(bundle, tmp_path):
 
 
 def test_multi_gpu_config_torchrun_gloo(tmp_path):
-    """multi_gpu_train.json under ``torchrun --nproc_per_node=2`` on CPUs (gloo, DDP, DistributedSampler)."""
+    """multi_gpu_train_crops.json under ``torchrun --nproc_per_node=2`` on CPUs (gloo, DDP, DistributedSampler)."""
     configs = BUNDLES / "npc_acdc" / "configs"
     overrides = dict(
         TINY, epochs=1, batch_size=2, max_iterations_per_epoch=2, output_dir=str(tmp_path / "out"),
@@ -420,7 +423,7 @@ def test_multi_gpu_config_torchrun_gloo(tmp_path):
     )
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        "-m", "monai.bundle", "run", "--config_file", str([str(configs / "train.json"), str(configs / "multi_gpu_train.json")]),
+        "-m", "monai.bundle", "run", "--config_file", str([str(configs / n) for n in TRAIN["npc_acdc"]]),
         "--meta_file", str(configs / "metadata.json"), "--logging_file", str(configs / "logging.conf"),
         "--bundle_root", str(BUNDLES / "npc_acdc"),
     ]
@@ -442,7 +445,7 @@ def test_multi_gpu_config_torchrun_gloo(tmp_path):
 
 
 def test_training_arguments_are_checked_before_any_work(tmp_path):
-    """``--epochs 0``, ``--learning_rate -1``... fail at once, naming the argument (both bundles, both training configs)."""
+    """``--epochs 0``, ``--learning_rate -1``... fail at once, naming the argument (both bundles, both crop training configs)."""
     from monai_npc.engines import check_training_args
 
     check_training_args(epochs=3, batch_size=2, val_interval=1, max_iterations_per_epoch=None, learning_rate=1e-3, lr_decay=1.0,
@@ -453,10 +456,10 @@ def test_training_arguments_are_checked_before_any_work(tmp_path):
     with pytest.raises(ValueError, match=r"--batch_size must be a whole number >= 1, got 2.5"):
         check_training_args(batch_size=2.5)
     for bundle in ("npc_acdc", "npc_camus"):
-        for name in ("train.json", "multi_gpu_train.json"):
+        for name in TRAIN[bundle]:
             first = json.loads((BUNDLES / bundle / "configs" / name).read_text())["initialize"]
             assert any("check_training_args(" in line for line in first), (bundle, name)
-    wf = ConfigWorkflow(config_file=_configs("npc_acdc", "train.json"), workflow_type=None, logging_file=False,
+    wf = ConfigWorkflow(config_file=_configs("npc_acdc", "train_crops.json"), workflow_type=None, logging_file=False,
                         bundle_root=str(BUNDLES / "npc_acdc"), output_dir=str(tmp_path / "o"), ckpt_dir=str(tmp_path / "m"), epochs=0)
     with pytest.raises(RuntimeError) as err:
         wf.initialize()

@@ -30,7 +30,7 @@ def _train(tmp_path, phantom_dir, epochs, resume=False, **extra):
         batch_size=2, max_val_pairs=2, **PHANTOM["npc_acdc"],
     )
     common.update(extra)
-    wf = _workflow("npc_acdc", "train.json", "train", epochs=epochs, resume=resume, **common)
+    wf = _workflow("npc_acdc", "train_crops.json", "train", epochs=epochs, resume=resume, **common)
     wf.initialize()
     wf.run()
     return wf

@@ -67,7 +67,7 @@ SKIPS: List[Tuple[str, str]] = [
     (r"^pip install\b", "installs packages: the test runs in the installed environment"),
     (r"^python -m pytest\b", "the test suite itself"),
     (r"^torchrun\b", "several processes (GPUs); tests/test_tracking_cohort.py and test_bundle.py cover the shared work"),
-    (r"--config_file configs/train\.json|examples/train_acdc_stacks\.py",
+    (r"--config_file configs/train(_crops)?\.json|examples/train_acdc_stacks\.py",
      "training (minutes to days); tests/test_bundle.py and test_bundle_resume.py train on phantoms with tiny networks"),
     (r"--ckpt_path runs/acdc_cpu/models/model\.pt", "needs the weights of the CPU training above (skipped)"),
     (r"^(OMP_NUM_THREADS=1 )?python benchmarks/(results_table|heldout)\.py",

@@ -17,6 +17,7 @@ import torch
 from monai_npc.data.acdc import find_acdc_patients, load_acdc_patient
 from monai_npc.data.stack_pack import crop_stack, load_stack_pack, pack_acdc_stacks
 from monai_npc.engines.stack_data import DeviceStacks
+from monai_npc.engines.stack_distributed import EpochShares
 from monai_npc.engines.stack_training import StackTrainingConfig, export_weights, train_stacks, train_step, validate_stacks
 from monai_npc.losses import StackDiceLoss, StackRegistrationLoss, WarpedLabelDiceLoss
 from monai_npc.networks.nets import NPCNet, load_pretrained
@@ -151,6 +152,32 @@ def test_loss_decreases_on_a_fixed_batch(pack_file):
     history = [float(train_step(net, opt, loss, batch)["loss"]) for _ in range(10)]
     assert np.isfinite(history).all()
     assert history[-1] < history[0] - 0.02, history
+
+
+def test_rank_shares_average_to_the_gradient_of_the_whole_step(pack_file):
+    """What DDP averages over 2 ranks is the whole step's gradient: stacks of unequal slice counts (4 + 4 and 3) and
+    a step of one stack (rank 1 trains on a weight-0 stand-in)."""
+    torch.manual_seed(0)
+    data = DeviceStacks(load_stack_pack(pack_file), [0, 1, 2], torch.device("cpu"))
+    net, loss = NPCNet(**TINY), StackRegistrationLoss("acdc", label_weight=1.0)
+    still = torch.optim.SGD(net.parameters(), lr=0.0)  # gradients only
+
+    def gradients(batch, scale=None):
+        terms = train_step(net, still, loss, batch, scale=scale)
+        return terms, [p.grad.clone() for p in net.parameters()]
+
+    steps = [[0, 1, 2], [1]]
+    shares = [EpochShares(steps, data.counts, rank, 2, torch.device("cpu")) for rank in (0, 1)]
+    assert [s.shares[1].image_scale for s in shares] == [2.0, 0.0] and shares[0].shares[0].stacks == (0, 2)
+    for step, stacks in enumerate(steps):
+        whole = data.batch(stacks)
+        want_terms, want = gradients(whole)
+        parts = [gradients(*s.take(step, whole)) for s in shares]
+        assert [p[0]["loss"].shape for p in parts] == [torch.Size([])] * 2
+        for k in want_terms:
+            assert float(sum(p[0][k] for p in parts) / 2) == pytest.approx(float(want_terms[k]), abs=1e-6), (step, k)
+        for i, g in enumerate(want):
+            torch.testing.assert_close((parts[0][1][i] + parts[1][1][i]) / 2, g, rtol=1e-4, atol=1e-7)
 
 
 def test_bf16_is_refused_on_the_cpu_and_the_autocast_step_runs(pack_file, tmp_path):

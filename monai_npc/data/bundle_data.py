@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-import torch
+from monai_npc.runtime import on_rank_zero
 
 from .datasets import dataset_spec
 
@@ -69,27 +69,19 @@ def prepare_dataset_dir(
         name += f"_slices{int(max_slices)}"
     out = Path(str(phantom_dir)).expanduser() / name
     marker = out / ".complete"
-    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-    # under torchrun only rank 0 writes; the others wait for it
-    writer = not distributed or torch.distributed.get_rank() == 0
-    failure: List[Optional[str]] = [None]
-    if writer and not marker.is_file():
+
+    def write() -> None:
+        if marker.is_file():
+            return
         logger.info("dataset_dir not set: writing %d %s phantom patients to %s", patients, dataset.upper(), out)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            kwargs: Dict[str, Any] = dict(patients=patients, seed=int(seed), first_id=first_id, progress=False)
-            if spec.phantom_max_slices and max_slices is not None:
-                kwargs["max_slices"] = int(max_slices)
-            spec.phantom_writer()(out, **kwargs)
-            marker.write_text(json.dumps({"dataset": dataset, **{k: v for k, v in kwargs.items() if k != "progress"}}))
-        except Exception as err:  # noqa: BLE001 - told to the other ranks, then raised
-            if not distributed:
-                raise
-            failure[0] = f"{type(err).__name__}: {err}"
-    if distributed:  # the other ranks learn rank 0's failure instead of waiting for it at a barrier forever
-        torch.distributed.broadcast_object_list(failure, src=0)
-        if failure[0] is not None:
-            raise RuntimeError(f"writing the phantom data to {out} failed on rank 0: {failure[0]}")
+        out.mkdir(parents=True, exist_ok=True)
+        kwargs: Dict[str, Any] = dict(patients=patients, seed=int(seed), first_id=first_id, progress=False)
+        if spec.phantom_max_slices and max_slices is not None:
+            kwargs["max_slices"] = int(max_slices)
+        spec.phantom_writer()(out, **kwargs)
+        marker.write_text(json.dumps({"dataset": dataset, **{k: v for k, v in kwargs.items() if k != "progress"}}))
+
+    on_rank_zero(write, f"writing the phantom data to {out}")  # under torchrun only rank 0 writes; the others wait
     return out
 
 

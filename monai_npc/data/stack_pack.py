@@ -1,8 +1,9 @@
 """Whole short-axis stacks in a heart window, packed into one small ``.npz`` for GPU training.
 
 One file holds, for every patient, the ED and ES stacks cropped to a ``size x size`` in-plane window at the
-source's resolution (zero outside the image), as ``uint8`` images (the source's ``[0, 1]`` range times 255)
-and ``uint8`` labels (0 background, 1 RV, 2 Myo, 3 LV), with the patient ids and their split (``train`` /
+source's resolution (zero outside the image), as ``uint8`` images (the SSL4MIS ``[0, 1]`` range times 255; other
+ranges, e.g. the official release's or the phantoms' ``int16`` NIfTI, min-maxed over the patient's two stacks
+first, which training's per-slice min-max makes immaterial) and ``uint8`` labels (0 background, 1 RV, 2 Myo, 3 LV), with the patient ids and their split (``train`` /
 ``val`` / ``test`` / ``unused`` from a split file such as ``bundles/npc_acdc/configs/acdc70_split.json``).
 The 70 ACDC SSL4MIS patients in a 128 x 128 window take about 16 MB compressed (656 slices): the file travels to a GPU
 machine and is loaded onto the device once (:mod:`monai_npc.engines.stack_data`).
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+from monai_npc.io_safety import atomic_write
 
 __all__ = ["PACK_FORMAT", "StackPack", "label_union_centre", "crop_stack", "pack_acdc_stacks", "load_stack_pack"]
 
@@ -92,23 +95,30 @@ def crop_stack(stack: np.ndarray, centre: Sequence[float], size: int) -> np.ndar
     return out
 
 
-def _to_uint8(image: np.ndarray, where: str) -> np.ndarray:
-    if not np.isfinite(image).all():
+def _to_uint8(ed: np.ndarray, es: np.ndarray, where: str) -> Tuple[np.ndarray, np.ndarray]:
+    """Both stacks as ``uint8``: ``[0, 1]`` values times 255, any other range min-maxed over the two stacks first."""
+    if not (np.isfinite(ed).all() and np.isfinite(es).all()):
         raise ValueError(f"{where}: the image holds NaN or infinite values.")
-    lo, hi = float(image.min()), float(image.max())
-    if lo < -1e-3 or hi > 1.0 + 1e-3:
-        raise ValueError(f"{where}: image values span [{lo:.3g}, {hi:.3g}]; the packer expects the SSL4MIS [0, 1] range.")
-    return np.round(np.clip(image, 0.0, 1.0) * 255.0).astype(np.uint8)
+    lo, hi = min(float(ed.min()), float(es.min())), max(float(ed.max()), float(es.max()))
+    if lo < -1e-3 or hi > 1.0 + 1e-3:  # not the SSL4MIS range: one linear map for both frames
+        ed, es = ((x.astype(np.float32) - lo) / max(hi - lo, 1e-6) for x in (ed, es))
+    return tuple(np.round(np.clip(x, 0.0, 1.0) * 255.0).astype(np.uint8) for x in (ed, es))  # type: ignore[return-value]
 
 
-def _split_of(split_file: Optional[PathLike]) -> Dict[str, str]:
+SplitTable = Mapping[str, Sequence[str]]
+
+
+def _split_of(split_file: Optional[Union[PathLike, SplitTable]]) -> Dict[str, str]:
     if split_file is None:
         return {}
-    path = Path(split_file)
-    if not path.is_file():
-        raise FileNotFoundError(f"split_file {path} does not exist.")
-    table = json.loads(path.read_text())
-    return {str(pid): name for name, ids in table.items() if isinstance(ids, list) for pid in ids}
+    if isinstance(split_file, Mapping):
+        table = split_file
+    else:
+        path = Path(split_file)
+        if not path.is_file():
+            raise FileNotFoundError(f"split_file {path} does not exist.")
+        table = json.loads(path.read_text())
+    return {str(pid): name for name, ids in table.items() if isinstance(ids, (list, tuple)) for pid in ids}
 
 
 def _pack_patient(patient, size: int, centre: CentreFn) -> Tuple[Dict[str, np.ndarray], Tuple[float, float], Tuple[int, ...]]:
@@ -117,9 +127,8 @@ def _pack_patient(patient, size: int, centre: CentreFn) -> Tuple[Dict[str, np.nd
     v = load_acdc_patient(patient)
     ed, es, edl, esl = v["ed_image"], v["es_image"], v["ed_label"], v["es_label"]
     c = tuple(float(x) for x in centre(ed, es, edl, esl))
-    where = f"patient {patient.name}"
-    arrays = {"ed_image": crop_stack(_to_uint8(ed, where + " ED"), c, size),
-              "es_image": crop_stack(_to_uint8(es, where + " ES"), c, size),
+    ed8, es8 = _to_uint8(ed, es, f"patient {patient.name}")
+    arrays = {"ed_image": crop_stack(ed8, c, size), "es_image": crop_stack(es8, c, size),
               "ed_label": crop_stack(edl.astype(np.uint8), c, size), "es_label": crop_stack(esl.astype(np.uint8), c, size)}
     return arrays, c, tuple(ed.shape)
 
@@ -127,7 +136,7 @@ def _pack_patient(patient, size: int, centre: CentreFn) -> Tuple[Dict[str, np.nd
 def pack_acdc_stacks(
     data_dir: PathLike,
     out: PathLike,
-    split_file: Optional[PathLike] = None,
+    split_file: Optional[Union[PathLike, SplitTable]] = None,
     size: int = 128,
     centre: CentreFn = label_union_centre,
     centre_name: str = "label_union",
@@ -139,8 +148,8 @@ def pack_acdc_stacks(
     Args:
         data_dir: the ACDC folder, e.g. ``../shared/data/acdc_ssl4mis``.
         out: the file to write.
-        split_file: JSON ``{"train": [ids], "val": [ids], ...}``; patients it does not name get ``unused``,
-            ``None`` marks every patient ``train``.
+        split_file: JSON ``{"train": [ids], "val": [ids], ...}`` (or that mapping itself); patients it does not name
+            get ``unused``, ``None`` marks every patient ``train``.
         size: in-plane window size (voxels).
         centre: the window's centre from the stacks (:data:`CentreFn`); ``centre_name`` records it in ``meta``.
         patients: only these patient ids (default: all found).
@@ -167,15 +176,18 @@ def pack_acdc_stacks(
         shapes.append(shape)
         offsets.append(offsets[-1] + shape[0])
     meta = {"format": PACK_FORMAT, "size": int(size), "centre": centre_name, "source": Path(data_dir).name,
-            "labels": {"1": "rv", "2": "myo", "3": "lv"}, "split_file": Path(split_file).name if split_file else None}
+            "labels": {"1": "rv", "2": "myo", "3": "lv"}, "split_file": None if split_file is None else "given" if isinstance(split_file, Mapping) else Path(split_file).name}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("wb") as fh:  # np.savez_compressed would append .npz to a name without it
-        np.savez_compressed(
-            fh, **{k: np.concatenate(v) for k, v in parts.items()}, offsets=np.asarray(offsets, np.int64),
-            patients=np.asarray(names), split=np.asarray([splits.get(n, "unused" if splits else "train") for n in names]),
-            centres=np.asarray(centres, np.float32), source_shape=np.asarray(shapes, np.int64), meta=np.asarray(json.dumps(meta)))
-    return out
+    arrays = dict(**{k: np.concatenate(v) for k, v in parts.items()}, offsets=np.asarray(offsets, np.int64),
+                  patients=np.asarray(names), split=np.asarray([splits.get(n, "unused" if splits else "train") for n in names]),
+                  centres=np.asarray(centres, np.float32), source_shape=np.asarray(shapes, np.int64), meta=np.asarray(json.dumps(meta)))
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as fh:  # np.savez_compressed would append .npz to a name without it
+            np.savez_compressed(fh, **arrays)
+
+    return atomic_write(out, write)
 
 
 def load_stack_pack(path: PathLike) -> StackPack:

@@ -4,9 +4,10 @@
 - :mod:`~monai_npc.engines.workflows`: MONAI workflows of the bundles,
   :class:`RegistrationTrainer` (bidirectional unsupervised loss) and :class:`RegistrationEvaluator`
   (register, warp labels, per-pair metrics).
-- :mod:`~monai_npc.engines.stack_training`: whole-stack training for a fixed wall time on one GPU (or the CPU),
-  data on the device (:mod:`~monai_npc.engines.stack_data`), log and curve (:mod:`~monai_npc.engines.stack_report`);
-  imported on its own (``docs/training_gpu.md``), not re-exported here.
+- :mod:`~monai_npc.engines.stack_training`: whole-stack training for a fixed wall time on one GPU, several
+  (``torchrun``, :mod:`~monai_npc.engines.stack_distributed`) or the CPU, data on the device
+  (:mod:`~monai_npc.engines.stack_data`), checkpoints and export (:mod:`~monai_npc.engines.stack_checkpoint`), log and
+  curve (:mod:`~monai_npc.engines.stack_report`); imported on its own (``docs/training_gpu.md``), not re-exported here.
 - :mod:`~monai_npc.engines.bundle_args`: the bundle argument checks and start weights
   (:func:`check_training_args`, :func:`as_bool`, :func:`require_file`, :func:`init_weights`).
 

@@ -51,20 +51,26 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 class RunLog:
     """``train_log.jsonl`` (a record per epoch, machine-readable) and ``train.log`` (the same as text, plus
-    messages) in ``folder``; a resumed run appends to both."""
+    messages) in ``folder``; a resumed run appends to both. ``active=False`` (ranks other than 0 of a
+    ``torchrun`` job): writes and prints nothing."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+    def __init__(self, folder: Path, active: bool = True) -> None:
+        self.folder, self.active = Path(folder), bool(active)
+        if self.active:
+            self.folder.mkdir(parents=True, exist_ok=True)
         self.jsonl, self.text = self.folder / "train_log.jsonl", self.folder / "train.log"
 
     def message(self, line: str, echo: bool = True) -> None:
+        if not self.active:
+            return
         with self.text.open("a") as fh:
             fh.write(line.rstrip() + "\n")
         if echo:
             print(line, flush=True)
 
     def epoch(self, record: Mapping[str, Any], echo: bool = True) -> None:
+        if not self.active:
+            return
         with self.jsonl.open("a") as fh:
             fh.write(json.dumps(dict(record)) + "\n")
         keys = ("epoch", "loss", "similarity", "label", "fold", "val_dice", "seconds", "network_seconds", "epoch_over_network",

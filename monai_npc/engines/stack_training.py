@@ -1,4 +1,4 @@
-"""Train a registration network on whole ACDC stacks for a fixed wall time, on one CUDA GPU or the CPU.
+"""Train a registration network on whole ACDC stacks for a fixed wall time, on one CUDA GPU, several (``torchrun``) or the CPU.
 
 :func:`train_stacks` reads a packed file (:mod:`monai_npc.data.stack_pack`) onto the device once
 (:class:`~monai_npc.engines.stack_data.DeviceStacks`), builds each batch there (``stacks_per_batch`` training
@@ -17,7 +17,11 @@ bf16 autocast on CUDA. It stops cleanly before ``minutes`` of wall time and writ
   ``n/a``, the learning rate;
 - ``curve.png``: loss and validation Dice against the epoch.
 
-The network: by default (``architecture="npc2d"``) the ``train.json`` / ``acdc`` NPCNet (:data:`DEFAULT_NETWORK`)
+Checkpoint I/O and :func:`export_weights`: :mod:`~monai_npc.engines.stack_checkpoint`. Under ``torchrun`` each rank
+trains its share of every step with DistributedDataParallel and rank 0 validates and writes the files
+(:mod:`~monai_npc.engines.stack_distributed`).
+
+The network: by default (``architecture="npc2d"``) the ``train_crops.json`` / ``acdc`` NPCNet (:data:`DEFAULT_NETWORK`)
 applied to every slice (the batch is the slices); ``architecture="slice_context"`` the
 :class:`~monai_npc.networks.nets.SliceContextNPC` of the same 2-D configuration, from the ``init``
 weights' 2-D parameters when given. ``network_factory`` is the extension point for other networks: a module with
@@ -38,6 +42,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from monai_npc.data.stack_pack import load_stack_pack
 from monai_npc.functional.stack_field import warp_stack_slices
@@ -45,19 +50,21 @@ from monai_npc.functional.warp import warp_image
 from monai_npc.losses.label import one_hot_labels
 from monai_npc.losses.stack import StackRegistrationLoss, group_overlap
 from monai_npc.networks.nets import NPCNet, SliceContextNPC, load_pretrained, save_pretrained
-from monai_npc.networks.nets.pretrained import ARCHITECTURES
-from monai_npc.serialization import plain, safe_load
+from monai_npc.runtime import rank_device
+from monai_npc.serialization import plain
 from monai_npc.transforms.stack_augment import RandStackAugment, StackAugmentConfig
 from monai_npc.utils import atomic_torch_save
 
+from .stack_checkpoint import (CHECKPOINT_FORMAT, export_weights, generator_state, network_from_config, read_checkpoint,
+                               restore_generator, training_meta)
 from .stack_data import DeviceStacks, StackBatch
+from .stack_distributed import EpochShares, RankGroup
 from .stack_report import GpuUtilisation, RunLog, curve_figure
 
 __all__ = ["DEFAULT_NETWORK", "NETWORKS", "StackTrainingConfig", "build_network", "predict", "warp_batch", "train_step", "validate_stacks",
            "measure_step_seconds", "train_stacks", "export_weights"]
 
-CHECKPOINT_FORMAT = 1
-#: the ``train.json`` network (and the ``acdc`` weights' architecture), without test-time refinement
+#: the ``train_crops.json`` network (and the ``acdc`` weights' architecture), without test-time refinement
 DEFAULT_NETWORK: Dict[str, Any] = dict(kernel_size=16, stride=4, num_pairs=128, top_k=64, gate_dim=128, hidden_dim=128,
                                        num_pe=256, num_steps=10, head="unet", head_channels=16,
                                        stages=[{"kernel_size": 32, "stride": 8}, {"kernel_size": 16, "stride": 4}],
@@ -65,8 +72,6 @@ DEFAULT_NETWORK: Dict[str, Any] = dict(kernel_size=16, stride=4, num_pairs=128, 
 NetworkFactory = Callable[["StackTrainingConfig"], nn.Module]
 #: ``StackTrainingConfig.architecture`` values: the 2-D NPC slice by slice, or the slice-context NPC (3-D field)
 NETWORKS = ("npc2d", "slice_context")
-#: meta entries about where other weights came from, not carried over by ``export_weights(meta_from=...)``
-_PROVENANCE = ("bundle", "bundle_name", "version", "changelog", "heldout_test", "trained_on", "training", "weights_sha256")
 
 
 @dataclass
@@ -125,26 +130,13 @@ class StackTrainingConfig:
 
 
 def resolve_device(name: str) -> torch.device:
-    """``"auto"``: ``cuda:0`` when available, else the CPU; otherwise ``torch.device(name)`` (checked)."""
-    if name == "auto":
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={name!r} but CUDA is not available here; use device='cpu' or 'auto'.")
+    """``"auto"``: ``cuda:LOCAL_RANK`` when CUDA is available (``cuda:0`` without ``torchrun``), else the CPU;
+    ``"cuda"``: ``cuda:LOCAL_RANK``; otherwise ``torch.device(name)`` (checked,
+    :func:`~monai_npc.runtime.rank_device`)."""
+    device = torch.device(rank_device(None if name == "auto" else name))
     if device.type == "cuda" and device.index is None:  # one spelling, so tensors and random streams compare equal
         device = torch.device("cuda", torch.cuda.current_device())
     return device
-
-
-def _from_config(network_config: Mapping[str, Any]) -> nn.Module:
-    """A fresh network of a saved configuration: the class its ``architecture`` entry names (absent: NPCNet)."""
-    config = dict(network_config)
-    architecture = config.get("architecture", "npc2d")
-    if architecture not in ARCHITECTURES:
-        raise ValueError(f"unknown network architecture {architecture!r}; known: {sorted(ARCHITECTURES)}.")
-    if architecture == "npc2d":
-        config.pop("architecture", None)
-    return ARCHITECTURES[architecture](**config)
 
 
 def build_network(config: StackTrainingConfig, network_config: Optional[Mapping[str, Any]] = None) -> nn.Module:
@@ -153,7 +145,7 @@ def build_network(config: StackTrainingConfig, network_config: Optional[Mapping[
     ``architecture="slice_context"`` that 2-D network becomes the shared part of a
     :class:`~monai_npc.networks.nets.SliceContextNPC` (``init`` may also be slice-context weights)."""
     if network_config is not None:
-        return _from_config(network_config)
+        return network_from_config(network_config)
     overrides = {**dict(config.network), "refine_iterations": 0}
     context = {"context_channels": overrides.pop("context_channels")} if "context_channels" in overrides else {}
     if context and config.architecture != "slice_context":
@@ -173,8 +165,12 @@ def build_network(config: StackTrainingConfig, network_config: Optional[Mapping[
 def predict(model: nn.Module, batch: StackBatch) -> torch.Tensor:
     """``ddf`` ``(N, 2, H, W)`` (in-plane) or ``(N, 3, H, W)`` (a 3-D field per stack, channel 0 in slices), voxels,
     of the batch's registrations: ``model.forward_stacks(pair, group, n_groups)`` when the model has it (a
-    slice-context network), else ``model(pair)`` slice by slice."""
-    if hasattr(model, "forward_stacks"):
+    slice-context network), else ``model(pair)`` slice by slice; a
+    :class:`~torch.nn.parallel.DistributedDataParallel` of :class:`~monai_npc.engines.stack_distributed.StackForward`
+    as ``model(pair, group, n_groups)``."""
+    if isinstance(model, DistributedDataParallel):
+        ddf = model(batch.pair, batch.group, batch.n_groups)
+    elif hasattr(model, "forward_stacks"):
         ddf = model.forward_stacks(batch.pair, batch.group, batch.n_groups)
     else:
         ddf = model(batch.pair)
@@ -199,12 +195,17 @@ def _autocast(device: torch.device, amp_dtype: Optional[torch.dtype]):
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: StackRegistrationLoss, batch: StackBatch,
-               amp_dtype: Optional[torch.dtype] = None) -> Dict[str, torch.Tensor]:
+               amp_dtype: Optional[torch.dtype] = None, scale: Optional[Tuple[float, float]] = None) -> Dict[str, torch.Tensor]:
     """One optimiser step on ``batch``: the network under autocast when ``amp_dtype`` is given (e.g. ``torch.bfloat16``),
-    the loss in float32. Returns the detached loss terms (device scalars: no host synchronisation)."""
+    the loss in float32. ``scale``: ``(image, label)`` factors of the image terms and the Dice term (a rank's share
+    of a step, :class:`~monai_npc.engines.stack_distributed.EpochShares`). Returns the detached (scaled) loss terms
+    (device scalars: no host synchronisation)."""
     with _autocast(batch.moving.device, amp_dtype):
         ddf = predict(model, batch)
     terms = loss(batch.moving, batch.fixed, batch.moving_label, batch.fixed_label, ddf.float(), batch.group, batch.n_groups)
+    if scale is not None:
+        terms = {k: v * (scale[1] if k == "label" else scale[0]) for k, v in terms.items() if k != "loss"}
+        terms["loss"] = sum(v for k, v in terms.items())
     optimizer.zero_grad(set_to_none=True)
     terms["loss"].backward()
     optimizer.step()
@@ -261,24 +262,13 @@ def measure_step_seconds(model: nn.Module, loss: StackRegistrationLoss, batch: S
     return seconds
 
 
-def _generator_state(gen: torch.Generator) -> Dict[str, Any]:
-    return {"device": str(gen.device), "state": gen.get_state()}
-
-
-def _restore_generator(gen: torch.Generator, saved: Mapping[str, Any], reseed: int, log: RunLog) -> None:
-    if str(saved.get("device")) == str(gen.device):
-        gen.set_state(saved["state"])
-    else:
-        gen.manual_seed(reseed)
-        log.message(f"random stream saved on {saved.get('device')}, now on {gen.device}: reseeded with {reseed}")
-
-
 class _Run:
-    """The state of one :func:`train_stacks` call (set-up, resume, epochs, files)."""
+    """The state of one :func:`train_stacks` call (set-up, resume, epochs, files) on this rank."""
 
     def __init__(self, config: StackTrainingConfig, network_factory: Optional[NetworkFactory], echo: bool) -> None:
         self.start = time.perf_counter()
-        self.config, self.echo = config, echo
+        self.config, self.ranks = config, RankGroup()
+        self.echo = echo and self.ranks.main
         self.device = resolve_device(config.device)
         if config.bf16 and self.device.type != "cuda":
             raise ValueError(f"bf16=True needs a CUDA device (this run is on {self.device}); drop --bf16 on the CPU.")
@@ -289,7 +279,7 @@ class _Run:
         self.out = Path(config.out_dir)
         self.ckpt_path = self.out / "checkpoint.pt"
         state = self._resume_state()
-        self.log = RunLog(self.out)
+        self.log = RunLog(self.out, active=self.ranks.main)
         pack = load_stack_pack(config.pack)
         self.train_data = DeviceStacks(pack, pack.indices("train"), self.device)
         self.val_data = DeviceStacks(pack, pack.indices("val"), self.device) if pack.indices("val") else None
@@ -303,29 +293,26 @@ class _Run:
         self.epoch, self.step, self.curve, self.best = 0, 0, [], -math.inf
         if state:
             self._load(state)
+        self.runner = self.ranks.wrap(self.model, self.device)  # what trains: the model, or its DDP
         self.gpu = GpuUtilisation(self.device)
 
     def _resume_state(self) -> Dict[str, Any]:
-        resume = self.config.resume
-        if resume is None:
+        if self.config.resume is None:
             if self.ckpt_path.is_file():
                 raise FileExistsError(f"out_dir {self.out} already holds checkpoint.pt: pass resume={str(self.ckpt_path)!r} "
                                       "to continue it, or another out_dir.")
             return {}
-        state = safe_load(resume, what="training checkpoint")
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"resume={resume!r} is not a checkpoint of train_stacks (format {CHECKPOINT_FORMAT}).")
-        return state
+        return read_checkpoint(self.config.resume)
 
     def _load(self, state: Mapping[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
         self.curve, self.best = list(state["curve"]), float(state["best_dice"])
-        _restore_generator(self.order_gen, state["generators"]["order"], self.config.seed + self.epoch, self.log)
-        _restore_generator(self.augment.generator, state["generators"]["augment"], self.config.seed + 1 + self.epoch, self.log)
-        self.log.message(f"resumed from {self.config.resume}: epoch {self.epoch}, step {self.step}, best val Dice {self.best:.4f}",
-                         self.echo)
+        say = lambda line: self.log.message(line, self.echo)  # noqa: E731
+        restore_generator(self.order_gen, state["generators"]["order"], self.config.seed + self.epoch, say)
+        restore_generator(self.augment.generator, state["generators"]["augment"], self.config.seed + 1 + self.epoch, say)
+        say(f"resumed from {self.config.resume}: epoch {self.epoch}, step {self.step}, best val Dice {self.best:.4f}")
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -334,61 +321,61 @@ class _Run:
         return plain(dict(self.model.config)) if isinstance(getattr(self.model, "config", None), Mapping) else None
 
     def save_checkpoint(self) -> None:
+        """``checkpoint.pt`` (rank 0; every rank holds the same state)."""
+        if not self.ranks.main:
+            return
         state = {"format": CHECKPOINT_FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "epoch": self.epoch, "step": self.step, "curve": plain(self.curve), "best_dice": self.best,
                  "network_config": self.network_config(), "network_class": type(self.model).__name__,
                  "train_config": plain(asdict(self.config)),
-                 "generators": {"order": _generator_state(self.order_gen), "augment": _generator_state(self.augment.generator)}}
+                 "generators": {"order": generator_state(self.order_gen), "augment": generator_state(self.augment.generator)}}
         atomic_torch_save(state, self.ckpt_path)
 
     def save_best(self, dice: float) -> None:
-        meta = training_meta(self.config, self.epoch, dice, self.train_data.num_slices, int(self.train_data.images.shape[-1]))
+        cfg = self.config
+        meta = training_meta(cfg.pack, self.epoch, dice, self.train_data.num_slices, int(self.train_data.images.shape[-1]),
+                             cfg.label_weight, cfg.learning_rate, cfg.bf16)
         if self.network_config() is not None:
             save_pretrained(self.model, self.out / "best.pt", meta)
         else:  # a custom network without a config: its state and the meta
             atomic_torch_save({"model": self.model.state_dict(), "meta": plain(meta)}, self.out / "best.pt")
 
 
-def training_meta(config: StackTrainingConfig, epoch: int, val_dice: float, train_slices: int, size: int) -> Dict[str, Any]:
-    """The weights' ``meta`` of a whole-stack training state: what ``register`` reads (``preprocessing`` per-slice
-    min-max, ``input_size`` the window, ``field_of_view`` one heart window per stack) and how it was trained."""
-    return {"preprocessing": "minmax", "input_size": int(size), "field_of_view": "heart-stack",
-            "trained_on": f"whole ACDC stacks of {Path(config.pack).name} ({train_slices} training slices), labels in the loss only",
-            "training": {"epoch": int(epoch), "val_dice": float(val_dice), "label_weight": config.label_weight,
-                         "learning_rate": config.learning_rate, "bf16": config.bf16, "script": "examples/train_stacks_gpu.py"}}
-
-
-def _epoch_terms(sums: Dict[str, torch.Tensor], steps: int) -> Dict[str, float]:
+def _epoch_terms(run: _Run, sums: Dict[str, torch.Tensor], steps: int) -> Dict[str, float]:
+    """The epoch's mean loss terms (of the whole steps: the ranks' scaled terms averaged)."""
     if not sums:
         return {}
     keys = list(sums)
-    values = (torch.stack([sums[k] for k in keys]) / steps).tolist()  # one host synchronisation per epoch
+    values = (run.ranks.mean(torch.stack([sums[k] for k in keys])) / steps).tolist()  # one host synchronisation per epoch
     return {k: round(float(v), 6) for k, v in zip(keys, values)}
 
 
 def _run_epoch(run: _Run, budget: float) -> Tuple[Dict[str, float], int, bool]:
-    """One pass over the training stacks in a random order. Returns the mean loss terms, the steps taken and
-    whether the wall-time budget ran out before the pass ended."""
+    """One pass over the training stacks in a random order (steps of ``stacks_per_batch`` stacks per rank). Returns
+    the mean loss terms, the steps taken and whether the wall-time budget ran out before the pass ended."""
     cfg = run.config
     lr = cfg.learning_rate * cfg.lr_decay ** run.epoch  # epoch 0-based: resumable without a scheduler state
     for group in run.optimizer.param_groups:
         group["lr"] = lr
     order = torch.randperm(len(run.train_data), generator=run.order_gen).tolist()
     on_device = run.train_data.positions(order)  # one upload per epoch
+    steps_stacks = run.train_data.batches(order, cfg.stacks_per_batch * run.ranks.world_size)
+    shares: Optional[EpochShares] = run.ranks.shares(steps_stacks, run.train_data.counts, run.device)
     sums: Dict[str, torch.Tensor] = {}
     steps, done = 0, 0
-    for stacks in run.train_data.batches(order, cfg.stacks_per_batch):
-        if run.elapsed() > budget:
-            return _epoch_terms(sums, max(steps, 1)), steps, True
+    for stacks in steps_stacks:
+        if run.ranks.agree(run.elapsed() > budget):
+            return _epoch_terms(run, sums, max(steps, 1)), steps, True
         batch = run.train_data.batch(stacks, run.augment, on_device[done : done + len(stacks)])
+        batch, scale = shares.take(steps, batch) if shares is not None else (batch, None)
         done += len(stacks)
-        terms = train_step(run.model, run.optimizer, run.loss, batch, run.amp_dtype)
+        terms = train_step(run.runner, run.optimizer, run.loss, batch, run.amp_dtype, scale)
         for k, v in terms.items():
             sums[k] = sums[k] + v if k in sums else v.clone()
         steps += 1
         run.step += 1
         run.gpu.sample()
-    return {**_epoch_terms(sums, steps), "lr": lr}, steps, False
+    return {**_epoch_terms(run, sums, steps), "lr": lr}, steps, False
 
 
 def _time_network(run: _Run) -> float:
@@ -409,27 +396,46 @@ def _epoch_record(run: _Run, terms: Dict[str, float], steps: int, seconds: float
             "elapsed_min": round(run.elapsed() / 60.0, 3)}
 
 
+def _validate(run: _Run, record: Dict[str, Any]) -> float:
+    """Rank 0: the validation Dice into ``record`` and ``best.pt`` when it is the best so far. Returns its seconds."""
+    t1 = time.perf_counter()
+    cfg = run.config
+    record.update(validate_stacks(run.model, run.val_data, stacks_per_batch=cfg.val_stacks_per_batch, amp_dtype=run.amp_dtype))
+    seconds = time.perf_counter() - t1
+    record["val_seconds"] = round(seconds, 3)
+    if record["val_dice"] > run.best:
+        run.best = record["val_dice"]
+        run.save_best(run.best)
+    return seconds
+
+
 def train_stacks(config: StackTrainingConfig, network_factory: Optional[NetworkFactory] = None, echo: bool = True) -> Dict[str, Any]:
     """Train for at most ``config.minutes`` of wall time (or ``max_epochs``), then save; see the module docstring.
+    Under ``torchrun`` (an initialised process group) every rank calls it: DistributedDataParallel, each rank
+    ``stacks_per_batch`` stacks of every step (:mod:`~monai_npc.engines.stack_distributed`); rank 0 validates and
+    writes the files.
 
     Returns a summary: ``epoch`` (last completed), ``step``, ``best_val_dice``, ``stopped`` (``"budget"`` or
-    ``"max_epochs"``), ``step_seconds`` and the written ``files``.
+    ``"max_epochs"``), ``step_seconds`` and the written ``files`` (none on ranks other than 0).
     Raises ``ValueError`` for bf16 without CUDA, ``FileExistsError`` when ``out_dir`` holds a checkpoint that
     ``resume`` does not name, and the pack's / checkpoint's read errors.
     """
     run = _Run(config, network_factory, echo)
+    echo = run.echo
     budget = config.minutes * 60.0
     reserve = min(10.0, 0.05 * budget)  # the last save and the figure
-    run.log.message(f"training on {run.device}: {len(run.train_data)} training stacks ({run.train_data.num_slices} slices), "
+    run.log.message(f"training on {run.device}" + (f" and {run.ranks.world_size - 1} more processes" if run.ranks.active else "")
+                    + f": {len(run.train_data)} training stacks ({run.train_data.num_slices} slices), "
                     f"{len(run.val_data) if run.val_data else 0} validation stacks; budget {config.minutes} min", echo)
     step_seconds = _time_network(run)
-    epoch_estimate, val_seconds, stopped = 1.5 * step_seconds * math.ceil(len(run.train_data) / config.stacks_per_batch), 0.0, "budget"
+    steps_per_epoch = math.ceil(len(run.train_data) / (config.stacks_per_batch * run.ranks.world_size))
+    epoch_estimate, val_seconds, stopped = 1.5 * step_seconds * steps_per_epoch, 0.0, "budget"
     while True:
         if config.max_epochs is not None and run.epoch >= config.max_epochs:
             stopped = "max_epochs"
             break
         validating = run.val_data is not None and (run.epoch + 1) % config.val_every == 0
-        if run.elapsed() + epoch_estimate + (val_seconds if validating else 0.0) > budget - reserve:
+        if run.ranks.agree(run.elapsed() + epoch_estimate + (val_seconds if validating else 0.0) > budget - reserve):
             break
         t0 = time.perf_counter()
         terms, steps, cut = _run_epoch(run, budget - reserve)
@@ -441,50 +447,19 @@ def train_stacks(config: StackTrainingConfig, network_factory: Optional[NetworkF
         seconds = time.perf_counter() - t0
         epoch_estimate = seconds
         record = _epoch_record(run, terms, steps, seconds, step_seconds)
-        if validating:
-            t1 = time.perf_counter()
-            record.update(validate_stacks(run.model, run.val_data, stacks_per_batch=config.val_stacks_per_batch, amp_dtype=run.amp_dtype))
-            val_seconds = time.perf_counter() - t1
-            record["val_seconds"] = round(val_seconds, 3)
-            if record["val_dice"] > run.best:
-                run.best = record["val_dice"]
-                run.save_best(run.best)
+        if validating and run.ranks.main:
+            val_seconds = _validate(run, record)
         run.curve.append(record)
         run.log.epoch(record, echo)
         if run.epoch % config.save_every == 0:
             run.save_checkpoint()
     run.save_checkpoint()
-    files = [run.ckpt_path, run.log.jsonl, run.log.text]
-    figure = curve_figure(run.curve, run.out / "curve.png", f"{Path(config.pack).name}, {run.device}, epoch {run.epoch}")
-    files += [p for p in (figure, run.out / "best.pt") if p is not None and p.is_file()]
+    files: List[Path] = []
+    if run.ranks.main:
+        files = [run.ckpt_path, run.log.jsonl, run.log.text]
+        figure = curve_figure(run.curve, run.out / "curve.png", f"{Path(config.pack).name}, {run.device}, epoch {run.epoch}")
+        files += [p for p in (figure, run.out / "best.pt") if p is not None and p.is_file()]
     run.log.message(f"stopped ({stopped}) after epoch {run.epoch}, step {run.step}, {run.elapsed() / 60:.2f} min; "
                     f"best val Dice {run.best:.4f}; files: {', '.join(p.name for p in files)}", echo)
     return {"epoch": run.epoch, "step": run.step, "best_val_dice": run.best if math.isfinite(run.best) else None,
             "stopped": stopped, "step_seconds": step_seconds, "files": [str(p) for p in files]}
-
-
-def export_weights(checkpoint: str | Path, path: str | Path, meta: Optional[Mapping[str, Any]] = None,
-                   meta_from: Optional[str] = None, **overrides: Any) -> Path:
-    """A ``checkpoint.pt`` (or ``best.pt``) of :func:`train_stacks` -> weights in the shipped format
-    (:func:`~monai_npc.networks.nets.save_pretrained`: ``{"model", "config", "meta"}``), loadable by
-    ``load_pretrained`` / ``register(model=path)``.
-
-    ``overrides``: NPCNet arguments for inference (e.g. ``refine_iterations=50``); ``meta_from``: weights whose meta
-    to start from (e.g. ``"acdc"``: how ``register`` runs them, without their provenance, :data:`_PROVENANCE`);
-    ``meta``: entries over both.
-    """
-    state = safe_load(checkpoint, what="training checkpoint")
-    if not isinstance(state, dict) or "model" not in state:
-        raise ValueError(f"{checkpoint} holds no 'model' state; not a file of train_stacks.")
-    network_config = state.get("network_config") or state.get("config")
-    if network_config is None:
-        raise ValueError(f"{checkpoint} records no NPCNet configuration (a custom network): export it with its own code.")
-    net = _from_config({**dict(network_config), "detach_steps": False, **overrides})
-    net.load_state_dict(state["model"])
-    base = {k: v for k, v in dict(load_pretrained(meta_from).meta if meta_from else {}).items() if k not in _PROVENANCE}
-    recorded = dict(state.get("meta") or {})
-    if "curve" in state:
-        done = [r for r in state["curve"] if r.get("val_dice") is not None]
-        recorded["training"] = {"epoch": int(state["epoch"]), "steps": int(state["step"]),
-                                "val_dice": done[-1]["val_dice"] if done else None, "script": "examples/train_stacks_gpu.py"}
-    return save_pretrained(net, path, {**base, **recorded, **dict(meta or {})})

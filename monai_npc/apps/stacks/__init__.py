@@ -5,7 +5,9 @@
 - :mod:`.inference`: :func:`infer_studies`, every pair registered and written;
 - :mod:`.evaluation`: :func:`evaluate_studies`, NPC against demons per pair, resumable;
 - :mod:`.report`: the summary by group and difficulty, the Markdown table, the group figure;
-- :mod:`.bundle`: :class:`StackInference` / :class:`StackEvaluation`, what the bundles' configs run.
+- :mod:`.bundle`: :class:`StackInference` / :class:`StackEvaluation`, what the bundles' configs run;
+- :mod:`.training`: :class:`StackTraining` (the ACDC bundle's ``train.json``: pack on first use, whole-stack
+  training, ``models/model.pt``), :func:`pack_for_training`.
 
 Names are imported on first use.
 """
@@ -21,5 +23,6 @@ _EXPORTS = {
     "evaluation": ("label_metrics", "initial_bucket", "evaluate_studies"),
     "report": ("BUCKETS", "summarise", "results_table", "group_figure"),
     "bundle": ("StackInference", "StackEvaluation"),
+    "training": ("StackTraining", "pack_for_training", "check_stack_training", "motion_window_centre"),
 }
 __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
