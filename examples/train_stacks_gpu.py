@@ -53,7 +53,8 @@ def train(args: argparse.Namespace) -> int:
         pack=args.pack, out_dir=args.out, minutes=args.minutes, max_epochs=args.max_epochs, stacks_per_batch=args.stacks_per_batch,
         learning_rate=args.lr, lr_decay=args.lr_decay, weight_decay=args.weight_decay, label_weight=args.label_weight,
         val_every=args.val_every, save_every=args.save_every, bf16=args.bf16, device=args.device, seed=args.seed,
-        init=args.init, resume=args.resume, architecture=architecture, network=network, timing_steps=args.timing_steps)
+        init=args.init, resume=args.resume, architecture=architecture, network=network, timing_steps=args.timing_steps,
+        trainable=args.trainable)
     with distributed() as (rank, _):  # under torchrun: the process group (one process per GPU)
         summary = train_stacks(config)
     if rank == 0:
@@ -97,6 +98,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--val-every", type=int, default=5)
     t.add_argument("--save-every", type=int, default=10)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--trainable", choices=("all", "context"), default="all",
+                   help="all parameters, or (slice_context) only the context heads, the shared 2-D part frozen")
     t.add_argument("--timing-steps", type=int, default=5)
     t.add_argument("--network", default="npc2d", help="npc2d (the 2-D NPC slice by slice, default) or slice_context "
                    "(SliceContextNPC: neighbouring slices in, a 3-D field with a through-plane component out)")

@@ -162,6 +162,23 @@ def test_the_training_script_trains_the_slice_context_network_and_exports_it(pac
     assert _script().main(args[:-4] + ["--network", "npc3d", "--out", str(tmp_path / "bad")]) == 2  # a one-line error
 
 
+def test_trainable_context_trains_the_heads_and_freezes_the_shared_2d_part(pack_file, tmp_path):  # noqa: F811
+    out = tmp_path / "run"
+    args = ["train", "--pack", str(pack_file), "--out", str(out), "--device", "cpu", "--max-epochs", "1", "--stacks-per-batch", "2",
+            "--timing-steps", "1", "--val-every", "1", "--network", "slice_context", "--trainable", "context", "--network-args",
+            json.dumps({**TINY, "context_channels": 8}), "--seed", "3"]
+    assert _script().main(args) == 0
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    torch.manual_seed(3)  # the run's initial weights
+    start = build_network(StackTrainingConfig(pack="-", out_dir="-", architecture="slice_context",
+                                              network={**TINY, "context_channels": 8})).state_dict()
+    moved = {k: float((v - start[k]).abs().max()) for k, v in state["model"].items() if v.is_floating_point()}
+    assert all(v == 0.0 for k, v in moved.items() if k.startswith("npc.")), moved  # the shared 2-D part: frozen
+    assert max(v for k, v in moved.items() if k.startswith("context.")) > 1e-4  # the heads: trained
+    with pytest.raises(ValueError, match="trainable"):
+        StackTrainingConfig(pack="-", out_dir="-", trainable="context")  # npc2d has no heads
+
+
 def test_save_and_load_round_trip_and_register_takes_it_as_a_stack_network(tmp_path):
     from monai_npc.apps.registration.models import is_stack_network, resolve_model
 

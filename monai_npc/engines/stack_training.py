@@ -72,6 +72,8 @@ DEFAULT_NETWORK: Dict[str, Any] = dict(kernel_size=16, stride=4, num_pairs=128, 
 NetworkFactory = Callable[["StackTrainingConfig"], nn.Module]
 #: ``StackTrainingConfig.architecture`` values: the 2-D NPC slice by slice, or the slice-context NPC (3-D field)
 NETWORKS = ("npc2d", "slice_context")
+#: ``StackTrainingConfig.trainable`` values: every parameter, or a slice-context network's heads only
+TRAINABLE = ("all", "context")
 
 
 @dataclass
@@ -83,7 +85,9 @@ class StackTrainingConfig:
     ``init``: weights to start from (2-D weights start a slice-context network's shared part) (a :func:`~monai_npc.networks.nets.load_pretrained` argument), ``None``: from
     scratch. ``resume``: a ``checkpoint.pt`` to continue (its network configuration wins). ``label_weight``: the
     3-D Dice term's weight. ``minutes``: the run's wall-time budget, set-up included; ``max_epochs``: an optional
-    cap. ``timing_steps``: steps timed apart for the network's own step time.
+    cap. ``timing_steps``: steps timed apart for the network's own step time. ``trainable``: one of :data:`TRAINABLE`:
+    ``"all"`` parameters, or ``"context"``: only a slice-context network's heads, its shared 2-D part frozen (what
+    the through-plane context adds to given 2-D weights, apart from any change of their in-plane field).
     """
 
     pack: str
@@ -109,6 +113,7 @@ class StackTrainingConfig:
     architecture: str = "npc2d"
     augment: StackAugmentConfig = field(default_factory=StackAugmentConfig)
     timing_steps: int = 5
+    trainable: str = "all"
 
     def __post_init__(self) -> None:
         if not (isinstance(self.minutes, (int, float)) and 0 < self.minutes <= 600):
@@ -118,6 +123,9 @@ class StackTrainingConfig:
         for name, value in positive.items():
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+        if self.trainable not in TRAINABLE or (self.trainable == "context" and self.architecture != "slice_context"):
+            raise ValueError(f"trainable must be one of {TRAINABLE} ('context' with architecture='slice_context'), got "
+                             f"{self.trainable!r} with architecture={self.architecture!r}.")
         if self.max_epochs is not None and self.max_epochs < 1:
             raise ValueError(f"max_epochs must be >= 1 or None, got {self.max_epochs!r}.")
         if not (self.learning_rate > 0 and 0 < self.lr_decay <= 1 and self.weight_decay >= 0 and self.label_weight >= 0):
@@ -160,6 +168,14 @@ def build_network(config: StackTrainingConfig, network_config: Optional[Mapping[
             raise ValueError(f"init={config.init!r} has context_channels={net.config['context_channels']}; it cannot change.")
         return net
     return SliceContextNPC.from_npc(net, **context)
+
+
+def trainable_parameters(model: nn.Module, trainable: str = "all") -> List[nn.Parameter]:
+    """The parameters the optimiser updates: all, or with ``"context"`` all but a slice-context network's shared 2-D
+    part (``model.npc``), which is frozen (``requires_grad`` off)."""
+    if trainable == "context":
+        model.npc.requires_grad_(False)
+    return [p for p in model.parameters() if p.requires_grad]
 
 
 def predict(model: nn.Module, batch: StackBatch) -> torch.Tensor:
@@ -286,7 +302,8 @@ class _Run:
         torch.manual_seed(config.seed)  # the initial weights (a resumed run loads its own)
         factory = network_factory or (lambda cfg: build_network(cfg, state.get("network_config") if state else None))
         self.model = factory(config).to(self.device).train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+        self.optimizer = torch.optim.AdamW(trainable_parameters(self.model, config.trainable), lr=config.learning_rate,
+                                           weight_decay=config.weight_decay)
         self.loss = StackRegistrationLoss(config.loss_preset, config.label_weight)
         self.order_gen = torch.Generator().manual_seed(config.seed)
         self.augment = RandStackAugment(config.augment, torch.Generator(device=self.device).manual_seed(config.seed + 1))
