@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from monai_npc.engines.stack_data import DeviceStacks
+from monai_npc.engines.stack_data import DeviceStacks, StackBatch
+from monai_npc.engines.stack_distributed import EpochShares
 from monai_npc.data.stack_pack import load_stack_pack
 from monai_npc.engines.stack_training import StackTrainingConfig, build_network, export_weights, validate_stacks
 from monai_npc.functional import jacobian_determinant, stack_jacobian_determinant, stack_neighbours, warp_image, warp_stack_slices
@@ -101,6 +102,108 @@ def test_stacks_in_one_batch_do_not_see_each_other_and_reversing_a_stack_negates
     torch.testing.assert_close(both, torch.cat([first, second]), rtol=0, atol=2e-4)  # float rounding only
     torch.testing.assert_close(reversed_first[:, 0], -first[:, 0], rtol=0, atol=2e-4)
     torch.testing.assert_close(reversed_first[:, 1:], first[:, 1:], rtol=0, atol=2e-4)
+
+
+def _split_gradients(fn, sizes, through_plane):
+    """``fn(rows, group, n_groups) -> scalar`` differentiated once on the batch of all stacks of ``sizes`` and once
+    per stack alone (summed): the two gradients, each a list of tensors."""
+    whole = fn(torch.arange(sum(sizes)), torch.arange(len(sizes)).repeat_interleave(torch.tensor(sizes)), len(sizes))
+    parts, start = 0, 0
+    for z in sizes:
+        parts = parts + fn(torch.arange(start, start + z), torch.zeros(z, dtype=torch.int64), 1)
+        start += z
+    params = through_plane()
+    return torch.autograd.grad(whole, params, allow_unused=True), torch.autograd.grad(parts, params, allow_unused=True)
+
+
+def test_a_stack_warp_gradient_depends_on_the_stack_only():
+    """At an integer slice coordinate (a zero through-plane component) trilinear sampling is one-sided: a stack's
+    last slice must not read the next stack's first slice (or the zero padding), nor the batch's first slice the
+    volume's border, so its gradient is the same whichever stacks share the batch."""
+    torch.manual_seed(4)
+    sizes = [3, 4, 1, 2]
+    n = sum(sizes)
+    image, weight = torch.rand(n, 2, 9, 8, dtype=torch.float64), torch.rand(n, 2, 9, 8, dtype=torch.float64)
+    for through in (0.0, 1.0, None):  # zero, integer and fractional through-plane components
+        field = 0.4 * torch.randn(n, 3, 9, 8, dtype=torch.float64)
+        if through is not None:
+            field[:, 0] = through
+        field.requires_grad_(True)
+
+        def loss(rows, group, n_groups):
+            return (warp_stack_slices(image[rows], field[rows], group, n_groups) * weight[rows]).sum()
+
+        whole, parts = _split_gradients(loss, sizes, lambda: [field])
+        assert float(whole[0][:, 0].abs().max()) > 0.01
+        torch.testing.assert_close(whole[0], parts[0], rtol=0, atol=1e-12, msg=f"through-plane component {through}")
+
+
+def test_a_batch_of_stacks_has_the_gradient_of_its_stacks_one_by_one():
+    """The whole-stack loss of a batch of stacks, as the sum of its stacks' losses (image terms are means over the
+    batch's slices, the Dice term a mean over its stacks), has the sum of their gradients: float64, an untrained
+    network (heads at zero: an integer through-plane coordinate at every ODE step) and one with trained-looking heads."""
+    torch.manual_seed(5)
+    sizes, size = [3, 4], 32
+    n = sum(sizes)
+    pair, _, _ = _two_stacks(4, size)
+    pair = pair[1:].double()
+    labels = torch.zeros(n, 2, 1, size, size, dtype=torch.float64)
+    labels[:, :, :, 6:26, 6:26] = 1
+    labels[:, :, :, 10:22, 9:23] = 2
+    labels[:, 1, :, 13:19, 12:20] = 3
+    labels[:, 0, :, 12:20, 13:21] = 3
+    loss = StackRegistrationLoss("acdc", label_weight=1.0)
+    for trained in (False, True):
+        net = SliceContextNPC(context_channels=4, **TINY).double()
+        if trained:
+            for head in net.context:
+                torch.nn.init.normal_(head.out.weight, std=0.3)
+                torch.nn.init.normal_(head.out.bias, std=0.3)
+
+        def total(rows, group, n_groups):
+            ddf = net.forward_stacks(pair[rows], group, n_groups)
+            terms = loss(pair[rows, :1], pair[rows, 1:], labels[rows, 0], labels[rows, 1], ddf, group, n_groups)
+            image = terms["loss"] - terms["label"]
+            return image * len(rows) + terms["label"] * n_groups
+
+        whole, parts = _split_gradients(total, sizes, lambda: list(net.parameters()))
+        for (name, _), a, b in zip(net.named_parameters(), whole, parts):
+            assert (a is None) == (b is None), name
+            if a is not None:
+                torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12 * (1 + float(a.abs().max())), msg=f"{name}, trained={trained}")
+        head = dict(zip([k for k, _ in net.named_parameters()], whole))["context.0.out.weight"]
+        assert float(head.abs().max()) > 1e-4
+
+
+def test_two_ranks_shares_of_a_step_have_the_whole_steps_gradient():
+    """Two ranks' shares of a step (:class:`EpochShares`: one stack each, both directions, their loss scales), averaged
+    as DistributedDataParallel averages, give the gradient of one process training the whole step (float64, an
+    untrained slice-context network)."""
+    torch.manual_seed(6)
+    sizes, size = [3, 4], 32
+    half = sum(sizes)
+    pair, _, _ = _two_stacks(4, size)
+    ed, es = pair[1:, :1].double(), pair[1:, 1:].double()
+    label = torch.zeros(half, 1, size, size, dtype=torch.float64)
+    label[..., 6:26, 6:26] = 1
+    label[..., 10:22, 9:23] = 2
+    label[..., 13:19, 12:20] = 3
+    moved = torch.roll(label, 2, -1)
+    group = torch.arange(2).repeat_interleave(torch.tensor(sizes))
+    batch = StackBatch(moving=torch.cat([ed, es]), fixed=torch.cat([es, ed]), moving_label=torch.cat([label, moved]),
+                       fixed_label=torch.cat([moved, label]), group=torch.cat([group, group + 2]), n_groups=4, stacks=[0, 1])
+    net = SliceContextNPC(context_channels=4, **TINY).double()
+    loss = StackRegistrationLoss("acdc", label_weight=1.0)
+
+    def gradient(b, scale=(1.0, 1.0)):
+        terms = loss(b.moving, b.fixed, b.moving_label, b.fixed_label, net.forward_stacks(b.pair, b.group, b.n_groups),
+                     b.group, b.n_groups)
+        return torch.autograd.grad(scale[0] * (terms["loss"] - terms["label"]) + scale[1] * terms["label"], list(net.parameters()))
+
+    whole = gradient(batch)
+    ranks = [gradient(*EpochShares([[0, 1]], sizes, r, 2, torch.device("cpu")).take(0, batch)) for r in range(2)]
+    for (name, _), a, b0, b1 in zip(net.named_parameters(), whole, *ranks):
+        torch.testing.assert_close((b0 + b1) / 2, a, rtol=1e-9, atol=1e-12 * (1 + float(a.abs().max())), msg=name)
 
 
 def test_a_through_plane_shift_is_learned_in_a_few_cpu_steps():

@@ -62,15 +62,32 @@ def warp_stack_slices(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tenso
     of two, so that an integer slice coordinate stays exact: a zero through-plane component reads the slice itself
     only (the result equals :func:`~monai_npc.functional.warp_image` of the in-plane components up to the float
     rounding of grid_sample's 3-D kernel, about 1e-7).
+
+    The value and the gradient of a stack's slices depend on that stack only, whichever stacks share the batch: in
+    the volume every stack is followed by a copy of its last slice and the first stack starts at depth 1. At an
+    integer slice coordinate (a zero through-plane component, e.g. an untrained
+    :class:`~monai_npc.networks.nets.SliceContextNPC`) trilinear sampling differentiates towards the next slice
+    (one-sided, ``img(z + 1) - img(z)``); at a stack's last slice that next slice is the copy (derivative 0, the
+    replicated stack's), never the next stack's first slice or the volume's zero padding, and no slice lies on the
+    volume's first row, where grid_sample's border padding would zero the derivative of the batch's first stack only.
     """
     _check_field(image, ddf, group)
     n, _, h, w = image.shape
-    depth = 1 << max(n - 1, 1).bit_length()  # D - 1 >= N - 1, a power of two
-    volume = torch.cat([image, image.new_zeros((depth + 1 - n,) + tuple(image.shape[1:]))]).movedim(0, 1).unsqueeze(0)
     position, first, count = stack_positions(group, n_groups)
+    depth = 1 << max(n + n_groups - 1, 1).bit_length()  # D - 1 >= N + n_groups, a power of two
+    # volume row of every slice of ``image``, or ``n`` (a zero slice): row 0 and the rows past the last stack's copy
+    # are zeros; slice i sits at row 1 + i + group[i]; stack g's last slice is copied into the row after it
+    rows = torch.arange(n, device=group.device)
+    last = torch.cumsum(torch.bincount(group, minlength=int(n_groups)), 0) - 1  # (n_groups,) a stack's last row
+    source = torch.full((depth + 1,), n, dtype=torch.int64, device=group.device)
+    source[rows + group + 1] = rows
+    stacks = torch.arange(int(n_groups), device=group.device)
+    source[last + stacks + 2] = torch.where(last >= 0, last, n)  # an empty stack's copy row is read by no slice
+    padded = torch.cat([image, image.new_zeros((1,) + tuple(image.shape[1:]))])
+    volume = padded[source].movedim(0, 1).unsqueeze(0)
     dtype = ddf.dtype
-    z = (first.to(dtype).view(n, 1, 1) + torch.minimum(torch.clamp(position.to(dtype).view(n, 1, 1) + ddf[:, 0], min=0.0),
-                                                       (count - 1).to(dtype).view(n, 1, 1)))
+    within = torch.minimum(torch.clamp(position.to(dtype).view(n, 1, 1) + ddf[:, 0], min=0.0), (count - 1).to(dtype).view(n, 1, 1))
+    z = (first + group + 1).to(dtype).view(n, 1, 1) + within  # the volume row of the stack's first slice + within it
     y = torch.arange(h, device=ddf.device, dtype=dtype).view(1, h, 1) + ddf[:, 1]
     x = torch.arange(w, device=ddf.device, dtype=dtype).view(1, 1, w) + ddf[:, 2]
     grid = torch.stack([x * (2.0 / max(w - 1, 1)) - 1.0, y * (2.0 / max(h - 1, 1)) - 1.0, z * (2.0 / depth) - 1.0], -1)
