@@ -205,23 +205,26 @@ def _mean_dice(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean([2 * ((a == v) & (b == v)).sum() / max(int((a == v).sum() + (b == v).sum()), 1) for v in (1, 2, 3)]))
 
 
-def test_the_label_term_moves_a_stack_field_toward_the_fixed_label():
-    moving, fixed, u = _through_plane_stack()
-    group = torch.zeros(moving.shape[0], dtype=torch.int64)
-    label = (moving > 0.62).float() + 2 * (moving < 0.35).float()  # structures that look as they are labelled
-    fixed_label = warp_stack_slices(label, u, group, 1, "nearest")
+def test_the_label_term_closes_shrinking_cavities_in_a_stack():
+    """The 2-D test's shrinking cavity (tests/test_label_intensity.py) on every slice of a stack: with a strong
+    smoothness weight the images alone under-contract (measured: 1668 voxels carried for 508), the label term brings
+    the carried area to the fixed one (454) with the default in-plane refinement; the through-plane channel stays 0."""
+    from .test_label_intensity import _disc
 
-    def dice(ddf: torch.Tensor) -> np.ndarray:
-        carried = warp_stack_slices(label, ddf, group, 1, "nearest")[1:-1]
-        return np.array([float(2 * ((carried == v) & (fixed_label[1:-1] == v)).sum() / ((carried == v).sum() + (fixed_label[1:-1] == v).sum()))
-                         for v in (1, 2)])
+    moving = torch.cat([_disc(r)[0] for r in (14, 13, 12, 11)])
+    fixed, fixed_label = (torch.cat(x) for x in zip(*[_disc(r) for r in (7, 7, 6, 6)]))
+    label = torch.cat([_disc(r)[1] for r in (14, 13, 12, 11)]).float()
+    group = torch.zeros(4, dtype=torch.int64)
+    refiner = InstanceRefinement(30, window=9, lambda_reg=0.5)
+    zero = torch.zeros(4, 3, 64, 64)
 
-    refiner = InstanceRefinement(10, grid_stride=8)
-    by_images = dice(refiner.refine_stack(moving, fixed, torch.zeros_like(u), through_plane=True))
-    by_label = dice(refiner.refine_stack(moving, fixed, torch.zeros_like(u), label, 0.05, through_plane=True))  # LABEL_GUIDANCE
-    # measured: (0.858, 0.830) -> (0.858, 0.832); (0.862, 0.830) -> (0.867, 0.832) while the 3-D warp's through-plane
-    # gradient at a zero field was 0 on the first slice and read a zero slice after the last one
-    assert np.all(by_label > by_images) and float((by_label - by_images).mean()) > 0.001, (by_images, by_label)
+    def area(ddf: torch.Tensor) -> float:
+        return float((warp_stack_slices((label == 3).float(), ddf, group, 1) > 0.5).sum())
+
+    target = float((fixed_label > 0).sum())
+    plain, guided = refiner.refine_stack(moving, fixed, zero), refiner.refine_stack(moving, fixed, zero, label, 0.5)
+    assert area(plain) > 2.5 * target and abs(area(guided) - target) < 0.2 * target, (area(plain), area(guided), target)
+    assert float(guided[:, 0].abs().max()) == 0.0
 
 
 def test_register_refines_a_stack_network_field_with_the_label_term():
