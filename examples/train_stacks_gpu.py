@@ -54,7 +54,7 @@ def train(args: argparse.Namespace) -> int:
         learning_rate=args.lr, lr_decay=args.lr_decay, weight_decay=args.weight_decay, label_weight=args.label_weight,
         val_every=args.val_every, save_every=args.save_every, bf16=args.bf16, device=args.device, seed=args.seed,
         init=args.init, resume=args.resume, architecture=architecture, network=network, timing_steps=args.timing_steps,
-        trainable=args.trainable)
+        trainable=args.trainable, augment=json.loads(args.augment))
     with distributed() as (rank, _):  # under torchrun: the process group (one process per GPU)
         summary = train_stacks(config)
     if rank == 0:
@@ -98,6 +98,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--val-every", type=int, default=5)
     t.add_argument("--save-every", type=int, default=10)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--augment", default="{}", help="StackAugmentConfig settings as JSON over the defaults, e.g. "
+                   "'{\"intensity_prob\": 0, \"invert_prob\": 0, \"rotate_deg\": 0}'")
     t.add_argument("--trainable", choices=("all", "context"), default="all",
                    help="all parameters, or (slice_context) only the context heads, the shared 2-D part frozen")
     t.add_argument("--timing-steps", type=int, default=5)

@@ -180,6 +180,13 @@ def test_rank_shares_average_to_the_gradient_of_the_whole_step(pack_file):
             torch.testing.assert_close((parts[0][1][i] + parts[1][1][i]) / 2, g, rtol=1e-4, atol=1e-7)
 
 
+def test_augment_settings_are_checked_by_name():
+    config = StackTrainingConfig(pack="-", out_dir="-", augment={"intensity_prob": 0.0, "rotate_deg": 0.0})
+    assert config.augment.intensity_prob == 0.0 and config.augment.rotate_deg == 0.0 and config.augment.flip_prob == 0.5
+    with pytest.raises(ValueError, match=r"augment: unknown settings \['rotation'\]"):
+        StackTrainingConfig(pack="-", out_dir="-", augment={"rotation": 5})
+
+
 def test_bf16_is_refused_on_the_cpu_and_the_autocast_step_runs(pack_file, tmp_path):
     with pytest.raises(ValueError, match="bf16=True needs a CUDA device"):
         train_stacks(_config(pack_file, tmp_path / "bf16", bf16=True), echo=False)

@@ -134,6 +134,9 @@ class StackTrainingConfig:
         if self.architecture not in NETWORKS:
             raise ValueError(f"architecture must be one of {', '.join(NETWORKS)}, got {self.architecture!r}.")
         if isinstance(self.augment, Mapping):
+            unknown = set(self.augment) - set(StackAugmentConfig.__dataclass_fields__)
+            if unknown:
+                raise ValueError(f"augment: unknown settings {sorted(unknown)}; known: {sorted(StackAugmentConfig.__dataclass_fields__)}.")
             self.augment = StackAugmentConfig(**self.augment)
 
 
