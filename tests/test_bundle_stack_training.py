@@ -66,6 +66,13 @@ def test_train_json_trains_whole_stacks_ships_model_pt_and_resumes(tmp_path, pha
     stacks = load_acdc_patient(find_acdc_patients(root)[0])
     reg = register(stacks["ed_image"], stacks["es_image"], model=str(model), spacing=stacks["spacing"], threads=1)
     assert reg.ddf_array.shape[1:] == stacks["ed_image"].shape and np.isfinite(reg.ddf_array).all()
+    settings = reg.summary["settings"]  # model.pt names the bundle: register runs it with the bundle's register settings
+    from monai_npc.apps.registration.models import register_settings
+    from monai_npc.networks.nets import load_pretrained
+
+    shipped = register_settings(load_pretrained("acdc"))
+    assert settings["refine_iterations"] == {"value": shipped["refine_iterations"], "source": "dataset"}
+    assert settings["num_steps"] == {"value": shipped["num_steps"], "source": "dataset"}
 
     with pytest.raises(RuntimeError) as err:  # a second run does not write over the first one's checkpoint
         _train(tmp_path, phantom_dir, stacks_per_batch=2)

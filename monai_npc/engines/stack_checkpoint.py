@@ -24,7 +24,7 @@ __all__ = ["CHECKPOINT_FORMAT", "network_from_config", "read_checkpoint", "gener
 
 CHECKPOINT_FORMAT = 1
 #: meta entries about where other weights came from, not carried over by ``export_weights(meta_from=...)``
-_PROVENANCE = ("bundle", "bundle_name", "version", "changelog", "heldout_test", "trained_on", "training", "weights_sha256")
+_PROVENANCE = ("bundle_name", "version", "changelog", "heldout_test", "trained_on", "training", "weights_sha256")
 
 
 def network_from_config(network_config: Mapping[str, Any]) -> nn.Module:
@@ -79,7 +79,8 @@ def export_weights(checkpoint: str | Path, path: str | Path, meta: Optional[Mapp
     ``load_pretrained`` / ``register(model=path)``.
 
     ``overrides``: NPCNet arguments for inference (e.g. ``refine_iterations=50``); ``meta_from``: weights whose meta
-    to start from (e.g. ``"acdc"``: how ``register`` runs them, without their provenance, :data:`_PROVENANCE`);
+    to start from (e.g. ``"acdc"``: how ``register`` runs them, their ``bundle`` included, which names the register
+    settings of their dataset; without their provenance, :data:`_PROVENANCE`);
     ``meta``: entries over both.
     """
     state = safe_load(checkpoint, what="training checkpoint")
