@@ -176,8 +176,12 @@ def table(rows: List[Dict[str, Any]], methods: Sequence[str], model: str = "acdc
         above = sum(np.mean(r["dice"][m]) > np.mean(r["dice"]["demons"]) for r in x if "demons" in r["dice"])
         lines.append(f"| `{m}` | {METHODS[m]} | " + " | ".join(cells) + f" | {above} / {len(x)} | {np.mean([r['seconds'][m] for r in x]):.1f} |")
     n = len({r['patient'] for r in rows})
+    from monai_npc.apps.registration.models import names_stack_network
+
+    stack = (" (a stack network: its own through-plane motion, no basal rules; its refinement moves the in-plane channels)"
+             if names_stack_network(model) else "")
     lines += ["", f"3-D Dice, mean of RV / Myo / LV, {len(rows)} pairs of {n} patients (both directions), by pathology group;"
-              f" NPC rows with the model `{model}`.", "",
+              f" NPC rows with the model `{model}`{stack}.", "",
               "| row | LV EF MAE | LV EF bias | RV EF MAE | RV EF bias |", "|---|---|---|---|---|"]
     ed_es = [r for r in rows if r["direction"] == "ED->ES"]
     for m in methods:
