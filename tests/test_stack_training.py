@@ -174,10 +174,28 @@ def test_rank_shares_average_to_the_gradient_of_the_whole_step(pack_file):
         want_terms, want = gradients(whole)
         parts = [gradients(*s.take(step, whole)) for s in shares]
         assert [p[0]["loss"].shape for p in parts] == [torch.Size([])] * 2
-        for k in want_terms:
+        # grad_norm: the step's total gradient norm (each share's own here; under DDP every rank's is the averaged one)
+        assert float(want_terms["grad_norm"]) == pytest.approx(float(torch.cat([g.flatten() for g in want]).norm()), rel=1e-5)
+        for k in (k for k in want_terms if k != "grad_norm"):
             assert float(sum(p[0][k] for p in parts) / 2) == pytest.approx(float(want_terms[k]), abs=1e-6), (step, k)
         for i, g in enumerate(want):
             torch.testing.assert_close((parts[0][1][i] + parts[1][1][i]) / 2, g, rtol=1e-4, atol=1e-7)
+
+
+def test_grad_clip_bounds_the_step_and_leaves_small_gradients_alone(pack_file):
+    data = DeviceStacks(load_stack_pack(pack_file), [0], torch.device("cpu"))
+    loss = StackRegistrationLoss("acdc", label_weight=1.0)
+    grads = {}
+    for clip in (None, 1e-3, 1e6):
+        torch.manual_seed(0)
+        net = NPCNet(**TINY)
+        terms = train_step(net, torch.optim.SGD(net.parameters(), lr=0.0), loss, data.batch([0]), grad_clip=clip)
+        grads[clip] = (float(terms["grad_norm"]), float(torch.cat([p.grad.flatten() for p in net.parameters()]).norm()))
+    assert grads[None][0] == pytest.approx(grads[None][1], rel=1e-5) and grads[None][0] > 1e-3  # measured, not clipped
+    assert grads[1e-3][0] == pytest.approx(grads[None][0], rel=1e-5) and grads[1e-3][1] == pytest.approx(1e-3, rel=1e-3)
+    assert grads[1e6] == grads[None]  # a bound above the norm changes nothing
+    with pytest.raises(ValueError, match="grad_clip"):
+        StackTrainingConfig(pack="-", out_dir="-", grad_clip=0.0)
 
 
 def test_augment_settings_are_checked_by_name():

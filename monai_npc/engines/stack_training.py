@@ -87,7 +87,8 @@ class StackTrainingConfig:
     3-D Dice term's weight. ``minutes``: the run's wall-time budget, set-up included; ``max_epochs``: an optional
     cap. ``timing_steps``: steps timed apart for the network's own step time. ``trainable``: one of :data:`TRAINABLE`:
     ``"all"`` parameters, or ``"context"``: only a slice-context network's heads, its shared 2-D part frozen (what
-    the through-plane context adds to given 2-D weights, apart from any change of their in-plane field).
+    the through-plane context adds to given 2-D weights, apart from any change of their in-plane field). ``grad_clip``:
+    the largest total gradient norm per step (``None``: not clipped; the log's ``grad_norm`` is the epoch's mean).
     """
 
     pack: str
@@ -114,6 +115,7 @@ class StackTrainingConfig:
     augment: StackAugmentConfig = field(default_factory=StackAugmentConfig)
     timing_steps: int = 5
     trainable: str = "all"
+    grad_clip: Optional[float] = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.minutes, (int, float)) and 0 < self.minutes <= 600):
@@ -126,6 +128,8 @@ class StackTrainingConfig:
         if self.trainable not in TRAINABLE or (self.trainable == "context" and self.architecture != "slice_context"):
             raise ValueError(f"trainable must be one of {TRAINABLE} ('context' with architecture='slice_context'), got "
                              f"{self.trainable!r} with architecture={self.architecture!r}.")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip!r}.")
         if self.max_epochs is not None and self.max_epochs < 1:
             raise ValueError(f"max_epochs must be >= 1 or None, got {self.max_epochs!r}.")
         if not (self.learning_rate > 0 and 0 < self.lr_decay <= 1 and self.weight_decay >= 0 and self.label_weight >= 0):
@@ -214,11 +218,13 @@ def _autocast(device: torch.device, amp_dtype: Optional[torch.dtype]):
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: StackRegistrationLoss, batch: StackBatch,
-               amp_dtype: Optional[torch.dtype] = None, scale: Optional[Tuple[float, float]] = None) -> Dict[str, torch.Tensor]:
+               amp_dtype: Optional[torch.dtype] = None, scale: Optional[Tuple[float, float]] = None,
+               grad_clip: Optional[float] = None) -> Dict[str, torch.Tensor]:
     """One optimiser step on ``batch``: the network under autocast when ``amp_dtype`` is given (e.g. ``torch.bfloat16``),
     the loss in float32. ``scale``: ``(image, label)`` factors of the image terms and the Dice term (a rank's share
-    of a step, :class:`~monai_npc.engines.stack_distributed.EpochShares`). Returns the detached (scaled) loss terms
-    (device scalars: no host synchronisation)."""
+    of a step, :class:`~monai_npc.engines.stack_distributed.EpochShares`); ``grad_clip``: the gradient's largest
+    total norm (``None``: not clipped). Returns the detached (scaled) loss terms and ``grad_norm``, the gradient's
+    total norm before clipping (device scalars: no host synchronisation)."""
     with _autocast(batch.moving.device, amp_dtype):
         ddf = predict(model, batch)
     terms = loss(batch.moving, batch.fixed, batch.moving_label, batch.fixed_label, ddf.float(), batch.group, batch.n_groups)
@@ -227,8 +233,10 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: StackRe
         terms["loss"] = sum(v for k, v in terms.items())
     optimizer.zero_grad(set_to_none=True)
     terms["loss"].backward()
+    grads = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(grads, grad_clip if grad_clip else math.inf)  # inf: measured, not clipped
     optimizer.step()
-    return {k: v.detach() for k, v in terms.items()}
+    return {**{k: v.detach() for k, v in terms.items()}, "grad_norm": norm.detach()}
 
 
 @torch.no_grad()
@@ -389,7 +397,7 @@ def _run_epoch(run: _Run, budget: float) -> Tuple[Dict[str, float], int, bool]:
         batch = run.train_data.batch(stacks, run.augment, on_device[done : done + len(stacks)])
         batch, scale = shares.take(steps, batch) if shares is not None else (batch, None)
         done += len(stacks)
-        terms = train_step(run.runner, run.optimizer, run.loss, batch, run.amp_dtype, scale)
+        terms = train_step(run.runner, run.optimizer, run.loss, batch, run.amp_dtype, scale, cfg.grad_clip)
         for k, v in terms.items():
             sums[k] = sums[k] + v if k in sums else v.clone()
         steps += 1
