@@ -55,7 +55,7 @@ def train(args: argparse.Namespace) -> int:
         val_every=args.val_every, save_every=args.save_every, bf16=args.bf16, device=args.device, seed=args.seed,
         init=args.init, resume=args.resume, architecture=architecture, network=network, timing_steps=args.timing_steps,
         trainable=args.trainable, augment=json.loads(args.augment),
-        grad_clip=args.grad_clip)
+        grad_clip=args.grad_clip or None)
     with distributed() as (rank, _):  # under torchrun: the process group (one process per GPU)
         summary = train_stacks(config)
     if rank == 0:
@@ -99,7 +99,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--val-every", type=int, default=5)
     t.add_argument("--save-every", type=int, default=10)
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--grad-clip", type=float, default=None, help="largest total gradient norm per step (default: none)")
+    t.add_argument("--grad-clip", type=float, default=1.0, help="largest total gradient norm per step; 0: none")
     t.add_argument("--augment", default="{}", help="StackAugmentConfig settings as JSON over the defaults, e.g. "
                    "'{\"intensity_prob\": 0, \"invert_prob\": 0, \"rotate_deg\": 0}'")
     t.add_argument("--trainable", choices=("all", "context"), default="all",
