@@ -27,21 +27,27 @@ from monai_npc.runtime import rank_and_world, shard
 
 from .stack_data import StackBatch
 
-__all__ = ["StackForward", "StepShare", "EpochShares", "RankGroup"]
+__all__ = ["stack_forward", "StackForward", "StepShare", "EpochShares", "RankGroup"]
+
+
+def stack_forward(model: nn.Module, pair: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """``ddf`` of a batch of stacks: ``model.forward_stacks(pair, group, n_groups)`` for a network that reads its
+    neighbours (a slice-context network), else ``model(pair)`` slice by slice."""
+    if hasattr(model, "forward_stacks"):
+        return model.forward_stacks(pair, group, n_groups)
+    return model(pair)
 
 
 class StackForward(nn.Module):
-    """``forward(pair, group, n_groups) -> ddf`` of a stack network (``forward_stacks``) or a slice-wise one
-    (``model(pair)``): what DistributedDataParallel wraps, so that its forward hooks see every call."""
+    """:func:`stack_forward` of ``model`` as a module: what DistributedDataParallel wraps, so that its forward hooks
+    see every call."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
 
     def forward(self, pair: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
-        if hasattr(self.model, "forward_stacks"):
-            return self.model.forward_stacks(pair, group, n_groups)
-        return self.model(pair)
+        return stack_forward(self.model, pair, group, n_groups)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ import copy
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -58,7 +59,7 @@ from monai_npc.utils import atomic_torch_save
 from .stack_checkpoint import (CHECKPOINT_FORMAT, export_weights, generator_state, network_from_config, read_checkpoint,
                                restore_generator, training_meta)
 from .stack_data import DeviceStacks, StackBatch
-from .stack_distributed import EpochShares, RankGroup
+from .stack_distributed import EpochShares, RankGroup, stack_forward
 from .stack_report import GpuUtilisation, RunLog, curve_figure
 
 __all__ = ["DEFAULT_NETWORK", "NETWORKS", "StackTrainingConfig", "build_network", "predict", "warp_batch", "train_step", "validate_stacks",
@@ -192,12 +193,8 @@ def predict(model: nn.Module, batch: StackBatch) -> torch.Tensor:
     slice-context network), else ``model(pair)`` slice by slice; a
     :class:`~torch.nn.parallel.DistributedDataParallel` of :class:`~monai_npc.engines.stack_distributed.StackForward`
     as ``model(pair, group, n_groups)``."""
-    if isinstance(model, DistributedDataParallel):
-        ddf = model(batch.pair, batch.group, batch.n_groups)
-    elif hasattr(model, "forward_stacks"):
-        ddf = model.forward_stacks(batch.pair, batch.group, batch.n_groups)
-    else:
-        ddf = model(batch.pair)
+    forward = model if isinstance(model, DistributedDataParallel) else partial(stack_forward, model)
+    ddf = forward(batch.pair, batch.group, batch.n_groups)
     n, size = batch.moving.shape[0], tuple(batch.moving.shape[2:])
     if ddf.shape not in ((n, 2) + size, (n, 3) + size):
         raise ValueError(f"the network returned a field of shape {tuple(ddf.shape)}; the whole-stack loop warps in-plane "
