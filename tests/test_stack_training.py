@@ -4,6 +4,7 @@ augmentation, the per-stack 3-D Dice loss, the fixed-budget loop with its log, c
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -255,17 +256,31 @@ def test_the_wall_time_budget_stops_the_run_and_saves(pack_file, tmp_path):
 
 
 def test_training_imports_need_no_ignite_or_simpleitk():
-    """The GPU machine has torch, numpy, matplotlib, h5py but no ignite / SimpleITK / ITK / nibabel: the training path must not need them."""
+    """The GPU machine has torch, numpy, matplotlib, h5py but no ignite / SimpleITK / ITK / nibabel / fire / termcolor:
+    the training path and the stack benchmark must not need them (nor tqdm)."""
     code = (
         "import sys, importlib.abc\n"
         "class Block(importlib.abc.MetaPathFinder):\n"
         "    def find_spec(self, name, path, target=None):\n"
-        "        if name.split('.')[0] in {'ignite', 'SimpleITK', 'itk', 'nibabel', 'pydicom', 'tensorboard'}:\n"
+        "        if name.split('.')[0] in {'ignite', 'SimpleITK', 'itk', 'nibabel', 'pydicom', 'tensorboard', 'fire', 'termcolor', 'tqdm'}:\n"
         "            raise ImportError('blocked ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
         "import monai_npc.engines.stack_training, monai_npc.data.stack_pack\n"
+        "import monai_npc.apps.registration.models  # benchmarks/bench_stack_gpu.py, in the same device call\n"
         "print(sorted(m for m in ('ignite', 'SimpleITK', 'itk') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_the_device_call_script_parses_and_names_what_is_missing():
+    """examples/gpu_call.sh: valid bash; ``device`` without ``OUT`` stops before installing anything, naming OUT;
+    an unknown step prints the usage."""
+    script = ROOT / "examples" / "gpu_call.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    out = subprocess.run(["bash", str(script), "device"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode != 0 and "OUT" in out.stderr
+    out = subprocess.run(["bash", str(script), "train"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "usage" in out.stderr
