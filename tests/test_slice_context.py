@@ -74,6 +74,11 @@ def test_init_from_the_acdc_weights_gives_their_in_plane_field_and_no_through_pl
         assert torch.equal(net.npc.state_dict()[k], v), k
     built = build_network(StackTrainingConfig(pack="-", out_dir="-", init="acdc", architecture="slice_context"))
     assert isinstance(built, SliceContextNPC) and all(torch.equal(built.npc.state_dict()[k], v) for k, v in npc.state_dict().items())
+    # trained with each ODE step's gradient alone unless told otherwise (the recurrence through the 3-D warp explodes)
+    assert built.ode.detach_steps and built.config["detach_steps"]
+    told = build_network(StackTrainingConfig(pack="-", out_dir="-", init="acdc", architecture="slice_context",
+                                             network={"detach_steps": False}))
+    assert not told.ode.detach_steps and not build_network(StackTrainingConfig(pack="-", out_dir="-", init="acdc")).ode.detach_steps
     pair, group, _ = _two_stacks(5, 48)
     with torch.no_grad():
         ddf, ddf_2d = net.forward_stacks(pair, group, 2), npc(pair)

@@ -62,7 +62,7 @@ from .stack_data import DeviceStacks, StackBatch
 from .stack_distributed import EpochShares, RankGroup, stack_forward
 from .stack_report import GpuUtilisation, RunLog, curve_figure
 
-__all__ = ["DEFAULT_NETWORK", "NETWORKS", "StackTrainingConfig", "build_network", "predict", "warp_batch", "train_step", "validate_stacks",
+__all__ = ["DEFAULT_NETWORK", "SLICE_CONTEXT_TRAINING", "NETWORKS", "StackTrainingConfig", "build_network", "predict", "warp_batch", "train_step", "validate_stacks",
            "measure_step_seconds", "train_stacks", "export_weights"]
 
 #: the ``train_crops.json`` network (and the ``acdc`` weights' architecture), without test-time refinement
@@ -71,6 +71,10 @@ DEFAULT_NETWORK: Dict[str, Any] = dict(kernel_size=16, stride=4, num_pairs=128, 
                                        stages=[{"kernel_size": 32, "stride": 8}, {"kernel_size": 16, "stride": 4}],
                                        refine_iterations=0)
 NetworkFactory = Callable[["StackTrainingConfig"], nn.Module]
+#: a slice-context network's training defaults under ``network``: every ODE step's gradient alone (its warped input
+#: detached), since through the 3-D warp the recurrence's gradient explodes once the through-plane part moves
+#: (docs/training_gpu.md, "Slice context")
+SLICE_CONTEXT_TRAINING: Dict[str, Any] = dict(detach_steps=True)
 #: ``StackTrainingConfig.architecture`` values: the 2-D NPC slice by slice, or the slice-context NPC (3-D field)
 NETWORKS = ("npc2d", "slice_context")
 #: ``StackTrainingConfig.trainable`` values: every parameter, or a slice-context network's heads only
@@ -159,11 +163,12 @@ def resolve_device(name: str) -> torch.device:
 def build_network(config: StackTrainingConfig, network_config: Optional[Mapping[str, Any]] = None) -> nn.Module:
     """The network to train: ``network_config`` (a checkpoint's) as it is, else ``init``'s weights or
     :data:`DEFAULT_NETWORK`, with ``config.network`` over it and no test-time refinement; with
-    ``architecture="slice_context"`` that 2-D network becomes the shared part of a
+    ``architecture="slice_context"`` (``config.network`` over :data:`SLICE_CONTEXT_TRAINING`) that 2-D network becomes the shared part of a
     :class:`~monai_npc.networks.nets.SliceContextNPC` (``init`` may also be slice-context weights)."""
     if network_config is not None:
         return network_from_config(network_config)
-    overrides = {**dict(config.network), "refine_iterations": 0}
+    defaults = SLICE_CONTEXT_TRAINING if config.architecture == "slice_context" else {}
+    overrides = {**defaults, **dict(config.network), "refine_iterations": 0}
     context = {"context_channels": overrides.pop("context_channels")} if "context_channels" in overrides else {}
     if context and config.architecture != "slice_context":
         raise ValueError("network option context_channels is for architecture='slice_context' only.")
