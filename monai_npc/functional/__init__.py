@@ -20,6 +20,7 @@ from .stack_field import (
     compose_stack_fields, stack_diffusion_per_slice, stack_field_gradients, stack_jacobian_determinant, stack_neighbours,
     stack_positions, stack_smoothness_fold, warp_stack_slices,
 )
+from .stack_taps import through_plane_taps, warp_stack_taps
 from .warp import compose, determinant_from_gradients, identity_grid, jacobian_determinant, sample_at, warp_image
 
 __all__ = [
@@ -63,6 +64,8 @@ __all__ = [
     "stack_jacobian_determinant",
     "stack_diffusion_per_slice",
     "stack_smoothness_fold",
+    "through_plane_taps",
+    "warp_stack_taps",
     "sample_at",
     "warp_image",
     "compose",

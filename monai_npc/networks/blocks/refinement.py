@@ -14,6 +14,7 @@ from monai_npc.functional.label_intensity import intensity_models, label_core, l
 from monai_npc.functional.label_prior import label_prior_weights
 from monai_npc.functional.similarity import local_ncc, local_target_stats
 from monai_npc.functional.stack_field import stack_smoothness_fold, warp_stack_slices
+from monai_npc.functional.stack_taps import through_plane_taps, warp_stack_taps
 from monai_npc.functional.regularisers import smoothness_fold_penalty
 from monai_npc.functional.warp import identity_grid, sample_at, warp_image
 
@@ -251,7 +252,8 @@ class InstanceRefinement(nn.Module):
         phantoms without through-plane motion, ED -> frame 2, 3 seeds: 0.945 -> 0.902, in-plane only 0.945 as the 2-D
         path), the label term borrowing neighbouring slices' outlines (docs/training_gpu.md). The objective is the 2-D one summed over
         the slices, each term in its 3-D form: the in-plane LNCC of the trilinearly warped moving slices
-        (:func:`~monai_npc.functional.warp_stack_slices`), ``lambda_reg`` times the diffusion energy over the three axes
+        (:func:`~monai_npc.functional.warp_stack_slices`; with channel 0 held, the same warp as the neighbour slices' trilinear
+        weights computed once and 2-D samples, :func:`~monai_npc.functional.warp_stack_taps`), ``lambda_reg`` times the diffusion energy over the three axes
         and ``lambda_jac`` times the fold of the 3-D Jacobian (:func:`~monai_npc.functional.stack_smoothness_fold`), and
         with ``moving_label`` ``(Z, 1, H, W)`` the label-guided term (:meth:`forward`'s, the labels warped in 3-D), with
         the prior's ``fixed_prior`` ``(Z, K, H, W)`` (``label_through_plane=False``: that term moves the in-plane channels
@@ -274,8 +276,14 @@ class InstanceRefinement(nn.Module):
             v = torch.zeros([z, 3 if through_plane else 2] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
             upsample = _linear_upsampler(coarse, full, ddf.dtype, ddf.device)
 
-            def warp(image: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
-                return warp_stack_slices(image, field, group, 1)
+            if through_plane:
+                def warp(image: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
+                    return warp_stack_slices(image, field, group, 1)
+            else:  # channel 0 stays the network's: its trilinear weights once, then 2-D warps (the same values, faster)
+                taps = through_plane_taps(base[:, 0], group, 1)
+
+                def warp(image: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
+                    return warp_stack_taps(image, field[:, 1:], taps)
 
             def field_of(r: torch.Tensor) -> torch.Tensor:
                 r = upsample(r)

@@ -1,0 +1,46 @@
+"""The 3-D warp of a stack with a fixed through-plane component as weighted neighbour slices sampled in 2-D."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from monai_npc.functional.stack_field import warp_stack_slices
+from monai_npc.functional.stack_taps import through_plane_taps, warp_stack_taps
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.3, 1.7])
+def test_the_taps_warp_equals_the_3d_warp_in_value_and_in_plane_gradient(scale):
+    """Three stacks (5, 3 and 1 slices), through-plane displacements from none to several slices (clamped at the
+    stacks' ends): the same values and in-plane gradients as warp_stack_slices, in float64."""
+    torch.manual_seed(0)
+    group = torch.tensor([0] * 5 + [1] * 3 + [2])
+    image = torch.rand(9, 2, 12, 10, dtype=torch.float64)
+    through = scale * torch.randn(9, 12, 10, dtype=torch.float64)
+    in_plane = (2 * torch.randn(9, 2, 12, 10, dtype=torch.float64)).requires_grad_()
+    expected = warp_stack_slices(image, torch.cat([through[:, None], in_plane], 1), group, 3)
+    rows, weights = through_plane_taps(through, group, 3)
+    got = warp_stack_taps(image, in_plane, (rows, weights))
+    assert rows.shape[0] == 2 * int(torch.ceil(through.abs().max())) + 1
+    assert torch.allclose(weights.sum(0), torch.ones_like(weights[0]), atol=1e-12)
+    assert float((got - expected).abs().max()) < 1e-12
+    (g_expected,) = torch.autograd.grad(expected.square().sum(), in_plane)
+    (g_got,) = torch.autograd.grad(got.square().sum(), in_plane)
+    assert float((g_got - g_expected).abs().max()) < 1e-12 and float(g_expected.abs().max()) > 0.1
+
+
+def test_a_half_slice_reads_two_slices_of_its_own_stack_only():
+    """Slice values 0..4 in one stack and 10, 11 in another; +0.5 slice: the mean of a slice and the next, the last
+    slice of each stack replicated (never the other stack's)."""
+    group = torch.tensor([0] * 5 + [1] * 2)
+    image = torch.tensor([0.0, 1, 2, 3, 4, 10, 11]).view(7, 1, 1, 1).expand(7, 1, 4, 4).contiguous()
+    out = warp_stack_taps(image, torch.zeros(7, 2, 4, 4), through_plane_taps(torch.full((7, 4, 4), 0.5), group, 2))
+    assert out[:, 0, 0, 0].tolist() == [0.5, 1.5, 2.5, 3.5, 4.0, 10.5, 11.0]
+
+
+def test_taps_refuse_fields_that_do_not_match():
+    group = torch.zeros(3, dtype=torch.int64)
+    with pytest.raises(ValueError, match="through must be"):
+        through_plane_taps(torch.zeros(3, 1, 4, 4), group, 1)
+    with pytest.raises(ValueError, match="in_plane"):
+        warp_stack_taps(torch.zeros(3, 1, 4, 4), torch.zeros(3, 3, 4, 4), through_plane_taps(torch.zeros(3, 4, 4), group, 1))
