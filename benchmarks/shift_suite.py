@@ -2,7 +2,8 @@
 when the images are unlike the training data.
 
     OMP_NUM_THREADS=1 python benchmarks/shift_suite.py [--data-dir ../shared/data/acdc_ssl4mis] [--split val] \\
-        [--shifts none,bias,gamma,contrast,gibbs,spikes,noise,blur,coarse,inverted] [--phantoms 16] [--out runs/shift_suite]
+        [--shifts none,bias,gamma,contrast,gibbs,spikes,noise,blur,coarse,inverted] [--phantoms 16] [--out runs/shift_suite] \\
+        [--model acdc] [--settings prior,off,images]
 
 Whole short-axis stacks of the SSL4MIS copy (as ``benchmarks/localisation.py`` builds them) of the validation and
 test patients of ``bundles/npc_acdc/configs/acdc70_split.json`` (26 patients, both directions), never the official
@@ -16,8 +17,10 @@ contrast only (the hardest case for a segmentation network of the fixed frame):
   ``blur``: ``GaussianSmooth(sigma 1.5 voxels in-plane)``; ``coarse``: in-plane resolution halved
   (``Zoom`` 0.5 then back, linear); ``inverted``: the fixed frame's intensities turned upside down.
 
-Per pair and shift: the moving label carried by ``monai_npc.register(model="acdc")`` with the defaults (the prior
-``acdc_heart``, weight 8) and with ``label_prior=0``, 3-D Dice (RV/Myo/LV mean) against the fixed frame's expert
+Per pair and shift (``--settings``, all three by default): the label carried by ``monai_npc.register(model=MODEL)``
+(``--model``, default ``acdc``) with no label at all (``images``: the moving label carried by the written transform,
+issue 51's images-only target), and the moving label carried with the defaults (the prior ``acdc_heart``, weight 8)
+and with ``label_prior=0``, 3-D Dice (RV/Myo/LV mean) against the fixed frame's expert
 label, whether the prior acted and its checks (``agreement`` on the moving image, ``fixed_agreement``: its
 fixed-image segmentation against the moving label before registration, ``carried_agreement``: the same against the
 label the network's field carries, ``aside`` / ``dropped``: why it did not act). Rows go to ``OUT/rows.jsonl`` (a rerun
@@ -35,7 +38,7 @@ import sys
 import time
 import zlib
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 
@@ -44,6 +47,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "acdc_ssl4mis"
 SHIFTS = ("none", "bias", "gamma", "contrast", "gibbs", "spikes", "noise", "blur", "coarse", "inverted")
+#: register's settings scored per pair: the defaults (moving label + prior), the label without the prior, no label
+SETTINGS = ("prior", "off", "images")
 
 
 def shift_transform(name: str, seed: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -97,10 +102,24 @@ def shift_transform(name: str, seed: int) -> Callable[[np.ndarray], np.ndarray]:
 def summarise(rows: List[Dict], shifts) -> str:
     """The table by shift: both settings' Dice, their per-pair difference, and what the prior did (acted, stood aside
     because the network's field already carried the label onto its segmentation, or dropped by its checks)."""
-    lines = ["| shift | pairs | Dice, label_prior=0 | Dice, defaults | defaults - off (per pair) | pairs worse by > 0.005 | "
-             "prior acted / stood aside / dropped | fixed_agreement median (min) |", "|---|---|---|---|---|---|---|---|"]
+    lines = []
+    if any("images" in r for r in rows):
+        lines += ["Images only (`register(moving, fixed)`, the moving label carried by the written transform): 3-D Dice and "
+                  "LV / RV EF bias (points, ED->ES pairs)", "", "| shift | pairs | Dice, images only | LV EF bias | RV EF bias |",
+                  "|---|---|---|---|---|"]
+        for s in shifts:
+            x = [r for r in rows if r["shift"] == s and "images" in r]
+            ef = [r for r in x if "ef_images" in r]
+            if x:
+                bias = [f"{np.nanmean([r['ef_images'][k] - r['ef_expert'][k] for r in ef]):+.1f}" if ef else "-" for k in ("lv", "rv")]
+                lines.append(f"| {s} | {len(x)} | {np.mean([r['images'] for r in x]):.4f} | " + " | ".join(bias) + " |")
+        lines.append("")
+    if not any("prior" in r and "off" in r for r in rows):
+        return "\n".join(lines)
+    lines += ["| shift | pairs | Dice, label_prior=0 | Dice, defaults | defaults - off (per pair) | pairs worse by > 0.005 | "
+              "prior acted / stood aside / dropped | fixed_agreement median (min) |", "|---|---|---|---|---|---|---|---|"]
     for s in shifts:
-        x = [r for r in rows if r["shift"] == s]
+        x = [r for r in rows if r["shift"] == s and "prior" in r and "off" in r]
         if not x:
             continue
         on, off = np.array([r["prior"] for r in x]), np.array([r["off"] for r in x])
@@ -116,7 +135,7 @@ def summarise(rows: List[Dict], shifts) -> str:
               "| shift | Dice, fused or warped | fused - off | LV EF bias, off | LV EF bias, defaults | RV EF bias, off | RV EF bias, defaults |",
               "|---|---|---|---|---|---|---|"]
     for s in shifts:
-        x = [r for r in rows if r["shift"] == s and "fused" in r]
+        x = [r for r in rows if r["shift"] == s and "fused" in r and "off" in r]
         if not x:
             continue
         best = np.array([r["fused"] for r in x])
@@ -131,7 +150,7 @@ def summarise(rows: List[Dict], shifts) -> str:
               "| shift | Dice, off | Dice, defaults | defaults - off | LV EF bias, off | LV EF bias, defaults | RV EF bias, off | "
               "RV EF bias, defaults |", "|---|---|---|---|---|---|---|---|"]
     for s in shifts:
-        x = [r for r in rows if r["shift"] == s and "prior_rules" in r]
+        x = [r for r in rows if r["shift"] == s and "prior_rules" in r and "off_rules" in r]
         if not x:
             continue
         on, off = np.array([r["prior_rules"] for r in x]), np.array([r["off_rules"] for r in x])
@@ -151,11 +170,13 @@ def prior_fields(info: Dict) -> Dict:
 
 
 def score_settings(row: Dict, moving, fixed, label, fixed_label: np.ndarray, threads: int, moving_label: np.ndarray = None,
-                   direction: str = None) -> None:
-    """Fill ``row`` with ``register(model="acdc")`` of ``moving`` onto ``fixed`` (SimpleITK images, ``label`` the moving
-    label) with the prior (defaults, key ``prior``) and without (``off``): 3-D Dice against ``fixed_label``, seconds,
-    the best label returned (``fused``) and what the prior did; with ``direction`` (a stack pair) also the same after
-    the basal rules in the transform (``*_rules``) and, ED->ES, the EF of both from ``moving_label``."""
+                   direction: str = None, model: str = "acdc", settings: Sequence[str] = SETTINGS) -> None:
+    """Fill ``row`` with ``register(model=model)`` of ``moving`` onto ``fixed`` (SimpleITK images, ``label`` the moving
+    label) in each of ``settings``: with the prior (defaults, key ``prior``), without it (``off``), and with no label at
+    all (``images``: the label carried by the written transform afterwards, ITK label-linear as ``transform.h5``
+    carries it): 3-D Dice against ``fixed_label``, seconds, for ``prior`` the best label returned (``fused``) and what
+    the prior did; with ``direction`` (a stack pair) also the label settings after the basal rules in the transform
+    (``*_rules``) and, ED->ES, the EF of each from ``moving_label``."""
     from localisation import dice3
     from results_table import ejection_fraction
 
@@ -163,18 +184,28 @@ def score_settings(row: Dict, moving, fixed, label, fixed_label: np.ndarray, thr
 
     import monai_npc
     from monai_npc.apps.registration.through_plane import basal_through_plane
+    from monai_npc.interop.label_resample import resample_label
 
     def ef(carried: np.ndarray) -> Dict[str, float]:  # EF (%) from the ED expert label and a carried ES label
         return {s_: ejection_fraction(moving_label, carried, v) for s_, v in (("lv", 3), ("rv", 1))}
 
-    for key, prior in (("prior", None), ("off", 0)):
+    if direction == "ED->ES":
+        row["ef_expert"] = ef(fixed_label)
+    for key in settings:
         t0 = time.perf_counter()
-        reg = monai_npc.register(moving, fixed, model="acdc", moving_label=label, label_prior=prior, threads=threads)
-        carried = sitk.GetArrayFromImage(reg.warped_label)
+        if key == "images":
+            reg = monai_npc.register(moving, fixed, model=model, threads=threads)
+            carried = sitk.GetArrayFromImage(resample_label(label, fixed, reg.transform, reg.label_sigma))
+        else:
+            prior = None if key == "prior" else 0
+            reg = monai_npc.register(moving, fixed, model=model, moving_label=label, label_prior=prior, threads=threads)
+            carried = sitk.GetArrayFromImage(reg.warped_label)
         row[key] = float(np.mean(dice3(carried, fixed_label)))
         row["seconds_" + key] = time.perf_counter() - t0
         if direction == "ED->ES":
-            row["ef_" + key], row["ef_expert"] = ef(carried), ef(fixed_label)
+            row["ef_" + key] = ef(carried)
+        if key == "images":
+            continue
         if prior is None:
             fused = reg.fused_label  # the best label register returns (the transform's when the prior stood aside)
             row["fused"] = row[key] if fused is None else float(np.mean(dice3(sitk.GetArrayFromImage(fused), fixed_label)))
@@ -188,7 +219,7 @@ def score_settings(row: Dict, moving, fixed, label, fixed_label: np.ndarray, thr
             row["ef_" + key + "_rules"] = ef(ruled)
 
 
-def phantom_rows(log: Path, done, n: int) -> List[Dict]:
+def phantom_rows(log: Path, done, n: int, model: str = "acdc", settings: Sequence[str] = SETTINGS) -> List[Dict]:
     """The quickstart's cardiac phantom pairs (``monai_npc.data.phantoms.cardiac_pair``, 128 x 128, 1.5 mm, ED -> ES),
     seeds ``0 .. n-1`` not in ``done``, with the prior (defaults) and without; appended to ``log``."""
     import SimpleITK as sitk
@@ -208,7 +239,7 @@ def phantom_rows(log: Path, done, n: int) -> List[Dict]:
                 image.SetSpacing((1.5, 1.5))
                 images.append(image)
             row = {"patient": name, "direction": "ED->ES", "shift": "phantoms"}
-            score_settings(row, *images, pair["fixed_label"], 1)
+            score_settings(row, *images, pair["fixed_label"], 1, model=model, settings=settings)
             f.write(json.dumps(row) + "\n")
             f.flush()
             rows.append(row)
@@ -226,7 +257,13 @@ def main(argv=None) -> int:
     p.add_argument("--phantoms", type=int, default=16, help="also the cardiac phantom pairs of the quickstart, seeds 0..N-1 "
                    "(0: none; the quickstart registers seeds 0-7); rows with shift 'phantoms', run by shard 0")
     p.add_argument("--shard", default="0/1", help="i/n: every n-th patient from the i-th (run n processes, then once more for the table)")
+    p.add_argument("--model", default="acdc", help="register's model: a shipped name or a save_pretrained file")
+    p.add_argument("--settings", default=",".join(SETTINGS), help="of " + ", ".join(SETTINGS) + " (rows lacking one are not rerun: "
+                   "a new --out for new settings)")
     args = p.parse_args(argv)
+    settings = [v for v in args.settings.split(",") if v.strip()]
+    if not settings or set(settings) - set(SETTINGS):
+        p.error(f"--settings: a comma-separated subset of {', '.join(SETTINGS)}; got {args.settings!r}")
 
     import SimpleITK as sitk
     import torch
@@ -258,12 +295,12 @@ def main(argv=None) -> int:
             f_img = as_sitk(shift(fx.astype(np.float32)))
             label = as_sitk(ml.astype(np.float32))
             row = {"patient": pt, "direction": direction, "shift": s}
-            score_settings(row, m_img, f_img, label, fl, args.threads, ml, direction)
+            score_settings(row, m_img, f_img, label, fl, args.threads, ml, direction, args.model, settings)
             f.write(json.dumps(row) + "\n")
             f.flush()
             rows.append(row)
     if args.phantoms and shard == 0:
-        rows += phantom_rows(log, {r["patient"] for r in rows if r["shift"] == "phantoms"}, args.phantoms)
+        rows += phantom_rows(log, {r["patient"] for r in rows if r["shift"] == "phantoms"}, args.phantoms, args.model, settings)
         shifts.append("phantoms")
     text = summarise(rows, shifts)
     (out / "results.md").write_text(text + "\n")
