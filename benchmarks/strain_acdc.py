@@ -13,8 +13,8 @@ frames). The official test split is for final reporting only: run it once, at th
 Methods, each giving peak global circumferential (GCS) and radial (GRS) strain through
 :func:`monai_npc.cardiac.strain.strain_from_displacements` (the same code for every method):
 
-- ``npc``: the ED frame registered onto the ES frame with its expert ED label (``monai_npc.register(model="acdc")``
-  with its defaults), the field read as a two-frame tracking (frame 0 = ED, the reference);
+- ``npc``: the ED frame registered onto the ES frame with its expert ED label (``monai_npc.register(model=MODEL)``,
+  ``--model``, default ``acdc``, with its defaults), the field read as a two-frame tracking (frame 0 = ED, the reference);
 - ``demons``: the same pair with :func:`monai_npc.apps.stacks.demons_pair` (200 iterations);
 - ``npc-reverse``: the ES frame registered onto the ED frame with its expert ES label; that field maps ED points to
   their ES points, so it gives the same ED-referenced strain from the other direction (its volume and Dice columns
@@ -165,6 +165,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-area-ratio", default=None, help="strain_from_displacements' max_area_ratio (default: its "
                    "MAX_AREA_RATIO); 'none': only folds are left out (the code of the 2026-11-27 test-split report)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--model", default="acdc", help="the NPC methods' model: a shipped name or a save_pretrained file")
     args = p.parse_args(argv)
 
     import SimpleITK as sitk
@@ -236,10 +237,10 @@ def main(argv=None) -> int:
             for m in todo:
                 convention, extra = "to_reference", {}
                 if m == "npc":
-                    reg = monai_npc.register(moving, fixed, model="acdc", moving_label=label, threads=args.threads)
+                    reg = monai_npc.register(moving, fixed, model=args.model, moving_label=label, threads=args.threads)
                     ddfs, carried = np.stack([np.zeros(reg.ddf.shape, np.float32), reg.ddf.numpy()]), sitk.GetArrayFromImage(reg.warped_label)
                 elif m == "npc-reverse":  # ES registered onto ED with the ES label: the field maps ED points to ES points
-                    reg = monai_npc.register(fixed, moving, model="acdc", moving_label=es_label_image, threads=args.threads)
+                    reg = monai_npc.register(fixed, moving, model=args.model, moving_label=es_label_image, threads=args.threads)
                     ddfs, convention = np.stack([np.zeros(reg.ddf.shape, np.float32), reg.ddf.numpy()]), "from_reference"
                     carried = esl  # not a carried label: its volume and Dice columns are the expert's
                 elif m == "demons":
@@ -248,7 +249,7 @@ def main(argv=None) -> int:
                     ddfs = np.stack([np.zeros_like(ddf), ddf])  # (2, 3, Z, H, W): ED (the reference) and ES
                 else:  # the whole cine from the ED label
                     tracking = monai_npc.track(q["folder"] / f"{pt}_4d.nii.gz", ed_lab, reference_frame=q["ed"], scheme=m[5:], progress=False,
-                                               threads=args.threads)
+                                               model=args.model, threads=args.threads)
                     ddfs, carried = tracking.ddf.numpy(), tracking.labels[q["es"]]
                     myo = tracking.volumes["myo"] / tracking.volumes["myo"][q["ed"]]
                     lv = tracking.volumes["lv"]

@@ -1,6 +1,6 @@
 """Strain of the analytic strain phantom through ``monai_npc.track`` against the truth (docs/strain.md, "Through track").
 
-    OMP_NUM_THREADS=1 python benchmarks/strain_phantom_track.py [--frames 10 --size 128 --slices 6]
+    OMP_NUM_THREADS=1 python benchmarks/strain_phantom_track.py [--frames 10 --size 128 --slices 6] [--model acdc]
 
 Prints the tracked and true global circumferential / radial curves and peaks, the largest error of a segment's peak, the end-point error of the
 tracked field inside the reference myocardium per frame, and the carried myocardium's voxel count per frame
@@ -26,11 +26,13 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=128)
     ap.add_argument("--slices", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model", default="acdc", help="track's model: a shipped name or a save_pretrained file")
     args = ap.parse_args()
     use_threads(args.threads)
     ph = strain_phantom(frames=args.frames, size=args.size, slices=args.slices)
     t0 = time.perf_counter()
-    tracking = monai_npc.track(ph.images, ph.labels[0], reference_frame=0, spacing=ph.spacing, progress=False, basal_descent=False)
+    tracking = monai_npc.track(ph.images, ph.labels[0], reference_frame=0, spacing=ph.spacing, progress=False, basal_descent=False,
+                               model=args.model)
     print(f"track: {time.perf_counter() - t0:.1f} s for {args.frames} frames")
     st = tracking.strain
     for k in ("circumferential", "radial"):
