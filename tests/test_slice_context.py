@@ -16,6 +16,7 @@ from monai_npc.data.stack_pack import load_stack_pack
 from monai_npc.engines.stack_training import StackTrainingConfig, build_network, export_weights, validate_stacks
 from monai_npc.functional import jacobian_determinant, stack_jacobian_determinant, stack_neighbours, warp_image, warp_stack_slices
 from monai_npc.losses import StackRegistrationLoss
+from monai_npc.losses.stack import StackDiceLoss
 from monai_npc.networks.nets import NPCNet, SliceContextNPC, load_pretrained, save_pretrained
 
 from .test_stack_training import ROOT, TINY, pack_file  # noqa: F401  (the fixture)
@@ -306,3 +307,53 @@ def test_save_and_load_round_trip_and_register_takes_it_as_a_stack_network(tmp_p
         torch.testing.assert_close(refining(pair[:4]), net(pair[:4]), rtol=0, atol=0)
     with pytest.raises(ValueError, match="flip_ensemble"):  # a 2-D test-time option it has no counterpart of
         load_pretrained(path, flip_ensemble=2)
+
+
+def test_labels_beyond_a_stack_are_background_as_the_written_transform_carries_them():
+    """``through_padding="zeros"``: nearest neighbour reads the end slice within half a slice of the stack and nothing
+    beyond (ITK's resampling of a label through transform.h5), linear fades to zero over one slice, never another
+    stack's slices; the image padding ("border") replicates the end slices."""
+    group = torch.tensor([0] * 4 + [1] * 2)
+    label = torch.tensor([1.0, 2, 3, 4, 10, 11]).view(6, 1, 1, 1).expand(6, 1, 3, 3).contiguous()
+
+    def warp(dz: float, mode: str, padding: str) -> list:
+        ddf = torch.zeros(6, 3, 3, 3)
+        ddf[:, 0] = dz
+        return warp_stack_slices(label, ddf, group, 2, mode, padding)[:, 0, 1, 1].tolist()
+
+    assert warp(-0.3, "nearest", "zeros") == [1.0, 2.0, 3.0, 4.0, 10.0, 11.0]
+    assert warp(-0.7, "nearest", "zeros") == [0.0, 1.0, 2.0, 3.0, 0.0, 10.0]
+    assert warp(1.2, "nearest", "zeros") == [2.0, 3.0, 4.0, 0.0, 11.0, 0.0]
+    assert warp(-0.7, "nearest", "border") == [1.0, 1.0, 2.0, 3.0, 10.0, 10.0]
+    assert warp(-0.25, "bilinear", "zeros")[0] == pytest.approx(0.75) and warp(-2.0, "bilinear", "zeros")[0] == 0.0
+    with pytest.raises(ValueError, match="through_padding"):
+        warp(0.0, "nearest", "reflect")
+
+
+def test_the_dice_term_can_clear_a_basal_slice_by_reading_above_the_stack():
+    """A fixed stack whose first (basal) slice has lost its label, the moving one labelled on every slice: the soft 3-D
+    Dice improves as the first slice's through-plane displacement goes up out of the stack (it has a gradient there),
+    where replicating the first slice (the image padding) could not change it."""
+    z, size = 4, 16
+    moving = torch.zeros(z, 1, size, size)
+    moving[:, :, 4:12, 4:12] = 3
+    fixed = moving.clone()
+    fixed[0] = 0
+    group = torch.zeros(z, dtype=torch.int64)
+    loss = StackDiceLoss((3,))
+    up = torch.zeros(z, 3, size, size)
+    up[0, 0] = -1.0
+    # a fifth of a slice up (at an integer coordinate trilinear sampling differentiates towards the next slice only)
+    ddf = (0.2 * up).requires_grad_()
+    (grad,) = torch.autograd.grad(loss(moving, fixed, ddf, group, 1), ddf)
+    assert float(grad[0, 0].sum()) > 0.1  # lowering slice 0's through-plane coordinate lowers the loss
+    (border,) = torch.autograd.grad(_border_dice(moving, fixed, ddf, group), ddf)
+    assert float(border[0, 0].abs().sum()) == 0.0  # the image padding: slice 0 read above the stack is slice 0
+    assert float(loss(moving, fixed, up, group, 1)) < 1e-3 < float(loss(moving, fixed, torch.zeros_like(up), group, 1))
+
+
+def _border_dice(moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """1 - the soft Dice of value 3 with the moving mask warped with the image padding (the first slice replicated)."""
+    warped = warp_stack_slices((moving == 3).float(), ddf, group, 1)
+    target = (fixed == 3).float()
+    return 1 - 2 * (warped * target).sum() / (warped.sum() + target.sum())

@@ -208,11 +208,13 @@ def predict(model: nn.Module, batch: StackBatch) -> torch.Tensor:
     return ddf
 
 
-def warp_batch(image: torch.Tensor, ddf: torch.Tensor, batch: StackBatch, mode: str = "bilinear") -> torch.Tensor:
+def warp_batch(image: torch.Tensor, ddf: torch.Tensor, batch: StackBatch, mode: str = "bilinear",
+               through_padding: str = "border") -> torch.Tensor:
     """``image`` ``(N, C, H, W)`` of ``batch`` warped by ``ddf``: in-plane slice by slice (2 channels, border padding)
-    or through each stack in 3-D (3 channels, :func:`~monai_npc.functional.warp_stack_slices`)."""
+    or through each stack in 3-D (3 channels, :func:`~monai_npc.functional.warp_stack_slices`; ``through_padding``
+    ``"zeros"`` for labels)."""
     if ddf.shape[1] == 3:
-        return warp_stack_slices(image, ddf, batch.group, batch.n_groups, mode)
+        return warp_stack_slices(image, ddf, batch.group, batch.n_groups, mode, through_padding)
     return warp_image(image, ddf, mode, "border")
 
 
@@ -246,7 +248,8 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: StackRe
 def validate_stacks(model: nn.Module, data: DeviceStacks, labels: Tuple[int, ...] = (1, 2, 3), stacks_per_batch: int = 6,
                     amp_dtype: Optional[torch.dtype] = None) -> Dict[str, float]:
     """Mean 3-D Dice (the structures of ``labels`` present in either stack, averaged) of the moving labels warped
-    by the network's field (nearest neighbour), both directions of every stack of ``data``, no augmentation.
+    by the network's field (nearest neighbour; background beyond a stack's ends, as ``register``'s written transform
+    carries them), both directions of every stack of ``data``, no augmentation.
 
     Returns ``val_dice`` (all registrations), ``val_dice_ed_es``, ``val_dice_es_ed`` and ``val_dice_initial``
     (no registration)."""
@@ -259,7 +262,7 @@ def validate_stacks(model: nn.Module, data: DeviceStacks, labels: Tuple[int, ...
         with _autocast(batch.moving.device, amp_dtype):
             ddf = predict(model, batch).float()
         fixed = one_hot_labels(batch.fixed_label, labels)
-        for moving_label, out in ((warp_batch(batch.moving_label, ddf, batch, "nearest"), dice), (batch.moving_label, initial)):
+        for moving_label, out in ((warp_batch(batch.moving_label, ddf, batch, "nearest", "zeros"), dice), (batch.moving_label, initial)):
             inter, pred, target = group_overlap(one_hot_labels(moving_label, labels), fixed, batch.group, batch.n_groups)
             per = torch.where(pred + target > 0, 2 * inter / (pred + target).clamp(min=1), torch.nan)
             out.append(per.nanmean(1).view(2, -1))  # (direction, stack)

@@ -52,13 +52,16 @@ def _check_field(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor) ->
 
 
 def warp_stack_slices(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor, n_groups: int,
-                      mode: str = "bilinear") -> torch.Tensor:
+                      mode: str = "bilinear", through_padding: str = "border") -> torch.Tensor:
     """Pull-warp each stack of ``image`` ``(N, C, H, W)`` by its 3-D field ``ddf`` ``(N, 3, H, W)`` (voxels; channel
     0 in slices) -> ``(N, C, H, W)``.
 
     Trilinear (``mode="bilinear"``, grid_sample's name) or nearest-neighbour sampling of the stack volume; border
     padding in-plane, and through the plane the sampled slice coordinate is clamped to the stack's own slices
-    (never another stack's). The batch is sampled as one ``(1, C, D, H, W)`` volume whose depth ``D - 1`` is a power
+    (never another stack's): ``through_padding="border"`` replicates a stack's first and last slices beyond its ends
+    (images), ``"zeros"`` reads zeros one slice beyond them, faded in linearly (labels: nothing is labelled outside
+    the stack; with ``mode="nearest"`` exactly what ITK's resampling of a label through the written transform gives:
+    the end slice within half a slice of the stack, background beyond). The batch is sampled as one ``(1, C, D, H, W)`` volume whose depth ``D - 1`` is a power
     of two, so that an integer slice coordinate stays exact: a zero through-plane component reads the slice itself
     only (the result equals :func:`~monai_npc.functional.warp_image` of the in-plane components up to the float
     rounding of grid_sample's 3-D kernel, about 1e-7).
@@ -72,6 +75,8 @@ def warp_stack_slices(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tenso
     volume's first row, where grid_sample's border padding would zero the derivative of the batch's first stack only.
     """
     _check_field(image, ddf, group)
+    if through_padding not in ("border", "zeros"):
+        raise ValueError(f"through_padding must be 'border' or 'zeros', got {through_padding!r}.")
     n, _, h, w = image.shape
     position, first, count = stack_positions(group, n_groups)
     depth = 1 << max(n + n_groups - 1, 1).bit_length()  # D - 1 >= N + n_groups, a power of two
@@ -82,11 +87,13 @@ def warp_stack_slices(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tenso
     source = torch.full((depth + 1,), n, dtype=torch.int64, device=group.device)
     source[rows + group + 1] = rows
     stacks = torch.arange(int(n_groups), device=group.device)
-    source[last + stacks + 2] = torch.where(last >= 0, last, n)  # an empty stack's copy row is read by no slice
+    zeros = through_padding == "zeros"  # the row after each stack a zero one (the row before is the previous stack's)
+    source[last + stacks + 2] = torch.where(last >= 0, last, n) if not zeros else n  # an empty stack's is read by no slice
     padded = torch.cat([image, image.new_zeros((1,) + tuple(image.shape[1:]))])
     volume = padded[source].movedim(0, 1).unsqueeze(0)
     dtype = ddf.dtype
-    within = torch.minimum(torch.clamp(position.to(dtype).view(n, 1, 1) + ddf[:, 0], min=0.0), (count - 1).to(dtype).view(n, 1, 1))
+    reach = 1.0 if zeros else 0.0  # how far beyond the stack's ends the slice coordinate may go: onto its zero rows
+    within = torch.minimum(torch.clamp(position.to(dtype).view(n, 1, 1) + ddf[:, 0], min=-reach), (count - 1).to(dtype).view(n, 1, 1) + reach)
     z = (first + group + 1).to(dtype).view(n, 1, 1) + within  # the volume row of the stack's first slice + within it
     y = torch.arange(h, device=ddf.device, dtype=dtype).view(1, h, 1) + ddf[:, 1]
     x = torch.arange(w, device=ddf.device, dtype=dtype).view(1, 1, w) + ddf[:, 2]

@@ -41,7 +41,9 @@ class StackDiceLoss(nn.Module):
 
     ``forward(moving_label, fixed_label, ddf, group)``: label maps ``(N, 1, H, W)`` (integer values), ``ddf``
     ``(N, 2, H, W)`` (voxels, MONAI ``Warp`` convention) or a 3-D field per stack ``(N, 3, H, W)`` (channel 0 through
-    the plane in slices; trilinear warp of the stack's masks, :func:`~monai_npc.functional.warp_stack_slices`),
+    the plane in slices; trilinear warp of the stack's masks, :func:`~monai_npc.functional.warp_stack_slices`, with
+    background beyond the stack's ends as the written transform carries a label, so that a field may clear a basal
+    slice by reading above the stack),
     ``group`` ``(N,)`` int64 stack index, ``n_groups`` the
     number of stacks (``group.max() + 1`` when ``None``). Returns a scalar (0 when no structure is present).
     """
@@ -60,7 +62,7 @@ class StackDiceLoss(nn.Module):
         n = int(group.max()) + 1 if n_groups is None else int(n_groups)  # given: no host synchronisation
         if ddf.shape[1] == 3:  # a 3-D field per stack: the stack's masks warped through the plane too
             moving, fixed = (one_hot_labels(x, self.labels).to(ddf.dtype) for x in (moving_label, fixed_label))
-            warped = warp_stack_slices(moving, ddf, group, n)
+            warped = warp_stack_slices(moving, ddf, group, n, through_padding="zeros")  # no label beyond the stack
         else:
             _, fixed, warped = warped_masks(moving_label, fixed_label, ddf, self.labels)
         inter, w, f = group_overlap(warped, fixed, group, n)

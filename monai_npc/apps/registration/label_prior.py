@@ -122,7 +122,7 @@ def carried_prior_check(prior: torch.Tensor, agreement: float, label: torch.Tens
         return None, None
     if ddf.shape[1] == 3:  # one stack's 3-D field: the label carried through the plane too
         group = torch.zeros(ddf.shape[0], dtype=torch.int64, device=ddf.device)
-        carried = warp_stack_slices(label.to(ddf.dtype), ddf, group, 1, "nearest")[labelled]
+        carried = warp_stack_slices(label.to(ddf.dtype), ddf, group, 1, "nearest", "zeros")[labelled]
     else:
         carried = warp_image(label[labelled].to(ddf.dtype), ddf[labelled], "nearest", "zeros")
     on_carried = prior_agreement(prior[labelled], carried)
