@@ -24,17 +24,23 @@ from .stack_field import stack_positions
 __all__ = ["through_plane_taps", "warp_stack_taps"]
 
 
-def through_plane_taps(through: torch.Tensor, group: torch.Tensor, n_groups: int) -> Tuple[torch.Tensor, torch.Tensor]:
+def through_plane_taps(through: torch.Tensor, group: torch.Tensor, n_groups: int, through_padding: str = "border"
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(rows (K, N) int64, weights (K, N, 1, H, W))`` of a through-plane displacement ``through`` ``(N, H, W)``
     (slices): for each of the ``K = 2 * ceil(max |through|) + 1`` slice offsets ``k - K // 2``, the batch row of every
     slice's neighbour at that offset (clamped to its stack) and its trilinear weight (0 where the sampled coordinate is
-    not within one slice of it). The weights of a slice sum to 1 at every pixel."""
+    not within one slice of it). ``through_padding`` as :func:`~monai_npc.functional.warp_stack_slices`'s: with
+    ``"border"`` the weights of a slice sum to 1 at every pixel; with ``"zeros"`` (labels) less within one slice past
+    the stack's ends and 0 beyond."""
     if through.dim() != 3 or group.shape != (through.shape[0],):
         raise ValueError(f"through must be (N, H, W) with group (N,); got {tuple(through.shape)} and {tuple(group.shape)}.")
+    if through_padding not in ("border", "zeros"):
+        raise ValueError(f"through_padding must be 'border' or 'zeros', got {through_padding!r}.")
     position, first, count = stack_positions(group, n_groups)
     reach = int(math.ceil(float(through.detach().abs().max()))) if through.numel() else 0
-    last = (count - 1).view(-1, 1, 1).to(through.dtype)
-    within = torch.minimum(torch.clamp(position.view(-1, 1, 1).to(through.dtype) + through.detach(), min=0.0), last)
+    beyond = 1.0 if through_padding == "zeros" else 0.0  # how far past the ends the coordinate goes (onto zeros)
+    last = (count - 1).view(-1, 1, 1).to(through.dtype) + beyond
+    within = torch.minimum(torch.clamp(position.view(-1, 1, 1).to(through.dtype) + through.detach(), min=-beyond), last)
     rows, weights = [], []
     for offset in range(-reach, reach + 1):
         at = torch.minimum(torch.clamp(position + offset, min=0), count - 1)  # the neighbour's position, clamped

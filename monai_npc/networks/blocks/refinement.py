@@ -276,21 +276,30 @@ class InstanceRefinement(nn.Module):
             v = torch.zeros([z, 3 if through_plane else 2] + coarse, dtype=ddf.dtype, device=ddf.device, requires_grad=True)
             upsample = _linear_upsampler(coarse, full, ddf.dtype, ddf.device)
 
+            # images replicate a stack's end slices beyond it, labels are background there (as the written transform
+            # carries them)
             if through_plane:
                 def warp(image: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
                     return warp_stack_slices(image, field, group, 1)
+
+                def carry(label: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
+                    return warp_stack_slices(label, field, group, 1, through_padding="zeros")
             else:  # channel 0 stays the network's: its trilinear weights once, then 2-D warps (the same values, faster)
                 taps = through_plane_taps(base[:, 0], group, 1)
+                label_taps = through_plane_taps(base[:, 0], group, 1, "zeros")
 
                 def warp(image: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
                     return warp_stack_taps(image, field[:, 1:], taps)
+
+                def carry(label: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
+                    return warp_stack_taps(label, field[:, 1:], label_taps)
 
             def field_of(r: torch.Tensor) -> torch.Tensor:
                 r = upsample(r)
                 return base + (r if through_plane else torch.cat([torch.zeros_like(r[:, :1]), r], 1))
 
             prior = fixed_prior.detach().clone().to(ddf.dtype) if guided and fixed_prior is not None and mu > 0 else None
-            label_term = self._label_term(m, f, base, moving_label.clone(), prior, mu, warp) if guided else None
+            label_term = self._label_term(m, f, base, moving_label.clone(), prior, mu, carry) if guided else None
             f_stats = local_target_stats(f, window)
 
             def objective(field: torch.Tensor) -> torch.Tensor:
