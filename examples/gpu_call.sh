@@ -6,11 +6,13 @@
 #   bash examples/gpu_call.sh restore     # here: the whole working tree back
 #
 # `device` installs the carried wheels, times a whole stack in the network (benchmarks/bench_stack_gpu.py), then
-# trains each NETWORK (default: npc2d slice_context) for MINUTES (default 3.5) from the shipped `acdc` weights, or
+# trains each NETWORK (default: npc2d slice_context) for MINUTES (default 3.25) from the shipped `acdc` weights, or
 # resumes it from training/checkpoints/NETWORK.pt when that was committed, and leaves 8 files in $OUT:
-# bench.txt, bench_stack_gpu.json and per network NETWORK_best.pt (shipped-weights format), NETWORK_checkpoint.pt
-# (to commit as training/checkpoints/NETWORK.pt and resume) and NETWORK_logs.tgz (train.log, train_log.jsonl,
-# curve.png). DEVICE=cpu runs it here (a check; no bf16). TRAIN_ARGS adds trainer options to every run (e.g. TRAIN_ARGS='--augment {"invert_prob":0}').
+# bench.txt (the GPU, then the seconds per stack of acdc and of each trained state), bench_stack_gpu.json and per
+# network NETWORK_best.pt (shipped-weights format), NETWORK_checkpoint.pt (to commit as
+# training/checkpoints/NETWORK.pt and resume) and NETWORK_logs.tgz (train.log, train_log.jsonl, curve.png).
+# DEVICE=cpu runs it here (a check; no bf16). TRAIN_ARGS adds trainer options to every run
+# (e.g. TRAIN_ARGS='--augment {"invert_prob":0}').
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PACK=${PACK:-.cache/acdc70_stacks.npz}
@@ -33,7 +35,7 @@ prepare() {
 
 device() {
     : "${OUT:?OUT: the folder whose files come back}"
-    local minutes=${1:-3.5}; shift || true
+    local minutes=${1:-3.25}; shift || true
     local networks=(npc2d slice_context) device=${DEVICE:-cuda} bf16=()
     if [[ $# -gt 0 ]]; then networks=("$@"); fi
     if [[ "$device" == cuda ]]; then bf16=(--bf16); fi
@@ -51,7 +53,13 @@ device() {
         python examples/train_stacks_gpu.py train --pack "$PACK" --out "$run" --minutes "$minutes" "${bf16[@]}" \
             --device "$device" --network "$net" --label-weight 3 --lr 2e-4 --val-every 2 "${start[@]}" ${TRAIN_ARGS:-} \
             2>&1 | grep -v "non-tuple sequence" | tail -n 40 || true
-        [[ -f "$run/best.pt" ]] && cp "$run/best.pt" "$OUT/${net}_best.pt"
+        if [[ -f "$run/best.pt" ]]; then
+            cp "$run/best.pt" "$OUT/${net}_best.pt"
+            # the trained state as register runs it (the acdc weights' register settings), timed as the baseline was
+            python examples/train_stacks_gpu.py export "$run/best.pt" "$run/export.pt" --meta-from acdc > /dev/null
+            python benchmarks/bench_stack_gpu.py --pack "$PACK" --device "$device" --model "$run/export.pt" 2>&1 \
+                | grep -v "non-tuple sequence" | tee -a "$OUT/bench.txt" || true
+        fi
         [[ -f "$run/checkpoint.pt" ]] && cp "$run/checkpoint.pt" "$OUT/${net}_checkpoint.pt"
         local logs
         logs=$(cd "$run" 2>/dev/null && ls train.log train_log.jsonl curve.png 2>/dev/null || true)
