@@ -55,7 +55,7 @@ def train(args: argparse.Namespace) -> int:
         val_every=args.val_every, save_every=args.save_every, bf16=args.bf16, device=args.device, seed=args.seed,
         init=args.init, resume=args.resume, architecture=architecture, network=network, timing_steps=args.timing_steps,
         trainable=args.trainable, augment=json.loads(args.augment),
-        grad_clip=args.grad_clip or None)
+        grad_clip=args.grad_clip or None, context_lr_scale=args.context_lr_scale)
     with distributed() as (rank, _):  # under torchrun: the process group (one process per GPU)
         summary = train_stacks(config)
     if rank == 0:
@@ -102,6 +102,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--grad-clip", type=float, default=1.0, help="largest total gradient norm per step; 0: none")
     t.add_argument("--augment", default="{}", help="StackAugmentConfig settings as JSON over the defaults, e.g. "
                    "'{\"intensity_prob\": 0, \"invert_prob\": 0, \"rotate_deg\": 0}'")
+    t.add_argument("--context-lr-scale", type=float, default=1.0,
+                   help="slice_context: its heads' learning rate over the rest's (new heads beside pretrained 2-D weights)")
     t.add_argument("--trainable", choices=("all", "context"), default="all",
                    help="all parameters, or (slice_context) only the context heads, the shared 2-D part frozen")
     t.add_argument("--timing-steps", type=int, default=5)

@@ -357,3 +357,22 @@ def _border_dice(moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, g
     warped = warp_stack_slices((moving == 3).float(), ddf, group, 1)
     target = (fixed == 3).float()
     return 1 - 2 * (warped * target).sum() / (warped.sum() + target.sum())
+
+
+def test_the_heads_learn_at_their_own_rate_when_asked():
+    """parameter_groups: one group for npc2d; for a slice-context network the 2-D part at the rate and the heads at
+    context_lr_scale times it (every parameter in exactly one group); the epoch's rate reaches both."""
+    from monai_npc.engines.stack_optim import group_rates, parameter_groups
+
+    plain = NPCNet(**TINY)
+    assert [g["lr_scale"] for g in parameter_groups(plain, "all", 5.0)] == [1.0]
+    net = SliceContextNPC.from_npc(NPCNet(**TINY), context_channels=4)
+    groups = parameter_groups(net, "all", 5.0)
+    assert [g["lr_scale"] for g in groups] == [1.0, 5.0]
+    assert sum(len(g["params"]) for g in groups) == len(list(net.parameters()))
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in net.context.parameters()}
+    opt = torch.optim.AdamW(groups, lr=1.0)
+    group_rates(opt, 2e-4)
+    assert [g["lr"] for g in opt.param_groups] == [pytest.approx(2e-4), pytest.approx(1e-3)]
+    with pytest.raises(ValueError, match="context_lr_scale"):
+        StackTrainingConfig(pack="-", out_dir="-", architecture="slice_context", context_lr_scale=0.0)

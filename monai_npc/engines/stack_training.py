@@ -60,6 +60,7 @@ from .stack_checkpoint import (CHECKPOINT_FORMAT, export_weights, generator_stat
                                restore_generator, training_meta)
 from .stack_data import DeviceStacks, StackBatch
 from .stack_distributed import EpochShares, RankGroup, stack_forward
+from .stack_optim import group_rates, parameter_groups
 from .stack_report import GpuUtilisation, RunLog, curve_figure
 
 __all__ = ["DEFAULT_NETWORK", "SLICE_CONTEXT_TRAINING", "NETWORKS", "StackTrainingConfig", "build_network", "predict", "warp_batch", "train_step", "validate_stacks",
@@ -94,7 +95,8 @@ class StackTrainingConfig:
     ``"all"`` parameters, or ``"context"``: only a slice-context network's heads, its shared 2-D part frozen (what
     the through-plane context adds to given 2-D weights, apart from any change of their in-plane field). ``grad_clip``:
     the largest total gradient norm per step (``None``: not clipped; the log's ``grad_norm`` is the epoch's mean; 1
-    kept the fine-tuning of ``acdc`` stable where it diverged without, docs/training_gpu.md).
+    kept the fine-tuning of ``acdc`` stable where it diverged without, docs/training_gpu.md). ``context_lr_scale``:
+    a slice-context network's heads learn at this multiple of the rate (:func:`~.stack_optim.parameter_groups`).
     """
 
     pack: str
@@ -121,6 +123,7 @@ class StackTrainingConfig:
     augment: StackAugmentConfig = field(default_factory=StackAugmentConfig)
     timing_steps: int = 5
     trainable: str = "all"
+    context_lr_scale: float = 1.0
     grad_clip: Optional[float] = 1.0
 
     def __post_init__(self) -> None:
@@ -134,6 +137,8 @@ class StackTrainingConfig:
         if self.trainable not in TRAINABLE or (self.trainable == "context" and self.architecture != "slice_context"):
             raise ValueError(f"trainable must be one of {TRAINABLE} ('context' with architecture='slice_context'), got "
                              f"{self.trainable!r} with architecture={self.architecture!r}.")
+        if not self.context_lr_scale > 0:
+            raise ValueError(f"context_lr_scale must be > 0, got {self.context_lr_scale!r}.")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip!r}.")
         if self.max_epochs is not None and self.max_epochs < 1:
@@ -182,14 +187,6 @@ def build_network(config: StackTrainingConfig, network_config: Optional[Mapping[
             raise ValueError(f"init={config.init!r} has context_channels={net.config['context_channels']}; it cannot change.")
         return net
     return SliceContextNPC.from_npc(net, **context)
-
-
-def trainable_parameters(model: nn.Module, trainable: str = "all") -> List[nn.Parameter]:
-    """The parameters the optimiser updates: all, or with ``"context"`` all but a slice-context network's shared 2-D
-    part (``model.npc``), which is frozen (``requires_grad`` off)."""
-    if trainable == "context":
-        model.npc.requires_grad_(False)
-    return [p for p in model.parameters() if p.requires_grad]
 
 
 def predict(model: nn.Module, batch: StackBatch) -> torch.Tensor:
@@ -319,8 +316,8 @@ class _Run:
         torch.manual_seed(config.seed)  # the initial weights (a resumed run loads its own)
         factory = network_factory or (lambda cfg: build_network(cfg, state.get("network_config") if state else None))
         self.model = factory(config).to(self.device).train()
-        self.optimizer = torch.optim.AdamW(trainable_parameters(self.model, config.trainable), lr=config.learning_rate,
-                                           weight_decay=config.weight_decay)
+        self.optimizer = torch.optim.AdamW(parameter_groups(self.model, config.trainable, config.context_lr_scale),
+                                           lr=config.learning_rate, weight_decay=config.weight_decay)
         self.loss = StackRegistrationLoss(config.loss_preset, config.label_weight)
         self.order_gen = torch.Generator().manual_seed(config.seed)
         self.augment = RandStackAugment(config.augment, torch.Generator(device=self.device).manual_seed(config.seed + 1))
@@ -389,8 +386,7 @@ def _run_epoch(run: _Run, budget: float) -> Tuple[Dict[str, float], int, bool]:
     the mean loss terms, the steps taken and whether the wall-time budget ran out before the pass ended."""
     cfg = run.config
     lr = cfg.learning_rate * cfg.lr_decay ** run.epoch  # epoch 0-based: resumable without a scheduler state
-    for group in run.optimizer.param_groups:
-        group["lr"] = lr
+    group_rates(run.optimizer, lr)
     order = torch.randperm(len(run.train_data), generator=run.order_gen).tolist()
     on_device = run.train_data.positions(order)  # one upload per epoch
     steps_stacks = run.train_data.batches(order, cfg.stacks_per_batch * run.ranks.world_size)
