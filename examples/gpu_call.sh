@@ -11,6 +11,7 @@
 # bench.txt (the GPU, then the seconds per stack of acdc and of each trained state), bench_stack_gpu.json and per
 # network NETWORK_best.pt (shipped-weights format), NETWORK_checkpoint.pt (to commit as
 # training/checkpoints/NETWORK.pt and resume) and NETWORK_logs.tgz (train.log, train_log.jsonl, curve.png).
+# slice_context's heads learn at CONTEXT_LR_SCALE (default 5) times the rate.
 # DEVICE=cpu runs it here (a check; no bf16). TRAIN_ARGS adds trainer options to every run
 # (e.g. TRAIN_ARGS='--augment {"invert_prob":0}').
 set -euo pipefail
@@ -46,12 +47,14 @@ device() {
       python benchmarks/bench_stack_gpu.py --pack "$PACK" --device "$device" --json "$OUT/bench_stack_gpu.json" 2>&1; } \
         | tee "$OUT/bench.txt"
     for net in "${networks[@]}"; do
-        local run="runs/gpu_$net" start=(--init acdc)
+        local run="runs/gpu_$net" start=(--init acdc) own=()
+        # new heads beside pretrained 2-D weights learn at a multiple of the rate (docs/training_gpu.md)
+        if [[ "$net" == slice_context ]]; then own=(--context-lr-scale "${CONTEXT_LR_SCALE:-5}"); fi
         [[ -f "training/checkpoints/$net.pt" ]] && start=(--resume "training/checkpoints/$net.pt")
         rm -rf "$run"
         # shellcheck disable=SC2086  # TRAIN_ARGS: several options
         python examples/train_stacks_gpu.py train --pack "$PACK" --out "$run" --minutes "$minutes" "${bf16[@]}" \
-            --device "$device" --network "$net" --label-weight 3 --lr 2e-4 --val-every 2 "${start[@]}" ${TRAIN_ARGS:-} \
+            --device "$device" --network "$net" --label-weight 3 --lr 2e-4 --val-every 2 "${start[@]}" "${own[@]}" ${TRAIN_ARGS:-} \
             2>&1 | grep -v "non-tuple sequence" | tail -n 40 || true
         if [[ -f "$run/best.pt" ]]; then
             cp "$run/best.pt" "$OUT/${net}_best.pt"
