@@ -250,7 +250,9 @@ def test_the_wall_time_budget_stops_the_run_and_saves(pack_file, tmp_path):
     start = time.perf_counter()
     out = train_stacks(_config(pack_file, tmp_path / "budget", minutes=0.12, val_every=1000, save_every=1000), echo=False)
     seconds = time.perf_counter() - start
-    assert out["stopped"] == "budget" and out["epoch"] >= 1 and seconds < 0.12 * 60 + 1.5, (out, seconds)
+    # it checks the budget before every step: past it by at most about a step and the last save (a step measured at
+    # the start, under whatever load the machine has)
+    assert out["stopped"] == "budget" and out["epoch"] >= 1 and seconds < 0.12 * 60 + max(1.5, 2 * out["step_seconds"]), (out, seconds)
     state = torch.load(tmp_path / "budget" / "checkpoint.pt", weights_only=True)
     assert state["epoch"] == out["epoch"] and "best.pt" not in {Path(f).name for f in out["files"]}  # never validated
 
