@@ -13,7 +13,7 @@ from monai_npc.functional.warp import determinant_from_gradients, warp_image
 from .label import one_hot_labels, warped_masks
 from .registration import RegistrationLoss
 
-__all__ = ["StackDiceLoss", "StackRegistrationLoss", "group_overlap"]
+__all__ = ["CENTRAL_OFFSET", "StackDiceLoss", "StackRegistrationLoss", "central_stack_warp", "group_overlap"]
 
 
 def group_overlap(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
@@ -22,6 +22,25 @@ def group_overlap(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor,
     axes = tuple(range(2, pred.dim()))
     per_slice = torch.stack([(pred * target).sum(axes), pred.sum(axes), target.sum(axes)])  # (3, N, K)
     return per_slice.new_zeros(3, n_groups, pred.shape[1]).index_add_(1, group, per_slice)
+
+
+#: half the spread (slices) of the two through-plane readings of :func:`central_stack_warp`
+CENTRAL_OFFSET = 1e-3
+
+
+def central_stack_warp(masks: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Masks ``(N, C, H, W)`` of whole stacks warped by their 3-D field ``ddf`` ``(N, 3, H, W)`` for a loss: the mean of
+    the trilinear warps :data:`CENTRAL_OFFSET` slices above and below (background beyond a stack's ends, as the
+    written transform carries a label).
+
+    At an integer slice coordinate (a zero through-plane component, where an untrained head starts) trilinear
+    sampling differentiates towards the next slice only, so a basal slice whose label should go (the ES base has
+    descended below the ED stack's first slice) is pulled down or up by chance; the two readings give the central
+    derivative there, ``(m(z + 1) - m(z - 1)) / 2``, and change the values by at most the offset's fraction."""
+    offset = torch.zeros_like(ddf)
+    offset[:, 0] = CENTRAL_OFFSET
+    return 0.5 * (warp_stack_slices(masks, ddf + offset, group, n_groups, through_padding="zeros")
+                  + warp_stack_slices(masks, ddf - offset, group, n_groups, through_padding="zeros"))
 
 
 class StackDiceLoss(nn.Module):
@@ -62,7 +81,7 @@ class StackDiceLoss(nn.Module):
         n = int(group.max()) + 1 if n_groups is None else int(n_groups)  # given: no host synchronisation
         if ddf.shape[1] == 3:  # a 3-D field per stack: the stack's masks warped through the plane too
             moving, fixed = (one_hot_labels(x, self.labels).to(ddf.dtype) for x in (moving_label, fixed_label))
-            warped = warp_stack_slices(moving, ddf, group, n, through_padding="zeros")  # no label beyond the stack
+            warped = central_stack_warp(moving, ddf, group, n)
         else:
             _, fixed, warped = warped_masks(moving_label, fixed_label, ddf, self.labels)
         inter, w, f = group_overlap(warped, fixed, group, n)
