@@ -31,7 +31,8 @@ prepare() {
     python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 -d "$WHEELS" "monai==$(python -c 'import monai; print(monai.__version__)')"
     git sparse-checkout set --no-cone '/*' "${LEAVE_OUT[@]}"
-    echo "working tree: $(du -sh --exclude=.git --exclude=.cache --exclude=.whl . | cut -f1); carry: .cache .whl"
+    # what a call copies: the files git tracks or does not ignore (runs/, build outputs stay here)
+    echo "working tree: $(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) bytes; carry: .cache .whl"
 }
 
 device() {
