@@ -47,3 +47,19 @@ def test_taps_refuse_fields_that_do_not_match():
         through_plane_taps(torch.zeros(3, 1, 4, 4), group, 1)
     with pytest.raises(ValueError, match="in_plane"):
         warp_stack_taps(torch.zeros(3, 1, 4, 4), torch.zeros(3, 3, 4, 4), through_plane_taps(torch.zeros(3, 4, 4), group, 1))
+
+
+def test_a_region_of_the_taps_warp_is_that_region_of_the_whole_warp():
+    """``region``: the same values and in-plane gradient as cropping the whole warp (a loss on the heart's box)."""
+    torch.manual_seed(1)
+    group = torch.tensor([0] * 4 + [1] * 3)
+    image = torch.rand(7, 3, 14, 11, dtype=torch.float64)
+    taps = through_plane_taps(0.8 * torch.randn(7, 14, 11, dtype=torch.float64), group, 2, "zeros")
+    in_plane = (2 * torch.randn(7, 2, 14, 11, dtype=torch.float64)).requires_grad_()
+    region = (slice(3, 10), slice(2, 8))
+    whole = warp_stack_taps(image, in_plane, taps)[..., region[0], region[1]]
+    part = warp_stack_taps(image, in_plane, taps, region)
+    assert part.shape == (7, 3, 7, 6) and float((part - whole).abs().max()) < 1e-12
+    (g_whole,) = torch.autograd.grad(whole.square().sum(), in_plane)
+    (g_part,) = torch.autograd.grad(part.square().sum(), in_plane)
+    assert float((g_part - g_whole).abs().max()) < 1e-12 and float(g_part[..., :3, :].abs().max()) == 0.0

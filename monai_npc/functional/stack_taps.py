@@ -14,7 +14,7 @@ the CPU, where 3-D ``grid_sample`` has no vectorised kernel. Same batch layout a
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -52,20 +52,27 @@ def through_plane_taps(through: torch.Tensor, group: torch.Tensor, n_groups: int
     return torch.stack(rows), torch.stack(weights)
 
 
-def warp_stack_taps(image: torch.Tensor, in_plane: torch.Tensor, taps: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+def warp_stack_taps(image: torch.Tensor, in_plane: torch.Tensor, taps: Tuple[torch.Tensor, torch.Tensor],
+                    region: Optional[Tuple[slice, slice]] = None) -> torch.Tensor:
     """``image`` ``(N, C, H, W)`` warped by the 3-D field whose through-plane part gave ``taps``
     (:func:`through_plane_taps`) and whose in-plane part is ``in_plane`` ``(N, 2, H, W)`` (voxels along ``H``, ``W``):
     bilinear, border padding in-plane; equal to :func:`~monai_npc.functional.warp_stack_slices` of the whole field
-    (``mode="bilinear"``), differentiable in ``image`` and ``in_plane``."""
+    (``mode="bilinear"``), differentiable in ``image`` and ``in_plane``. ``region``: ``(rows, columns)`` slices of the
+    output grid to compute (``(N, C, h, w)`` out, the same values as the whole warp there; a loss on part of the grid
+    pays for that part only)."""
     rows, weights = taps
     k, n = rows.shape
     _, c, h, w = image.shape
     if in_plane.shape != (n, 2, h, w) or image.shape[0] != n:
         raise ValueError(f"image (N, C, H, W) and in_plane (N, 2, H, W) must match the taps' N = {n}; got "
                          f"{tuple(image.shape)} and {tuple(in_plane.shape)}.")
+    along_h, along_w = region if region is not None else (slice(None), slice(None))
+    in_plane, weights = in_plane[..., along_h, along_w], weights[..., along_h, along_w]
+    start_h, start_w = along_h.indices(h)[0], along_w.indices(w)[0]
+    out_h, out_w = in_plane.shape[-2:]
     slabs = image[rows.reshape(-1)].reshape(k, n, c, h, w).movedim(0, 1).reshape(n, k * c, h, w)
-    y = torch.arange(h, device=in_plane.device, dtype=in_plane.dtype).view(1, h, 1) + in_plane[:, 0]
-    x = torch.arange(w, device=in_plane.device, dtype=in_plane.dtype).view(1, 1, w) + in_plane[:, 1]
+    y = torch.arange(start_h, start_h + out_h, device=in_plane.device, dtype=in_plane.dtype).view(1, out_h, 1) + in_plane[:, 0]
+    x = torch.arange(start_w, start_w + out_w, device=in_plane.device, dtype=in_plane.dtype).view(1, 1, out_w) + in_plane[:, 1]
     grid = torch.stack([x * (2.0 / max(w - 1, 1)) - 1.0, y * (2.0 / max(h - 1, 1)) - 1.0], -1)
     sampled = F.grid_sample(slabs.to(in_plane.dtype), grid, mode="bilinear", padding_mode="border", align_corners=True)
-    return (sampled.view(n, k, c, h, w) * weights.movedim(0, 1).to(sampled.dtype)).sum(1)
+    return (sampled.view(n, k, c, out_h, out_w) * weights.movedim(0, 1).to(sampled.dtype)).sum(1)

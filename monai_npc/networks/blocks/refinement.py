@@ -282,8 +282,9 @@ class InstanceRefinement(nn.Module):
                 def warp(image: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
                     return warp_stack_slices(image, field, group, 1)
 
-                def carry(label: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
-                    return warp_stack_slices(label, field, group, 1, through_padding="zeros")
+                def carry(label: torch.Tensor, field: torch.Tensor, region: Optional[Tuple[slice, slice]] = None) -> torch.Tensor:
+                    out = warp_stack_slices(label, field, group, 1, through_padding="zeros")
+                    return out if region is None else out[..., region[0], region[1]]
             else:  # channel 0 stays the network's: its trilinear weights once, then 2-D warps (the same values, faster)
                 taps = through_plane_taps(base[:, 0], group, 1)
                 label_taps = through_plane_taps(base[:, 0], group, 1, "zeros")
@@ -291,8 +292,8 @@ class InstanceRefinement(nn.Module):
                 def warp(image: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
                     return warp_stack_taps(image, field[:, 1:], taps)
 
-                def carry(label: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
-                    return warp_stack_taps(label, field[:, 1:], label_taps)
+                def carry(label: torch.Tensor, field: torch.Tensor, region: Optional[Tuple[slice, slice]] = None) -> torch.Tensor:
+                    return warp_stack_taps(label, field[:, 1:], label_taps, region)
 
             def field_of(r: torch.Tensor) -> torch.Tensor:
                 r = upsample(r)
@@ -313,16 +314,17 @@ class InstanceRefinement(nn.Module):
 
     def _label_term(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: torch.Tensor,
                     prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0,
-                    warp: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None) -> Optional[Callable]:
+                    warp: Optional[Callable[..., torch.Tensor]] = None) -> Optional[Callable]:
         """``field -> (B,)`` label-guided cost: intensity models of the moving image under each moving
         label (within the labels dilated by ``label_margin``), scored on the fixed image under the
         labels warped by ``field``, within that region carried by the starting field ``ddf``; plus
         ``prior_weight`` times the prior's cost of those labels (:func:`label_prior_weights`) when a
         ``prior`` of the fixed image is given.
         ``None`` (with a warning) for a label map of more than :data:`MAX_GUIDE_LABELS` values (an
-        atlas parcellation: one warped channel per value and step would dominate the time). ``warp(image, field)``:
-        how labels are carried by a field (``None``: in 2-D, :func:`warp_image` with zero padding; :meth:`refine_stack`
-        gives the 3-D warp of a stack)."""
+        atlas parcellation: one warped channel per value and step would dominate the time). ``warp(image, field,
+        region=None)``: how labels are carried by a field, ``region`` the ``(rows, columns)`` slices of the grid to
+        return (``None``: in 2-D, :func:`warp_image` with zero padding; :meth:`refine_stack` gives the 3-D warp of a
+        stack)."""
         carry = warp or (lambda image, field: warp_image(image, field, "bilinear", "zeros"))
         label = moving_label.detach().round().to(torch.int64)
         values = [0] + sorted(int(v) for v in torch.unique(label).tolist() if int(v) != 0)
@@ -348,7 +350,7 @@ class InstanceRefinement(nn.Module):
         weights = label_intensity_weights(fixed.detach().to(ddf.dtype)[box], region_f[box], means, sds)  # once
         if prior is not None:
             weights = weights + prior_weight * label_prior_weights(prior.to(ddf.dtype)[box], values, region_f[box])
-        if warp is not None:  # the whole grid warped, the box kept
-            return lambda field: (warp(onehot, field)[box] * weights).flatten(1).sum(1)
+        if warp is not None:  # sampled on the box only
+            return lambda field: (warp(onehot, field, box[2:]) * weights).flatten(1).sum(1)
         points = identity_grid(list(ddf.shape[2:]), ddf.device, ddf.dtype).unsqueeze(0)[box]
         return lambda field: (sample_at(onehot, points + field[box], "bilinear", "zeros") * weights).flatten(1).sum(1)
