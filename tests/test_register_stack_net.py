@@ -243,3 +243,35 @@ def test_register_refines_a_stack_network_field_with_the_label_term():
     assert record["refined_3d"] is True and set(record["not_applied"]) == {"flip_ensemble", "basal_rules"}
     assert record["refined_channels"].startswith("in-plane")
     assert guided.summary["label_guidance"] == 0.05 and images.summary["label_guidance"] == 0.0
+
+
+class ReadAbove(ShiftStack):
+    """A test double whose field reads ``dz`` slices through the plane (no in-plane motion)."""
+
+    def __init__(self, dz: float) -> None:
+        super().__init__()
+        self.dz = dz
+
+    def forward(self, stack: torch.Tensor) -> torch.Tensor:
+        return super().forward(stack) * self.dz
+
+
+@pytest.mark.parametrize("dz", [-0.3, -0.7, 1.4])
+def test_the_written_transform_carries_labels_through_the_plane_as_training_scores_them(dz):
+    """The label the written transform carries (ITK, nearest neighbour: the end slice within half a slice of the
+    stack, background beyond) is what the whole-stack training's validation carries (``warp_stack_slices``, nearest,
+    ``through_padding="zeros"``), slice for slice, for a field reading above or below the stack's ends."""
+    moving, fixed = _smooth_stack()
+    label = np.zeros(moving.shape, np.int16)
+    label[:, 20:44, 20:44] = np.arange(1, moving.shape[0] + 1)[:, None, None] % 4 + 1  # slice-specific values
+    reg = register(moving, fixed, model=ReadAbove(dz), spacing=SPACING)
+    moving_label = sitk.GetImageFromArray(label)
+    moving_label.SetSpacing(SPACING[::-1])
+    moving_label.CopyInformation(reg.fixed)
+    written = sitk.GetArrayFromImage(sitk.Resample(moving_label, reg.fixed, reg.transform, sitk.sitkNearestNeighbor, 0))
+    ddf = reg.ddf.permute(1, 0, 2, 3).float()  # (Z, 3, H, W): channel 0 through the plane, in slices
+    group = torch.zeros(moving.shape[0], dtype=torch.int64)
+    scored = warp_stack_slices(torch.from_numpy(label[:, None].astype(np.float32)), ddf, group, 1, "nearest", "zeros")
+    inside = (slice(None), slice(24, 40), slice(24, 40))  # well inside the labelled square and the heart window
+    assert np.array_equal(written[inside], scored[:, 0].numpy().astype(np.int16)[inside])
+    assert (written[inside] == 0).any() == (dz < -0.5 or dz > 0.5)  # past half a slice an end slice is background
