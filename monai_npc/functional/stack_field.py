@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .warp import determinant_from_gradients
 
-__all__ = ["stack_positions", "stack_neighbours", "warp_stack_slices", "compose_stack_fields", "stack_field_gradients",
+__all__ = ["THROUGH_PADDINGS", "stack_positions", "slice_coordinate", "stack_neighbours", "warp_stack_slices", "compose_stack_fields", "stack_field_gradients",
            "stack_jacobian_determinant", "stack_diffusion_per_slice", "stack_smoothness_fold"]
 
 
@@ -31,6 +31,23 @@ def stack_positions(group: torch.Tensor, n_groups: int) -> Tuple[torch.Tensor, t
     first = starts[group]
     position = torch.arange(group.shape[0], device=group.device) - first
     return position, first, counts[group]
+
+
+#: ``through_padding`` values of a stack's warp: its end slices replicated beyond it (images) or zeros there (labels)
+THROUGH_PADDINGS = ("border", "zeros")
+
+
+def slice_coordinate(through: torch.Tensor, position: torch.Tensor, count: torch.Tensor,
+                     through_padding: str = "border") -> torch.Tensor:
+    """``(N, H, W)`` the slice coordinate within its stack that a through-plane displacement ``through`` ``(N, H, W)``
+    (slices) reads from each slice at ``position`` of a stack of ``count`` slices (``(N,)`` each,
+    :func:`stack_positions`): clamped to the stack's slices (``"border"``), or to one slice beyond its ends, where the
+    warp reads zeros (``"zeros"``)."""
+    if through_padding not in THROUGH_PADDINGS:
+        raise ValueError(f"through_padding must be one of {THROUGH_PADDINGS}, got {through_padding!r}.")
+    beyond = 1.0 if through_padding == "zeros" else 0.0
+    first = torch.clamp(position.to(through.dtype).view(-1, 1, 1) + through, min=-beyond)
+    return torch.minimum(first, (count - 1).to(through.dtype).view(-1, 1, 1) + beyond)
 
 
 def stack_neighbours(group: torch.Tensor, n_groups: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -61,8 +78,8 @@ def warp_stack_slices(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tenso
     (never another stack's): ``through_padding="border"`` replicates a stack's first and last slices beyond its ends
     (images), ``"zeros"`` reads zeros one slice beyond them, faded in linearly (labels: nothing is labelled outside
     the stack; with ``mode="nearest"`` exactly what ITK's resampling of a label through the written transform gives:
-    the end slice within half a slice of the stack, background beyond). The batch is sampled as one ``(1, C, D, H, W)`` volume whose depth ``D - 1`` is a power
-    of two, so that an integer slice coordinate stays exact: a zero through-plane component reads the slice itself
+    the end slice within half a slice of the stack, background beyond; :func:`slice_coordinate`). The batch is sampled
+    as one ``(1, C, D, H, W)`` volume whose depth ``D - 1`` is a power of two, so that an integer slice coordinate stays exact: a zero through-plane component reads the slice itself
     only (the result equals :func:`~monai_npc.functional.warp_image` of the in-plane components up to the float
     rounding of grid_sample's 3-D kernel, about 1e-7).
 
@@ -75,10 +92,9 @@ def warp_stack_slices(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tenso
     volume's first row, where grid_sample's border padding would zero the derivative of the batch's first stack only.
     """
     _check_field(image, ddf, group)
-    if through_padding not in ("border", "zeros"):
-        raise ValueError(f"through_padding must be 'border' or 'zeros', got {through_padding!r}.")
     n, _, h, w = image.shape
     position, first, count = stack_positions(group, n_groups)
+    within = slice_coordinate(ddf[:, 0], position, count, through_padding)
     depth = 1 << max(n + n_groups - 1, 1).bit_length()  # D - 1 >= N + n_groups, a power of two
     # volume row of every slice of ``image``, or ``n`` (a zero slice): row 0 and the rows past the last stack's copy
     # are zeros; slice i sits at row 1 + i + group[i]; stack g's last slice is copied into the row after it
@@ -87,13 +103,12 @@ def warp_stack_slices(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tenso
     source = torch.full((depth + 1,), n, dtype=torch.int64, device=group.device)
     source[rows + group + 1] = rows
     stacks = torch.arange(int(n_groups), device=group.device)
-    zeros = through_padding == "zeros"  # the row after each stack a zero one (the row before is the previous stack's)
-    source[last + stacks + 2] = torch.where(last >= 0, last, n) if not zeros else n  # an empty stack's is read by no slice
+    # labels: the row after each stack a zero one (the row before is the previous stack's); an empty stack's is read by
+    # no slice
+    source[last + stacks + 2] = n if through_padding == "zeros" else torch.where(last >= 0, last, n)
     padded = torch.cat([image, image.new_zeros((1,) + tuple(image.shape[1:]))])
     volume = padded[source].movedim(0, 1).unsqueeze(0)
     dtype = ddf.dtype
-    reach = 1.0 if zeros else 0.0  # how far beyond the stack's ends the slice coordinate may go: onto its zero rows
-    within = torch.minimum(torch.clamp(position.to(dtype).view(n, 1, 1) + ddf[:, 0], min=-reach), (count - 1).to(dtype).view(n, 1, 1) + reach)
     z = (first + group + 1).to(dtype).view(n, 1, 1) + within  # the volume row of the stack's first slice + within it
     y = torch.arange(h, device=ddf.device, dtype=dtype).view(1, h, 1) + ddf[:, 1]
     x = torch.arange(w, device=ddf.device, dtype=dtype).view(1, 1, w) + ddf[:, 2]

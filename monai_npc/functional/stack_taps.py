@@ -1,8 +1,8 @@
 """A stack's 3-D warp when its through-plane component is fixed: weighted neighbour slices, sampled in 2-D.
 
 Trilinear sampling of a stack at ``(z + t(x), y + u(x), x + v(x))`` is, through the plane, a weighted sum of the stack's
-slices with the hat weights ``max(0, 1 - |z + t(x) - j|)`` (the slice coordinate clamped to the stack, as
-:func:`~monai_npc.functional.warp_stack_slices` clamps it), and in-plane a bilinear sample of each of those slices at
+slices with the hat weights ``max(0, 1 - |z + t(x) - j|)`` (the slice coordinate clamped as
+:func:`~monai_npc.functional.warp_stack_slices` clamps it, :func:`~monai_npc.functional.stack_field.slice_coordinate`), and in-plane a bilinear sample of each of those slices at
 ``(y + u, x + v)``. When ``t`` does not change (a stack network's through-plane channel, held while the test-time
 refinement moves the in-plane ones: :meth:`~monai_npc.networks.blocks.InstanceRefinement.refine_stack`), the slices and
 weights are computed once (:func:`through_plane_taps`) and every warp is one 2-D ``grid_sample`` of the neighbour slices
@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from .stack_field import stack_positions
+from .stack_field import slice_coordinate, stack_positions
 
 __all__ = ["through_plane_taps", "warp_stack_taps"]
 
@@ -34,13 +34,9 @@ def through_plane_taps(through: torch.Tensor, group: torch.Tensor, n_groups: int
     the stack's ends and 0 beyond."""
     if through.dim() != 3 or group.shape != (through.shape[0],):
         raise ValueError(f"through must be (N, H, W) with group (N,); got {tuple(through.shape)} and {tuple(group.shape)}.")
-    if through_padding not in ("border", "zeros"):
-        raise ValueError(f"through_padding must be 'border' or 'zeros', got {through_padding!r}.")
     position, first, count = stack_positions(group, n_groups)
+    within = slice_coordinate(through.detach(), position, count, through_padding)
     reach = int(math.ceil(float(through.detach().abs().max()))) if through.numel() else 0
-    beyond = 1.0 if through_padding == "zeros" else 0.0  # how far past the ends the coordinate goes (onto zeros)
-    last = (count - 1).view(-1, 1, 1).to(through.dtype) + beyond
-    within = torch.minimum(torch.clamp(position.view(-1, 1, 1).to(through.dtype) + through.detach(), min=-beyond), last)
     rows, weights = [], []
     for offset in range(-reach, reach + 1):
         at = torch.minimum(torch.clamp(position + offset, min=0), count - 1)  # the neighbour's position, clamped
