@@ -142,6 +142,18 @@ def test_augmentation_is_shared_by_a_stack_and_its_two_frames():
     assert bool((changed[0] ^ changed[1]).all())  # exactly one frame of every stack inverted
 
 
+def test_spike_stripes_share_a_frequency_but_each_frame_keeps_its_phase():
+    aug = RandStackAugment(StackAugmentConfig(intensity_prob=1.0, spike_amplitude=(1.5, 1.5)), torch.Generator().manual_seed(2))
+    flat = torch.zeros(4, 2, 32, 32)  # (slices, frames, H, W); two stacks of two slices
+    group = torch.tensor([0, 0, 1, 1])
+    out = aug._spike(flat, group, 2)
+    assert torch.allclose(out[0], out[1]) and not torch.allclose(out[0], out[2])  # one pattern per stack
+    assert float(out.abs().amax()) == pytest.approx(1.5, abs=0.05)  # the amplitude asked for (relative to [0, 1])
+    spectra = torch.fft.fft2(out[0]).abs()
+    assert int(spectra[0].flatten().argmax()) == int(spectra[1].flatten().argmax())  # one frequency
+    assert not torch.allclose(out[0, 0], out[0, 1], atol=0.1)  # but not the same stripes in the two frames
+
+
 def test_loss_decreases_on_a_fixed_batch(pack_file):
     torch.manual_seed(0)
     data = DeviceStacks(load_stack_pack(pack_file), [0, 1], torch.device("cpu"))
