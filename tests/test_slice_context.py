@@ -108,6 +108,9 @@ def test_stacks_in_one_batch_do_not_see_each_other_and_reversing_a_stack_negates
     torch.testing.assert_close(both, torch.cat([first, second]), rtol=0, atol=2e-4)  # float rounding only
     torch.testing.assert_close(reversed_first[:, 0], -first[:, 0], rtol=0, atol=2e-4)
     torch.testing.assert_close(reversed_first[:, 1:], first[:, 1:], rtol=0, atol=2e-4)
+    with torch.no_grad():  # one frame's contrast inverted: the same field, through-plane component included
+        inverted = net.forward_stacks(torch.stack([pair[:, 0], 1.0 - pair[:, 1]], 1), group, 2)
+    torch.testing.assert_close(inverted, both, rtol=0, atol=2e-3)
 
 
 def _split_gradients(fn, sizes, through_plane):

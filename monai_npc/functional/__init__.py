@@ -7,6 +7,7 @@ from .label_fusion import FUSION_MIN_AGREEMENT, fuse_by_slice, slice_agreement
 from .label_warp import indicator_tensor, label_indicators, warp_indicators, warp_indicators_volume, warp_label
 from .filter_pairs import fourier_filter_pairs, pair_responses, patch_norm_statistics, same_padding, unit_normalize_filters
 from .overlap import dice_by_value
+from .polarity import POLARITY_BAND, contrast_polarity, signed
 from .interaction import interaction_features, pair_interaction, pair_residual, polar_features
 from .phase_correlation import phase_correlation, tukey_window
 from .reliability import reliability_map
@@ -37,6 +38,9 @@ __all__ = [
     "patch_norm_statistics",
     "same_padding",
     "unit_normalize_filters",
+    "POLARITY_BAND",
+    "contrast_polarity",
+    "signed",
     "interaction_features",
     "pair_interaction",
     "pair_residual",

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from monai_npc.functional.phase_correlation import phase_correlation
+from monai_npc.functional.polarity import contrast_polarity, signed
 from monai_npc.functional.similarity import global_ncc
 from monai_npc.functional.warp import warp_image
 
@@ -113,6 +114,10 @@ class WarpODE(nn.Module):
         phase_init_max_shift: bound (voxels, per axis) of the start's peak search (:func:`candidate_shifts`):
             a prior on the plausible global misalignment, so that a spurious peak far out cannot be the
             start. ``None`` (default): unbounded (any shift with enough overlap).
+        match_polarity: compare the images with one contrast: where one image's contrast is the other's inverted
+            (:func:`~monai_npc.functional.polarity.contrast_polarity` of the unwarped pair, per batch item), every
+            stage's fixed responses are negated, so the pair gets the field of the uninverted pair (default).
+            ``False``: the interaction as the paper writes it.
 
     ``forward(moving, fixed)`` with ``(B, 1, *S)`` images returns the displacement ``(B, D, *S)``
     (voxels, MONAI ``Warp`` convention). :meth:`integrate` also returns per-step diagnostics.
@@ -128,6 +133,7 @@ class WarpODE(nn.Module):
         phase_init_gains: Sequence[float] = (0.0,),
         phase_init_score_gain: float = 3.0,
         phase_init_max_shift: Optional[float] = None,
+        match_polarity: bool = True,
     ) -> None:
         super().__init__()
         if len(phase_init_gains) == 0:
@@ -144,6 +150,7 @@ class WarpODE(nn.Module):
         if phase_init_max_shift is not None and phase_init_max_shift < 0:
             raise ValueError(f"phase_init_max_shift must be >= 0 or None, got {phase_init_max_shift}.")
         self.phase_init_max_shift = None if phase_init_max_shift is None else float(phase_init_max_shift)
+        self.match_polarity = bool(match_polarity)
 
     def set_steps(self, num_steps: Union[int, Sequence[int]]) -> None:
         """Set ``n_t``: a total split evenly over the stages, or one count per stage (each >= 1).
@@ -178,11 +185,14 @@ class WarpODE(nn.Module):
         step, and ``stage`` (0-d integer tensor).
         """
         ddf = self.initial_field(moving, fixed)
+        polarity = contrast_polarity(moving, fixed) if self.match_polarity else None
         dt = 1.0 / self.num_steps
         diagnostics: List[Dict[str, torch.Tensor]] = []
         step = 0
         for index, stage in enumerate(self.stages):
             fixed_responses, fixed_norm, gamma, gate = stage.prepare(fixed)
+            if polarity is not None:
+                fixed_responses = signed(fixed_responses, polarity)
             threshold: Optional[torch.Tensor] = None
             for _ in range(self.steps_per_stage[index]):
                 if step == 0 and self.phase_init is None:

@@ -98,6 +98,11 @@ class NPCNet(nn.Module):
             grid), i.e. ``n`` times the cost. Only in ``eval()`` mode (a training loop draws the
             transforms itself). Averages the network's noisy local estimates of a model trained with
             these augmentations; 1 (default): the single pass.
+        match_polarity: compare the two images with one contrast (:meth:`~monai_npc.networks.blocks.NPCStage.match_polarity`):
+            where one image's contrast is the other's turned upside down (a sequence with inverted contrast, an
+            intensity window reversed), its filter responses are negated before the interaction, so the field is
+            that of the uninverted pair. Pairs of one contrast are unchanged (default). ``False``: the paper's
+            interaction as written.
     """
 
     def __init__(
@@ -126,6 +131,7 @@ class NPCNet(nn.Module):
         phase_init_score_gain: float = 3.0,
         phase_init_max_shift: Optional[float] = None,
         flip_ensemble: int = 1,
+        match_polarity: bool = True,
     ) -> None:
         super().__init__()
         if spatial_dims not in (2, 3):
@@ -154,7 +160,7 @@ class NPCNet(nn.Module):
             modules.append(NPCStage(spatial_dims=spatial_dims, **kw))
         self.ode = WarpODE(modules, steps, detach_steps=detach_steps, phase_init=phase_init,
                            phase_init_gains=phase_init_gains, phase_init_score_gain=phase_init_score_gain,
-                           phase_init_max_shift=phase_init_max_shift)
+                           phase_init_max_shift=phase_init_max_shift, match_polarity=match_polarity)
         self.spatial_dims = spatial_dims
         #: constructor arguments, enough to rebuild the network (saved with pretrained weights)
         self.config: Dict[str, Any] = dict(
@@ -163,6 +169,7 @@ class NPCNet(nn.Module):
             phase_init_score_gain=float(phase_init_score_gain),
             phase_init_max_shift=None if phase_init_max_shift is None else float(phase_init_max_shift), refine_iterations=int(refine_iterations),
             refine_options=dict(refine_options) if refine_options else None, flip_ensemble=int(flip_ensemble),
+            match_polarity=bool(match_polarity),
         )
         self.flip_codes: List[int] = [0]  # the identity; set_flip_ensemble sets the ensemble
         self.flip_inverse: List[int] = [0]

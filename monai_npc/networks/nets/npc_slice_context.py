@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from monai_npc.functional.polarity import contrast_polarity, signed
 from monai_npc.functional.stack_field import stack_neighbours, warp_stack_slices
 from monai_npc.networks.blocks.npc_stage import NPCStage
 from monai_npc.networks.blocks.refinement import InstanceRefinement
@@ -131,9 +132,12 @@ class SliceContextNPC(nn.Module):
         ode = self.npc.ode
         ddf = moving.new_zeros((moving.shape[0], 3) + tuple(moving.shape[2:]))
         dt = 1.0 / ode.num_steps
+        polarity = contrast_polarity(moving, fixed) if ode.match_polarity else None
         step = 0
         for index, stage in enumerate(ode.stages):
             fixed_responses, fixed_norm, gamma, gate = stage.prepare(fixed)
+            if polarity is not None:
+                fixed_responses = signed(fixed_responses, polarity)
             threshold: Optional[torch.Tensor] = None
             for _ in range(ode.steps_per_stage[index]):
                 warped = moving if step == 0 else warp_stack_slices(moving, ddf.detach() if ode.detach_steps else ddf, group, n_groups)
