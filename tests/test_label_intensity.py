@@ -136,7 +136,7 @@ def test_label_term_on_the_region_box_equals_the_whole_grid():
     gradient as the cost on the whole grid, for a batch whose pairs have their regions in different places."""
     torch.manual_seed(0)
     moving = torch.rand(2, 1, 48, 40)
-    fixed = torch.rand(2, 1, 48, 40)
+    fixed = 0.7 * moving + 0.3 * torch.rand(2, 1, 48, 40)  # one contrast (an inverted one: test below)
     label = torch.zeros(2, 1, 48, 40, dtype=torch.int64)
     label[0, 0, 5:12, 4:10] = 1
     label[0, 0, 8:14, 10:16] = 3
@@ -201,3 +201,20 @@ def test_fixed_image_models_follow_a_structure_whose_brightness_changes():
     assert result[0.0][0] < 0.5 and result[0.5][0] > 0.95 and result[0.5][1] > 0.95  # 0.37 against 0.99
     with pytest.raises(ValueError, match="label_model_mix"):
         InstanceRefinement(label_model_mix=1.5)
+
+
+def test_the_label_term_reads_an_inverted_fixed_image_in_the_moving_contrast():
+    moving, label = _disc(10)
+    fixed, _ = _disc(7)  # the cavity shrank
+    start = torch.zeros(1, 2, 64, 64)
+    field = torch.randn(1, 2, 64, 64)
+    ref = InstanceRefinement(label_margin=5)
+    same = ref._label_term(moving, fixed, start, label)(field)
+    inverted = ref._label_term(moving, 1.2 - fixed, start, label)  # max + min - x: the same range
+    torch.testing.assert_close(inverted(field), same)
+    # what the moving models would say of the inverted image as it is: the wrong labels look likely
+    onehot, region = label_onehot(label, [0, 3]), label_region(label, 5)
+    means, sds = intensity_models(moving, onehot, region)
+    region_f = (warp_image(region, start, "bilinear", "zeros") > 0.5).float()
+    as_is = label_intensity_cost(1.2 - fixed, warp_image(onehot, field, "bilinear", "zeros"), region_f, means, sds)
+    assert float(as_is[0]) > float(same[0]) + 10.0

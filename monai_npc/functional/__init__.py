@@ -7,7 +7,7 @@ from .label_fusion import FUSION_MIN_AGREEMENT, fuse_by_slice, slice_agreement
 from .label_warp import indicator_tensor, label_indicators, warp_indicators, warp_indicators_volume, warp_label
 from .filter_pairs import fourier_filter_pairs, pair_responses, patch_norm_statistics, same_padding, unit_normalize_filters
 from .overlap import dice_by_value
-from .polarity import POLARITY_BAND, contrast_polarity, signed
+from .polarity import POLARITY_BAND, contrast_polarity, matched_contrast, signed
 from .interaction import interaction_features, pair_interaction, pair_residual, polar_features
 from .phase_correlation import phase_correlation, tukey_window
 from .reliability import reliability_map
@@ -40,6 +40,7 @@ __all__ = [
     "unit_normalize_filters",
     "POLARITY_BAND",
     "contrast_polarity",
+    "matched_contrast",
     "signed",
     "interaction_features",
     "pair_interaction",

@@ -12,6 +12,7 @@ from torch import nn
 from monai_npc.functional.area import carried_area_change
 from monai_npc.functional.label_intensity import intensity_models, label_core, label_intensity_weights, label_onehot, label_region
 from monai_npc.functional.label_prior import label_prior_weights
+from monai_npc.functional.polarity import matched_contrast
 from monai_npc.functional.similarity import local_ncc, local_target_stats
 from monai_npc.functional.stack_field import stack_smoothness_fold, warp_stack_slices
 from monai_npc.functional.stack_taps import through_plane_taps, warp_stack_taps
@@ -334,6 +335,8 @@ class InstanceRefinement(nn.Module):
             return None
         onehot = label_onehot(label, values).to(ddf.dtype)
         region_m = label_region(label, self.label_margin).to(ddf.dtype)
+        # the moving image's intensity models hold for the fixed image in the moving one's contrast
+        fixed = matched_contrast(fixed.detach(), moving.detach())
         means, sds = intensity_models(moving.detach().to(ddf.dtype), onehot, region_m)
         region_f = (carry(region_m, ddf.detach()) > 0.5).to(ddf.dtype)
         if self.label_model_mix > 0:  # the fixed image's own statistics under the carried labels' insides
