@@ -312,12 +312,15 @@ def test_the_shipped_prior_gives_monais_outputs_without_importing_monai():
     assert out.stdout.strip() == "[]"
 
 
-def test_the_prior_stands_aside_when_it_cannot_read_the_fixed_image(prior_always_acts):
+def test_the_prior_stands_aside_when_it_cannot_read_the_fixed_image(prior_always_acts, monkeypatch):
     """The fixed frame's contrast inverted (another sequence, say): the prior still agrees with the moving label on the
-    moving image, but its segmentation of the fixed image does not overlap the moving label (mean Dice below
-    PRIOR_MIN_FIXED_AGREEMENT before registration), so it stands aside: a warning naming the number, the summary says
-    why, and the field is the prior-free one. On the original fixed frame it acts, with its overlap recorded."""
+    moving image, but the fixed image is unlike its training data. The contrast check drops it first (the frames'
+    contrasts are opposite); without that check, its segmentation of the fixed image does not overlap the moving
+    label (mean Dice below PRIOR_MIN_FIXED_AGREEMENT before registration). Either way it stands aside: a warning
+    naming why, the summary says why, and the field is the prior-free one. On the original fixed frame it acts, with
+    its overlap recorded."""
     import monai_npc
+    import monai_npc.apps.registration.label_prior as label_prior
     from monai_npc.apps.registration.label_prior import PRIOR_MIN_AGREEMENT, PRIOR_MIN_FIXED_AGREEMENT
     from monai_npc.data.phantom_cine import cardiac_cine
 
@@ -327,13 +330,20 @@ def test_the_prior_stands_aside_when_it_cannot_read_the_fixed_image(prior_always
     plain = monai_npc.register(ed, es, moving_label=lab, **kw).summary["label_prior"]
     assert plain["weight"] == 8.0 and plain["fixed_agreement"] >= PRIOR_MIN_FIXED_AGREEMENT
     inverted = es.max() - es
+    without = monai_npc.register(ed, inverted, moving_label=lab, label_prior=0.0, **kw).ddf
+    with pytest.warns(RuntimeWarning, match=r"label prior acdc_heart not used .*contrast is the moving one's turned upside down"):
+        reg = monai_npc.register(ed, inverted, moving_label=lab, **kw)
+    summary = reg.summary["label_prior"]
+    assert summary["weight"] == 0.0 and summary["agreement"] >= PRIOR_MIN_AGREEMENT and summary["fixed_agreement"] is None
+    torch.testing.assert_close(reg.ddf, without)
+    monkeypatch.setattr(label_prior, "contrast_polarity", lambda m, f: torch.ones(m.shape[0]))
     with pytest.warns(RuntimeWarning, match=r"label prior acdc_heart not used .*fixed image does not overlap the moving label \(mean Dice 0\.\d\d"):
         reg = monai_npc.register(ed, inverted, moving_label=lab, **kw)
     summary = reg.summary["label_prior"]
     assert summary["weight"] == 0.0 and summary["agreement"] >= PRIOR_MIN_AGREEMENT
     assert summary["fixed_agreement"] < PRIOR_MIN_FIXED_AGREEMENT and "fixed image" in summary["dropped"]
     assert any("fixed image" in w for w in reg.summary["warnings"])
-    torch.testing.assert_close(reg.ddf, monai_npc.register(ed, inverted, moving_label=lab, label_prior=0.0, **kw).ddf)
+    torch.testing.assert_close(reg.ddf, without)
 
 
 def test_the_prior_stands_aside_where_the_transform_already_agrees_with_it():

@@ -25,12 +25,20 @@ def contrast_polarity(moving: torch.Tensor, fixed: torch.Tensor, band: float = P
 
     The sign of the real part of the cross-power spectrum of ``moving`` and ``fixed`` ``(B, 1, *S)`` summed over
     the frequencies ``0 < |k| < band`` (cycles per voxel): the correlation of the two images low-passed, their means
-    removed; ``+1`` where it is 0 (e.g. flat images). No gradient.
+    removed, over the voxels where either is not 0 (0 in both: outside the images); ``+1`` where it is 0 (e.g. flat
+    images). No gradient.
     """
     if moving.shape != fixed.shape:
         raise ValueError(f"contrast_polarity needs two images of one shape, got {list(moving.shape)} and {list(fixed.shape)}.")
     dims: List[int] = list(range(2, moving.dim()))
-    cross = torch.fft.fftn(moving.detach().float(), dim=dims) * torch.fft.fftn(fixed.detach().float(), dim=dims).conj()
+    m, f = moving.detach().float(), fixed.detach().float()
+    # voxels that are 0 in both images hold no data (outside the images: a grid's padding); the rest, each image's
+    # mean removed there, so that a shared border with the padding does not vote
+    valid = ((m != 0) | (f != 0)).float()
+    count = valid.sum(dims, keepdim=True).clamp(min=1.0)
+    m = (m - (m * valid).sum(dims, keepdim=True) / count) * valid
+    f = (f - (f * valid).sum(dims, keepdim=True) / count) * valid
+    cross = torch.fft.fftn(m, dim=dims) * torch.fft.fftn(f, dim=dims).conj()
     freqs = [torch.fft.fftfreq(moving.shape[d], device=moving.device) for d in dims]
     radius = torch.stack(torch.meshgrid(freqs, indexing="ij")).pow(2).sum(0).sqrt()
     votes = ((radius > 0) & (radius < band)).to(cross.real.dtype)

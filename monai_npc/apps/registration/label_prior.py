@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from monai_npc.functional import dice_by_value, warp_image
+from monai_npc.functional import contrast_polarity, dice_by_value, warp_image
 from monai_npc.functional.stack_field import warp_stack_slices
 
 __all__ = ["PRIOR_CHECK_SLICES", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "PRIOR_MIN_FIXED_AGREEMENT", "PRIOR_MIN_GAP",
@@ -64,7 +64,8 @@ def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tenso
     U-Net pass). The fixed slices are segmented where the moving label has something (the term's
     region is the label's); elsewhere the probabilities are uniform. Their segmentation must overlap the moving
     label there (:data:`PRIOR_MIN_FIXED_AGREEMENT`): a fixed image unlike the prior's training data is segmented
-    wrongly even when the moving one is not. ``(None, None, None, None)``: no labelled slice, nothing for the prior to
+    wrongly even when the moving one is not; a fixed image whose contrast is the moving one's inverted
+    (:func:`~monai_npc.functional.polarity.contrast_polarity` on most labelled slices) is not segmented at all. ``(None, None, None, None)``: no labelled slice, nothing for the prior to
     steer; otherwise ``why not`` says why it does not act.
     """
     n, _, h, w = moving.shape
@@ -86,6 +87,9 @@ def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tenso
         return None, agreement, None, (f"its segmentation of the moving image does not match the moving label (mean Dice {agreement:.2f} "
                                  f"over the values 1-{known}, at least {PRIOR_MIN_AGREEMENT} needed): the label's values may "
                                  f"follow another convention than the prior's ({_named_values(label_prior)}) or show other anatomy")
+    if float(contrast_polarity(moving[labelled], fixed[labelled]).mean()) < 0:
+        return None, agreement, None, ("the fixed image's contrast is the moving one's turned upside down (on most of the labelled "
+                                 "slices): it is unlike the images the prior was trained on")
     seen = label_prior.predict(fixed[labelled]).to(moving.device)
     # then on the fixed slices: the two frames show one heart, so the prior's view of the fixed image must overlap the
     # moving label where it lies (before any registration); a fixed image unlike the prior's training data (another
