@@ -65,8 +65,9 @@ def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tenso
     region is the label's); elsewhere the probabilities are uniform. Their segmentation must overlap the moving
     label there (:data:`PRIOR_MIN_FIXED_AGREEMENT`): a fixed image unlike the prior's training data is segmented
     wrongly even when the moving one is not; a fixed image whose contrast is the moving one's inverted
-    (:func:`~monai_npc.functional.polarity.contrast_polarity` on most labelled slices) is not segmented at all. ``(None, None, None, None)``: no labelled slice, nothing for the prior to
-    steer; otherwise ``why not`` says why it does not act.
+    (:func:`~monai_npc.functional.polarity.contrast_polarity` on most labelled slices) is not segmented at all.
+    ``(None, None, None, None)``: no labelled slice, nothing for the prior to steer; otherwise ``why not`` says why
+    it does not act.
     """
     n, _, h, w = moving.shape
     area = (label > 0).flatten(1).sum(1).cpu().numpy()

@@ -24,8 +24,9 @@ import numpy as np
 import torch
 
 from monai_npc.functional.intensity import robust_unit
+from monai_npc.functional.polarity import contrast_polarity
 
-__all__ = ["gaussian_smooth", "intensity_sign", "motion_map", "motion_centre"]
+__all__ = ["gaussian_smooth", "motion_map", "motion_centre"]
 
 #: Gaussian smoothing of the frame difference (mm): about the size of a ventricle
 SMOOTHING_MM = 20.0
@@ -64,21 +65,10 @@ def gaussian_smooth(image: np.ndarray, sigma: Sequence[float]) -> np.ndarray:
     return out.numpy()
 
 
-def intensity_sign(moving: np.ndarray, fixed: np.ndarray, valid: np.ndarray) -> float:
-    """``+1`` where the two frames' intensities rise together over the ``valid`` voxels (same contrast: the
-    correlation of the two stacks is positive), ``-1`` where one is the other's contrast inverted (negative
-    correlation); ``+1`` when there is nothing to correlate. Two frames of one cine correlate strongly (the heart's
-    motion changes a small part of the field of view), so the sign is clear (docs/design_notes.md)."""
-    a, b = moving[valid].astype(np.float64), fixed[valid].astype(np.float64)
-    if a.size < 2:
-        return 1.0
-    a, b = a - a.mean(), b - b.mean()
-    return -1.0 if float((a * b).sum()) < 0.0 else 1.0
-
-
 def motion_map(moving: np.ndarray, fixed: np.ndarray, spacing: Sequence[float], smoothing_mm: float = SMOOTHING_MM) -> np.ndarray:
     """``(H, W)`` map of how much the two stacks differ, smoothed and summed over slices. Frames of opposite
-    contrast (:func:`intensity_sign` negative: one inverted, another sequence) are compared with the fixed frame's
+    contrast (:func:`~monai_npc.functional.polarity.contrast_polarity` of the stacks negative: one inverted, another
+    sequence) are compared with the fixed frame's
     intensities turned upside down, so that static anatomy still cancels.
 
     Args:
@@ -90,7 +80,8 @@ def motion_map(moving: np.ndarray, fixed: np.ndarray, spacing: Sequence[float], 
         raise ValueError(f"motion_map needs two (Z, H, W) stacks of one shape, got {moving.shape} and {fixed.shape}.")
     both = np.isfinite(moving) & np.isfinite(fixed)
     m, f = robust_unit(moving), robust_unit(fixed)
-    if intensity_sign(m, f, both) < 0:
+    stacks = [torch.from_numpy(np.where(both, a, 0.0).astype(np.float32))[None, None] for a in (m, f)]
+    if float(contrast_polarity(*stacks)) < 0:
         f = 1.0 - f  # the fixed frame's contrast is the moving one's upside down: compare like with like
     diff = np.where(both, np.abs(m - f), 0.0)
     sigma = [smoothing_mm / max(float(s), 1e-6) for s in spacing]

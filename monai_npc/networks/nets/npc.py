@@ -98,10 +98,10 @@ class NPCNet(nn.Module):
             grid), i.e. ``n`` times the cost. Only in ``eval()`` mode (a training loop draws the
             transforms itself). Averages the network's noisy local estimates of a model trained with
             these augmentations; 1 (default): the single pass.
-        match_polarity: compare the two images with one contrast (:meth:`~monai_npc.networks.blocks.NPCStage.match_polarity`):
-            where one image's contrast is the other's turned upside down (a sequence with inverted contrast, an
-            intensity window reversed), its filter responses are negated before the interaction, so the field is
-            that of the uninverted pair. Pairs of one contrast are unchanged (default). ``False``: the paper's
+        match_polarity: compare the two images with one contrast: where one image's contrast is the other's turned
+            upside down (a sequence with inverted contrast, an intensity window reversed;
+            :func:`~monai_npc.functional.polarity.contrast_polarity`), the fixed filter responses are negated before
+            the interaction, so the field is that of the uninverted pair. Pairs of one contrast are unchanged (default). ``False``: the paper's
             interaction as written.
     """
 
