@@ -71,6 +71,24 @@ def test_motion_centre_holds_when_one_frame_is_contrast_inverted():
     assert motion_centre(ed, inverted, (1.5, 1.5)) == pytest.approx(motion_centre(ed, es, (1.5, 1.5)), abs=0.5)
 
 
+def test_register_carries_a_label_as_well_onto_a_contrast_inverted_fixed_frame():
+    """End to end (window, network, refinement; the grid mostly padding): the inverted fixed frame gets the label
+    about as well as the original one (0.958 / 0.957 measured; 0.65 without the contrast vote, no registration 0.48)."""
+    import monai_npc
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=1)
+    ed, es, lab, es_lab = c["image"][0], c["image"][2], c["label"][0], c["label"][2]
+
+    def dice(fixed):
+        reg = monai_npc.register(ed, fixed, moving_label=lab, label_guidance=0, label_prior=0, spacing=c["spacing"], threads=1)
+        carried = sitk.GetArrayFromImage(reg.warped_label)
+        return float(np.mean([2 * ((carried == v) & (es_lab == v)).sum() / ((carried == v).sum() + (es_lab == v).sum()) for v in (1, 2, 3)]))
+
+    plain, inverted = dice(es), dice((es.max() - es).astype(np.float32))
+    assert plain > 0.9 and abs(inverted - plain) < 0.02, (plain, inverted)
+
+
 def test_taper_window_is_one_inside_zero_at_the_edge_and_gentle():
     w = taper_window((64, 48), 12)
     assert w.shape == (64, 48)
