@@ -80,12 +80,13 @@ def test_register_carries_a_label_as_well_onto_a_contrast_inverted_fixed_frame()
     c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=1)
     ed, es, lab, es_lab = c["image"][0], c["image"][2], c["label"][0], c["label"][2]
 
-    def dice(fixed):
+    def dice(fixed, opposite):
         reg = monai_npc.register(ed, fixed, moving_label=lab, label_guidance=0, label_prior=0, spacing=c["spacing"], threads=1)
+        assert reg.summary["opposite_contrast_slices"] == opposite  # the summary says what was matched
         carried = sitk.GetArrayFromImage(reg.warped_label)
         return float(np.mean([2 * ((carried == v) & (es_lab == v)).sum() / ((carried == v).sum() + (es_lab == v).sum()) for v in (1, 2, 3)]))
 
-    plain, inverted = dice(es), dice((es.max() - es).astype(np.float32))
+    plain, inverted = dice(es, []), dice((es.max() - es).astype(np.float32), [0])
     assert plain > 0.9 and abs(inverted - plain) < 0.02, (plain, inverted)
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import SimpleITK as sitk
+import torch
 
-from monai_npc.functional import dice_by_value
+from monai_npc.functional import contrast_polarity, dice_by_value
 
 from .inputs import Inputs
 from .settings import RegisterSettings
@@ -15,7 +16,7 @@ from .settings import RegisterSettings
 if TYPE_CHECKING:
     from .result import Registration
 
-__all__ = ["registration_summary", "label_dice"]
+__all__ = ["registration_summary", "label_dice", "opposite_contrast_slices"]
 
 #: how the written transform maps points (``summary["convention"]``)
 CONVENTION = ("transform.h5 and displacement.nii.gz: displacement u(p) in LPS mm on the fixed grid, "
@@ -52,6 +53,15 @@ def _grid(image: sitk.Image, with_direction: bool = True) -> Dict[str, Any]:
     return out
 
 
+def opposite_contrast_slices(moving: np.ndarray, fixed: np.ndarray) -> List[int]:
+    """Slices of the model grid's ``(Z, h, w)`` inputs whose contrasts are opposite
+    (:func:`~monai_npc.functional.polarity.contrast_polarity`): an NPC network compared those with the fixed one's
+    responses negated (``match_polarity``), its label term read the fixed image upside down."""
+    votes = contrast_polarity(torch.from_numpy(np.ascontiguousarray(moving, np.float32))[:, None],
+                              torch.from_numpy(np.ascontiguousarray(fixed, np.float32))[:, None])
+    return np.flatnonzero(votes.numpy() < 0).tolist()
+
+
 def registration_summary(run: Any, inputs: Inputs, settings: RegisterSettings, name: str, reg: "Registration") -> Dict[str, Any]:
     """What ``summary.json`` says of one registration (``run``: the api's record of the pipeline's result, the label
     terms that acted and the warnings). The field's statistics (folding, Jacobian range, displacement) are ``reg``'s,
@@ -80,6 +90,7 @@ def registration_summary(run: Any, inputs: Inputs, settings: RegisterSettings, n
     summary.update(reg.field_summary())
     summary.update(
         identity_slices=np.flatnonzero(result.still).tolist(),
+        opposite_contrast_slices=opposite_contrast_slices(result.moving_model, result.fixed_model),
         warnings=run.notes,
         seconds_network=result.seconds_network,
         label_guidance=run.guidance,
