@@ -84,4 +84,3 @@ def interaction_features(
     inv = torch.reciprocal(mag)
     diff = nb - na
     return torch.stack([z0 * inv, z1 * inv, mag], pair_dim), diff * diff * inv
-

@@ -57,5 +57,5 @@ def matched_contrast(image: torch.Tensor, reference: torch.Tensor, band: float =
     the others as they are."""
     dims = list(range(1, image.dim()))
     flipped = image.amin(dims, keepdim=True) + image.amax(dims, keepdim=True) - image
-    inverted = signed(torch.ones_like(image[:, :1]), contrast_polarity(reference, image, band)) < 0
+    inverted = (contrast_polarity(reference, image, band) < 0).view((-1,) + (1,) * (image.dim() - 1))
     return torch.where(inverted, flipped, image)

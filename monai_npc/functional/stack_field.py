@@ -17,8 +17,9 @@ import torch.nn.functional as F
 
 from .warp import determinant_from_gradients
 
-__all__ = ["THROUGH_PADDINGS", "stack_positions", "slice_coordinate", "stack_neighbours", "warp_stack_slices", "compose_stack_fields", "stack_field_gradients",
-           "stack_jacobian_determinant", "stack_diffusion_per_slice", "stack_smoothness_fold"]
+__all__ = ["THROUGH_PADDINGS", "stack_positions", "slice_coordinate", "stack_neighbours", "warp_stack_slices",
+           "compose_stack_fields", "stack_field_gradients", "stack_jacobian_determinant", "stack_diffusion_per_slice",
+           "stack_smoothness_fold"]
 
 
 def stack_positions(group: torch.Tensor, n_groups: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -79,8 +80,8 @@ def warp_stack_slices(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tenso
     (images), ``"zeros"`` reads zeros one slice beyond them, faded in linearly (labels: nothing is labelled outside
     the stack; with ``mode="nearest"`` exactly what ITK's resampling of a label through the written transform gives:
     the end slice within half a slice of the stack, background beyond; :func:`slice_coordinate`). The batch is sampled
-    as one ``(1, C, D, H, W)`` volume whose depth ``D - 1`` is a power of two, so that an integer slice coordinate stays exact: a zero through-plane component reads the slice itself
-    only (the result equals :func:`~monai_npc.functional.warp_image` of the in-plane components up to the float
+    as one ``(1, C, D, H, W)`` volume whose depth ``D - 1`` is a power of two, so that an integer slice coordinate
+    stays exact: a zero through-plane component reads the slice itself only (the result equals :func:`~monai_npc.functional.warp_image` of the in-plane components up to the float
     rounding of grid_sample's 3-D kernel, about 1e-7).
 
     The value and the gradient of a stack's slices depend on that stack only, whichever stacks share the batch: in

@@ -2,7 +2,8 @@
 
 Trilinear sampling of a stack at ``(z + t(x), y + u(x), x + v(x))`` is, through the plane, a weighted sum of the stack's
 slices with the hat weights ``max(0, 1 - |z + t(x) - j|)`` (the slice coordinate clamped as
-:func:`~monai_npc.functional.warp_stack_slices` clamps it, :func:`~monai_npc.functional.stack_field.slice_coordinate`), and in-plane a bilinear sample of each of those slices at
+:func:`~monai_npc.functional.warp_stack_slices` clamps it, :func:`~monai_npc.functional.stack_field.slice_coordinate`),
+and in-plane a bilinear sample of each of those slices at
 ``(y + u, x + v)``. When ``t`` does not change (a stack network's through-plane channel, held while the test-time
 refinement moves the in-plane ones: :meth:`~monai_npc.networks.blocks.InstanceRefinement.refine_stack`), the slices and
 weights are computed once (:func:`through_plane_taps`) and every warp is one 2-D ``grid_sample`` of the neighbour slices

@@ -68,8 +68,7 @@ def gaussian_smooth(image: np.ndarray, sigma: Sequence[float]) -> np.ndarray:
 def motion_map(moving: np.ndarray, fixed: np.ndarray, spacing: Sequence[float], smoothing_mm: float = SMOOTHING_MM) -> np.ndarray:
     """``(H, W)`` map of how much the two stacks differ, smoothed and summed over slices. Frames of opposite
     contrast (:func:`~monai_npc.functional.polarity.contrast_polarity` of the stacks negative: one inverted, another
-    sequence) are compared with the fixed frame's
-    intensities turned upside down, so that static anatomy still cancels.
+    sequence) are compared with the fixed frame's intensities turned upside down, so that static anatomy still cancels.
 
     Args:
         moving, fixed: ``(Z, H, W)`` stacks on one grid (NaN outside an image counts as no change).

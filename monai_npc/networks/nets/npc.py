@@ -101,8 +101,8 @@ class NPCNet(nn.Module):
         match_polarity: compare the two images with one contrast: where one image's contrast is the other's turned
             upside down (a sequence with inverted contrast, an intensity window reversed;
             :func:`~monai_npc.functional.polarity.contrast_polarity`), the fixed filter responses are negated before
-            the interaction, so the field is that of the uninverted pair. Pairs of one contrast are unchanged (default). ``False``: the paper's
-            interaction as written.
+            the interaction, so the field is that of the uninverted pair. Pairs of one contrast are unchanged
+            (default). ``False``: the paper's interaction as written.
     """
 
     def __init__(
