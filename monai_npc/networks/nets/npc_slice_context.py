@@ -129,6 +129,8 @@ class SliceContextNPC(nn.Module):
         moving, fixed = pair[:, 0:1], pair[:, 1:2]
         previous, following = stack_neighbours(group, n_groups)
         size = list(moving.shape[2:])
+        # WarpODE.integrate's Euler loop with a 3-D warp and the heads' velocity: it stays its own loop because
+        # NPCNet (hence WarpODE) must remain TorchScript-scriptable, which rules out passing the step in as a callable
         ode = self.npc.ode
         ddf = moving.new_zeros((moving.shape[0], 3) + tuple(moving.shape[2:]))
         dt = 1.0 / ode.num_steps
