@@ -9,6 +9,8 @@ terms on the 3-D field, ``--label-weight`` times the soft 3-D Dice of RV / Myo /
 ``--steps`` Adam steps fit, per voxel:
 
 - ``through``: only a through-plane component (slices; the in-plane field kept);
+- ``slice-shift``: only a through-plane shift per slice (one value for all of a slice's voxels: what a head that
+  predicts one number per slice could give);
 - ``in-plane``: only a correction of the in-plane field (no through-plane part);
 - ``both``: the two together.
 
@@ -41,7 +43,7 @@ from monai_npc.engines.stack_training import build_network, predict, StackTraini
 from monai_npc.losses.label import one_hot_labels  # noqa: E402
 from monai_npc.losses.stack import StackRegistrationLoss, group_overlap  # noqa: E402
 
-FITS = ("through", "in-plane", "both")
+FITS = ("through", "slice-shift", "in-plane", "both")
 LABELS = (1, 2, 3)
 
 
@@ -55,16 +57,17 @@ def stack_dice(batch: StackBatch, ddf: torch.Tensor) -> torch.Tensor:
 
 def fit(batch: StackBatch, in_plane: torch.Tensor, loss: StackRegistrationLoss, which: str, steps: int, lr: float) -> torch.Tensor:
     """The 3-D field ``(N, 3, H, W)`` of one fit (:data:`FITS`) started from the network's ``in_plane`` field."""
-    through = torch.zeros_like(in_plane[:, :1], requires_grad=which != "in-plane")
-    correction = torch.zeros_like(in_plane, requires_grad=which != "through")
+    per_slice = which == "slice-shift"
+    through = torch.zeros_like(in_plane[:, :1, :1, :1] if per_slice else in_plane[:, :1], requires_grad=which != "in-plane")
+    correction = torch.zeros_like(in_plane, requires_grad=which == "in-plane" or which == "both")
     optimiser = torch.optim.Adam([p for p in (through, correction) if p.requires_grad], lr=lr)
     for _ in range(steps):
-        ddf = torch.cat([through, in_plane + correction], 1)
+        ddf = torch.cat([through.expand_as(in_plane[:, :1]), in_plane + correction], 1)
         terms = loss(batch.moving, batch.fixed, batch.moving_label, batch.fixed_label, ddf, batch.group, batch.n_groups)
         optimiser.zero_grad()
         terms["loss"].backward()
         optimiser.step()
-    return torch.cat([through, in_plane + correction], 1).detach()
+    return torch.cat([through.expand_as(in_plane[:, :1]), in_plane + correction], 1).detach()
 
 
 def base_profile(batch: StackBatch, ddf: torch.Tensor, group: int, ed_label: np.ndarray) -> List[float]:
@@ -112,7 +115,7 @@ def main(argv=None) -> Dict[str, object]:
             record = {"patient": val.names[stack], "direction": "ED->ES" if g < n else "ES->ED",
                       **{k: float(d[g].nanmean()) for k, d in dice.items()},
                       **{f"{k}_structures": d[g].tolist() for k, d in dice.items()},
-                      **{f"{k}_from_base": base_profile(batch, fields[k], g, ed_label) for k in ("through", "both")}}
+                      **{f"{k}_from_base": base_profile(batch, fields[k], g, ed_label) for k in ("through", "slice-shift", "both")}}
             records.append(record)
             print(f"{record['patient']} {record['direction']}: " + ", ".join(f"{k} {record[k]:.3f}" for k in fields)
                   + " | through-plane from the base (both): " + " ".join(f"{v:+.2f}" for v in record["both_from_base"][:4]), flush=True)

@@ -35,6 +35,7 @@ def test_only_the_through_plane_fit_recovers_a_one_slice_shift():
     identity = float(oracle.stack_dice(batch, torch.zeros(6, 3, 32, 32)).nanmean())
     through = oracle.fit(batch, start, loss, "through", 60, 0.05)
     in_plane = oracle.fit(batch, start, loss, "in-plane", 60, 0.05)
+    shift = oracle.fit(batch, start, loss, "slice-shift", 60, 0.05)
     d_through = float(oracle.stack_dice(batch, through).nanmean())
     d_in_plane = float(oracle.stack_dice(batch, in_plane).nanmean())
     assert d_through > identity + 0.1 and d_through > d_in_plane + 0.1, (identity, d_through, d_in_plane)
@@ -42,3 +43,6 @@ def test_only_the_through_plane_fit_recovers_a_one_slice_shift():
     # fixed slice z shows moving slice z - 1: the fit reads towards slice 0 where the disc is
     labelled = batch.fixed_label[:, 0] > 0
     assert float(through[:, 0][labelled].mean()) < -0.3
+    # one value per slice: the same shift here (the disc fills each labelled slice's centre alike)
+    assert float(shift[:, 1:].abs().max()) == 0.0 and bool((shift[:, 0] == shift[:, 0, :1, :1]).all())
+    assert float(oracle.stack_dice(batch, shift).nanmean()) > d_in_plane + 0.1
