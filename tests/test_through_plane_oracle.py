@@ -43,6 +43,6 @@ def test_only_the_through_plane_fit_recovers_a_one_slice_shift():
     # fixed slice z shows moving slice z - 1: the fit reads towards slice 0 where the disc is
     labelled = batch.fixed_label[:, 0] > 0
     assert float(through[:, 0][labelled].mean()) < -0.3
-    # one value per slice: the same shift here (the disc fills each labelled slice's centre alike)
+    # one value per slice, the same for all of its voxels
     assert float(shift[:, 1:].abs().max()) == 0.0 and bool((shift[:, 0] == shift[:, 0, :1, :1]).all())
     assert float(oracle.stack_dice(batch, shift).nanmean()) > d_in_plane + 0.1
