@@ -3,15 +3,16 @@
     OMP_NUM_THREADS=1 python benchmarks/through_plane_oracle.py --pack .cache/acdc70_stacks.npz --out runs/through_plane_oracle
 
 For each validation stack of the pack (both directions, images min-maxed per slice as the trainer validates them), the
-network's in-plane field (``--model``, default ``acdc``, as the trainer runs it: no test-time refinement) is the start;
+network's field (``--model``, default ``acdc``, as the trainer runs it: no test-time refinement; a 2-D NPC's in-plane
+field, or a stack network's 3-D field, e.g. a slice-context state the GPU trained) is the start;
 then, with :class:`~monai_npc.losses.StackRegistrationLoss` (the trainer's loss: LNCC, diffusion, fold and log-Jacobian
 terms on the 3-D field, ``--label-weight`` times the soft 3-D Dice of RV / Myo / LV against the **fixed label**),
 ``--steps`` Adam steps fit, per voxel:
 
-- ``through``: only a through-plane component (slices; the in-plane field kept);
+- ``through``: only a through-plane component (slices, added to the start's; the in-plane field kept);
 - ``slice-shift``: only a through-plane shift per slice (one value for all of a slice's voxels: what a head that
   predicts one number per slice could give);
-- ``in-plane``: only a correction of the in-plane field (no through-plane part);
+- ``in-plane``: only a correction of the in-plane field (the start's through-plane component kept: 0 for a 2-D NPC);
 - ``both``: the two together.
 
 Each is scored as the trainer's validation scores a network (the moving label carried by nearest-neighbour sampling,
@@ -19,7 +20,8 @@ background beyond the stack's ends, mean 3-D Dice over the structures present). 
 are not registrations: they bound what the loss rewards each channel for, i.e. what a network trained with it can gain
 by learning that channel. Also printed: the fitted through-plane component, mean over the voxels labelled in either
 frame, per slice counted from the base (:func:`~monai_npc.cardiac.through_plane.base_end` of the ED label; negative
-reads towards the base). Writes ``results.md`` and ``results.json`` into ``--out``.
+reads towards the base), and the network's own (0 for a 2-D NPC): for a trained stack network, how far it learned what
+the fits ask for. Writes ``results.md`` and ``results.json`` into ``--out``.
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ sys.path.insert(0, str(ROOT))
 from monai_npc.cardiac.through_plane import base_end  # noqa: E402
 from monai_npc.data.stack_pack import load_stack_pack  # noqa: E402
 from monai_npc.engines.stack_data import DeviceStacks, StackBatch  # noqa: E402
-from monai_npc.engines.stack_training import build_network, predict, StackTrainingConfig, warp_batch  # noqa: E402
+from monai_npc.engines.stack_training import predict, warp_batch  # noqa: E402
 from monai_npc.losses.label import one_hot_labels  # noqa: E402
 from monai_npc.losses.stack import StackRegistrationLoss, group_overlap  # noqa: E402
+from monai_npc.networks.nets import load_pretrained  # noqa: E402
 
 FITS = ("through", "slice-shift", "in-plane", "both")
 LABELS = (1, 2, 3)
@@ -55,19 +58,26 @@ def stack_dice(batch: StackBatch, ddf: torch.Tensor) -> torch.Tensor:
     return torch.where(pred + target > 0, 2 * inter / (pred + target).clamp(min=1), torch.nan)
 
 
-def fit(batch: StackBatch, in_plane: torch.Tensor, loss: StackRegistrationLoss, which: str, steps: int, lr: float) -> torch.Tensor:
-    """The 3-D field ``(N, 3, H, W)`` of one fit (:data:`FITS`) started from the network's ``in_plane`` field."""
+def fit(batch: StackBatch, start: torch.Tensor, loss: StackRegistrationLoss, which: str, steps: int, lr: float) -> torch.Tensor:
+    """The 3-D field ``(N, 3, H, W)`` of one fit (:data:`FITS`) started from the network's field ``start``: in-plane
+    ``(N, 2, H, W)`` (a 2-D NPC; through-plane 0) or 3-D ``(N, 3, H, W)`` (a stack network; its through-plane channel
+    is the start of the through-plane fits and is kept by the in-plane one)."""
+    in_plane = start[:, -2:]
+    through_start = start[:, :1] if start.shape[1] == 3 else torch.zeros_like(start[:, :1])
     per_slice = which == "slice-shift"
-    through = torch.zeros_like(in_plane[:, :1, :1, :1] if per_slice else in_plane[:, :1], requires_grad=which != "in-plane")
+    through = torch.zeros_like(start[:, :1, :1, :1] if per_slice else start[:, :1], requires_grad=which != "in-plane")
     correction = torch.zeros_like(in_plane, requires_grad=which == "in-plane" or which == "both")
     optimiser = torch.optim.Adam([p for p in (through, correction) if p.requires_grad], lr=lr)
+
+    def field() -> torch.Tensor:
+        return torch.cat([through_start + through.expand_as(through_start), in_plane + correction], 1)
+
     for _ in range(steps):
-        ddf = torch.cat([through.expand_as(in_plane[:, :1]), in_plane + correction], 1)
-        terms = loss(batch.moving, batch.fixed, batch.moving_label, batch.fixed_label, ddf, batch.group, batch.n_groups)
+        terms = loss(batch.moving, batch.fixed, batch.moving_label, batch.fixed_label, field(), batch.group, batch.n_groups)
         optimiser.zero_grad()
         terms["loss"].backward()
         optimiser.step()
-    return torch.cat([through.expand_as(in_plane[:, :1]), in_plane + correction], 1).detach()
+    return field().detach()
 
 
 def base_profile(batch: StackBatch, ddf: torch.Tensor, group: int, ed_label: np.ndarray) -> List[float]:
@@ -85,7 +95,8 @@ def base_profile(batch: StackBatch, ddf: torch.Tensor, group: int, ed_label: np.
 def main(argv=None) -> Dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pack", default=str(ROOT / ".cache" / "acdc70_stacks.npz"))
-    parser.add_argument("--model", default="acdc", help="weights whose in-plane field is the start (2-D NPC)")
+    parser.add_argument("--model", default="acdc", help="weights whose field is the start: a 2-D NPC, or a stack network "
+                        "(e.g. a trained slice-context state, whose own through-plane component is then printed beside the fits')")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--lr", type=float, default=0.05, help="Adam rate of the free fields (voxels, slices)")
     parser.add_argument("--label-weight", type=float, default=3.0, help="the Dice term's weight (the acdc recipe's)")
@@ -95,17 +106,15 @@ def main(argv=None) -> Dict[str, object]:
     torch.set_num_threads(1)
     pack = load_stack_pack(args.pack)
     val = DeviceStacks(pack, pack.indices("val"), torch.device("cpu"))
-    net = build_network(StackTrainingConfig(pack=args.pack, out_dir=args.out, init=args.model)).eval()
+    net = load_pretrained(args.model, refine_iterations=0).eval()  # as the trainer runs and validates it
     loss = StackRegistrationLoss("acdc", label_weight=args.label_weight)
     records = []
     for stacks in val.batches(range(len(val)), args.stacks_per_batch):
         batch = val.batch(stacks)
         with torch.no_grad():
-            in_plane = predict(net, batch)
-        if in_plane.shape[1] != 2:
-            raise ValueError(f"--model {args.model}: an in-plane (2-D NPC) network is needed, got a {in_plane.shape[1]}-channel field")
-        fields = {"network": torch.cat([torch.zeros_like(in_plane[:, :1]), in_plane], 1)}
-        fields.update({which: fit(batch, in_plane, loss, which, args.steps, args.lr) for which in FITS})
+            start = predict(net, batch)
+        fields = {"network": start if start.shape[1] == 3 else torch.cat([torch.zeros_like(start[:, :1]), start], 1)}
+        fields.update({which: fit(batch, start, loss, which, args.steps, args.lr) for which in FITS})
         dice = {k: stack_dice(batch, f) for k, f in fields.items()}
         n = len(stacks)
         for g in range(batch.n_groups):
@@ -115,7 +124,7 @@ def main(argv=None) -> Dict[str, object]:
             record = {"patient": val.names[stack], "direction": "ED->ES" if g < n else "ES->ED",
                       **{k: float(d[g].nanmean()) for k, d in dice.items()},
                       **{f"{k}_structures": d[g].tolist() for k, d in dice.items()},
-                      **{f"{k}_from_base": base_profile(batch, fields[k], g, ed_label) for k in ("through", "slice-shift", "both")}}
+                      **{f"{k}_from_base": base_profile(batch, fields[k], g, ed_label) for k in ("network", "through", "slice-shift", "both")}}
             records.append(record)
             print(f"{record['patient']} {record['direction']}: " + ", ".join(f"{k} {record[k]:.3f}" for k in fields)
                   + " | through-plane from the base (both): " + " ".join(f"{v:+.2f}" for v in record["both_from_base"][:4]), flush=True)
@@ -136,12 +145,13 @@ def write(records: List[Dict[str, object]], args: argparse.Namespace) -> Dict[st
         means = {k: float(np.mean([r[k] for r in rows])) for k in keys}
         summary[direction] = means
         lines.append(f"| {direction} | " + " | ".join(f"{means[k]:.3f}" for k in keys) + " |")
-    lines += ["", "Fitted through-plane component (both), slices, mean over labelled voxels, from the base:", ""]
+    lines += ["", "Through-plane component, slices, mean over labelled voxels, from the base (the network's; the fit of both):", ""]
     for direction in ("ED->ES", "ES->ED"):
-        profiles = [r["both_from_base"][:3] for r in records if r["direction"] == direction]
-        means = np.nanmean(np.array([p + [np.nan] * (3 - len(p)) for p in profiles]), 0)
-        lines.append(f"- {direction}: " + ", ".join(f"slice {i} {v:+.2f}" for i, v in enumerate(means)))
-        summary[f"{direction}_from_base"] = means.tolist()
+        for key in ("network", "both"):
+            profiles = [r[f"{key}_from_base"][:3] for r in records if r["direction"] == direction]
+            means = np.nanmean(np.array([p + [np.nan] * (3 - len(p)) for p in profiles]), 0)
+            lines.append(f"- {direction}, {key}: " + ", ".join(f"slice {i} {v:+.2f}" for i, v in enumerate(means)))
+            summary[f"{direction}_{key}_from_base"] = means.tolist()
     (out / "results.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     print("\n".join(lines))

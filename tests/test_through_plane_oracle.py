@@ -46,3 +46,16 @@ def test_only_the_through_plane_fit_recovers_a_one_slice_shift():
     # one value per slice, the same for all of its voxels
     assert float(shift[:, 1:].abs().max()) == 0.0 and bool((shift[:, 0] == shift[:, 0, :1, :1]).all())
     assert float(oracle.stack_dice(batch, shift).nanmean()) > d_in_plane + 0.1
+
+
+def test_a_stack_network_start_keeps_its_through_plane_component():
+    batch = _shifted_stack()
+    loss = StackRegistrationLoss("acdc", label_weight=3.0)
+    start = torch.zeros(6, 3, 32, 32)
+    start[:, 0] = -1.0  # already reads one slice towards slice 0: the fixed frame's correspondence
+    assert float(oracle.stack_dice(batch, start).nanmean()) == 1.0
+    in_plane = oracle.fit(batch, start, loss, "in-plane", 5, 0.05)
+    through = oracle.fit(batch, start, loss, "through", 5, 0.05)
+    assert torch.equal(in_plane[:, 0], start[:, 0])
+    # the through-plane fit starts from the network's channel 0 (5 steps at 0.05 move it by 0.25 at most)
+    assert float(through[:, 0].mean()) < -0.75 and torch.equal(through[:, 1:], start[:, 1:])
