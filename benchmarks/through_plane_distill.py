@@ -32,6 +32,7 @@ from monai_npc.data.stack_pack import load_stack_pack  # noqa: E402
 from monai_npc.engines.stack_data import DeviceStacks  # noqa: E402
 from monai_npc.engines.stack_training import StackTrainingConfig, build_network, predict, validate_stacks  # noqa: E402
 from monai_npc.losses.stack import StackRegistrationLoss  # noqa: E402
+from monai_npc.networks.nets import load_pretrained  # noqa: E402
 
 _SPEC = importlib.util.spec_from_file_location("through_plane_oracle", Path(__file__).with_name("through_plane_oracle.py"))
 oracle = importlib.util.module_from_spec(_SPEC)
@@ -55,8 +56,7 @@ def main(argv=None) -> dict:
     train = DeviceStacks(pack, pack.indices("train")[: args.train_stacks], torch.device("cpu"))
     val = DeviceStacks(pack, pack.indices("val"), torch.device("cpu"))
     loss = StackRegistrationLoss("acdc", label_weight=3.0)
-    settings = dict(pack=args.pack, out_dir="unused", init="acdc")
-    in_plane_net = build_network(StackTrainingConfig(**settings)).eval()
+    in_plane_net = load_pretrained("acdc", refine_iterations=0).eval()  # as the trainer runs it
     batches = [list(b) for b in train.batches(range(len(train)), 2)]
     targets = []
     for stacks in batches:
@@ -64,7 +64,8 @@ def main(argv=None) -> dict:
         with torch.no_grad():
             in_plane = predict(in_plane_net, batch)
         targets.append(oracle.fit(batch, in_plane, loss, "through", args.fit_steps, 0.05)[:, :1])
-    model = build_network(StackTrainingConfig(**settings, architecture="slice_context", trainable="context")).train()
+    # the trainer's slice-context network from acdc (its training settings: detach_steps), its heads only learning
+    model = build_network(StackTrainingConfig(pack=args.pack, out_dir="", init="acdc", architecture="slice_context")).train()
     for name, p in model.named_parameters():
         p.requires_grad_(name.startswith("context"))
     optimiser = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=args.lr)

@@ -128,8 +128,7 @@ def main(argv=None) -> Dict[str, object]:
             records.append(record)
             print(f"{record['patient']} {record['direction']}: " + ", ".join(f"{k} {record[k]:.3f}" for k in fields)
                   + " | through-plane from the base (both): " + " ".join(f"{v:+.2f}" for v in record["both_from_base"][:4]), flush=True)
-    summary = write(records, args)
-    return summary
+    return write(records, args)
 
 
 def write(records: List[Dict[str, object]], args: argparse.Namespace) -> Dict[str, object]:

@@ -451,7 +451,7 @@ def test_a_contrast_inverted_image_gives_the_field_of_the_uninverted_pair():
         assert float((net.network_field(m, f.max() - f)[0] - ddf).abs().mean()) > 1.0
 
 
-def test_polarity_is_decided_per_batch_item_by_the_low_frequency_phases():
+def test_polarity_is_decided_per_batch_item_by_the_low_frequency_correlation():
     from monai_npc.functional import contrast_polarity
 
     torch.manual_seed(0)

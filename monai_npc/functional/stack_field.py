@@ -81,8 +81,9 @@ def warp_stack_slices(image: torch.Tensor, ddf: torch.Tensor, group: torch.Tenso
     the stack; with ``mode="nearest"`` exactly what ITK's resampling of a label through the written transform gives:
     the end slice within half a slice of the stack, background beyond; :func:`slice_coordinate`). The batch is sampled
     as one ``(1, C, D, H, W)`` volume whose depth ``D - 1`` is a power of two, so that an integer slice coordinate
-    stays exact: a zero through-plane component reads the slice itself only (the result equals :func:`~monai_npc.functional.warp_image` of the in-plane components up to the float
-    rounding of grid_sample's 3-D kernel, about 1e-7).
+    stays exact: a zero through-plane component reads the slice itself only (the result equals
+    :func:`~monai_npc.functional.warp_image` of the in-plane components up to the float rounding of grid_sample's 3-D
+    kernel, about 1e-7).
 
     The value and the gradient of a stack's slices depend on that stack only, whichever stacks share the batch: in
     the volume every stack is followed by a copy of its last slice and the first stack starts at depth 1. At an
