@@ -7,6 +7,8 @@
         [--resume runs/stacks/checkpoint.pt] [--network slice_context --init acdc]
     # the best state as shipped weights (register(model=...), load_pretrained):
     python examples/train_stacks_gpu.py export runs/stacks/best.pt runs/stacks/acdc_stacks.pt --meta-from acdc
+    # a through-plane head on the frozen acdc network (CPU-friendly: the 2-D fields are cached once):
+    OMP_NUM_THREADS=1 python examples/train_stacks_gpu.py train-through-plane --pack .cache/acdc70_stacks.npz --out runs/tp
 
 ``pack`` crops every ACDC SSL4MIS patient's ED and ES stacks to a 128 x 128 window (by default ``register``'s
 label-free window, :func:`monai_npc.apps.stacks.training.motion_window_centre`: ``motion_centre`` of the whole
@@ -63,6 +65,18 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def train_through_plane(args: argparse.Namespace) -> int:
+    from monai_npc.engines.through_plane_training import ThroughPlaneTrainingConfig, train_through_plane as run
+
+    config = ThroughPlaneTrainingConfig(
+        pack=args.pack, out_dir=args.out, init=args.init, minutes=args.minutes, max_steps=args.max_steps, draws=args.draws,
+        stacks_per_step=args.stacks_per_step, learning_rate=args.lr, label_weight=args.label_weight, val_every=args.val_every,
+        seed=args.seed, head=json.loads(args.head), augment=json.loads(args.augment))
+    summary = run(config)
+    print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in summary.items()}))
+    return 0
+
+
 def export(args: argparse.Namespace) -> int:
     from monai_npc.engines.stack_training import export_weights
 
@@ -111,6 +125,21 @@ def parser() -> argparse.ArgumentParser:
                    "(SliceContextNPC: neighbouring slices in, a 3-D field with a through-plane component out)")
     t.add_argument("--network-args", default="{}", help="NPCNet arguments as JSON, over the train_crops.json network "
                    "(slice_context: also context_channels)")
+    h = sub.add_parser("train-through-plane", help="a ThroughPlaneNPC's head alone on frozen 2-D weights' fields "
+                       "(cached once; CPU-friendly); writes best.pt (shipped format), log and curve into --out")
+    h.add_argument("--pack", required=True)
+    h.add_argument("--out", required=True)
+    h.add_argument("--init", default="acdc", help="the frozen 2-D weights (their refinement settings and meta are kept)")
+    h.add_argument("--minutes", type=float, default=30.0, help="wall-time budget, caching included")
+    h.add_argument("--max-steps", type=int, default=None)
+    h.add_argument("--draws", type=int, default=4, help="cached augmentations per training stack (the first unaugmented)")
+    h.add_argument("--stacks-per-step", type=int, default=2)
+    h.add_argument("--lr", type=float, default=1e-3)
+    h.add_argument("--label-weight", type=float, default=3.0)
+    h.add_argument("--val-every", type=int, default=100, help="steps")
+    h.add_argument("--seed", type=int, default=0)
+    h.add_argument("--head", default="{}", help="head_width, head_pool, evidence_window as JSON")
+    h.add_argument("--augment", default="{}", help="StackAugmentConfig settings as JSON over the defaults")
     e = sub.add_parser("export", help="a checkpoint.pt / best.pt -> shipped weights format")
     e.add_argument("checkpoint")
     e.add_argument("out")
@@ -123,7 +152,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return {"pack": pack, "train": train, "export": export}[args.command](args)
+        return {"pack": pack, "train": train, "train-through-plane": train_through_plane, "export": export}[args.command](args)
     except (ValueError, FileNotFoundError, FileExistsError) as err:  # a user error: one line, no traceback
         print(f"train_stacks_gpu.py {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ from .stack_field import (
     stack_positions, stack_smoothness_fold, warp_stack_slices,
 )
 from .stack_taps import through_plane_taps, warp_stack_taps
+from .through_plane_evidence import EVIDENCE_CHANNELS, REVERSED_CHANNELS, in_plane_divergence, through_plane_evidence
 from .warp import compose, determinant_from_gradients, identity_grid, jacobian_determinant, sample_at, warp_image
 
 __all__ = [
@@ -71,6 +72,10 @@ __all__ = [
     "stack_smoothness_fold",
     "through_plane_taps",
     "warp_stack_taps",
+    "EVIDENCE_CHANNELS",
+    "REVERSED_CHANNELS",
+    "in_plane_divergence",
+    "through_plane_evidence",
     "sample_at",
     "warp_image",
     "compose",

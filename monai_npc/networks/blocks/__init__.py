@@ -6,6 +6,7 @@ from .interaction import PairInteraction
 from .npc_stage import NPCStage
 from .refinement import InstanceRefinement
 from .slice_context import SliceContextHead
+from .through_plane_head import ThroughPlaneHead
 from .topk import ResidualTopKMask
 from .warp import Warp
 from .warp_ode import WarpODE, split_steps
@@ -18,6 +19,7 @@ __all__ = [
     "NPCStage",
     "InstanceRefinement",
     "SliceContextHead",
+    "ThroughPlaneHead",
     "ResidualTopKMask",
     "Warp",
     "WarpODE",

@@ -4,6 +4,8 @@ from .baselines import DemonsNet, PhaseCorrelationNet, VoxelMorphNet
 from .label_prior import PRIORS_DIR, LabelPrior, load_label_prior, save_label_prior
 from .npc import ACDC_CONFIG, CAMUS_CONFIG, NPCNet
 from .npc_slice_context import SLICE_CONTEXT, SliceContextNPC
+from .npc_through_plane import THROUGH_PLANE, ThroughPlaneNPC
+from .stack_npc import StackNPC
 from .pretrained import (
     WEIGHTS_DIR,
     WeightsCheck,
@@ -30,6 +32,9 @@ __all__ = [
     "PhaseCorrelationNet",
     "SLICE_CONTEXT",
     "SliceContextNPC",
+    "StackNPC",
+    "THROUGH_PLANE",
+    "ThroughPlaneNPC",
     "VoxelMorphNet",
     "WEIGHTS_DIR",
     "WeightsCheck",

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import copy
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -12,23 +11,17 @@ from torch import nn
 from monai_npc.functional.polarity import contrast_polarity, signed
 from monai_npc.functional.stack_field import stack_neighbours, warp_stack_slices
 from monai_npc.networks.blocks.npc_stage import NPCStage
-from monai_npc.networks.blocks.refinement import InstanceRefinement
 from monai_npc.networks.blocks.slice_context import SliceContextHead
 
-from .npc import NPCNet
+from .stack_npc import StackNPC
 
 __all__ = ["SliceContextNPC", "SLICE_CONTEXT"]
 
 #: the ``architecture`` entry of a :class:`SliceContextNPC` configuration (what :func:`load_pretrained` rebuilds)
 SLICE_CONTEXT = "slice_context"
-#: NPCNet options that have no slice-context counterpart, and the only value they may take here
-_FIXED = {"spatial_dims": 2, "phase_init": None, "flip_ensemble": 1}
-#: NPCNet options of the test-time refinement: here they configure :attr:`SliceContextNPC.refiner`, which ``register``
-#: runs on the stack's 3-D field (the shared 2-D part never refines)
-_REFINE = ("refine_iterations", "refine_options")
 
 
-class SliceContextNPC(nn.Module):
+class SliceContextNPC(StackNPC):
     """Register whole short-axis stacks with a smooth 3-D field: the 2-D NPC's filter pairs, interaction, top-K mask,
     decoder and warp ODE on every slice, plus per stage a :class:`~monai_npc.networks.blocks.SliceContextHead` that
     reads the slice's neighbours and adds a through-plane velocity (and an in-plane correction).
@@ -66,66 +59,18 @@ class SliceContextNPC(nn.Module):
     channel 0 through the plane in slices, channels 1-2 along ``H`` and ``W``.
     """
 
-    #: the field's dimension
-    spatial_dims = 3
-    #: ``register`` feeds this network the whole (window) stack in one call, ``forward(stack)``
-    #: (:func:`monai_npc.apps.registration.models.is_stack_network`)
-    stack_network = True
+    ARCHITECTURE = SLICE_CONTEXT
 
     def __init__(self, context_channels: int = 32, architecture: str = SLICE_CONTEXT, **npc_options: Any) -> None:
-        super().__init__()
-        if architecture != SLICE_CONTEXT:
-            raise ValueError(f"SliceContextNPC's architecture is {SLICE_CONTEXT!r}, got {architecture!r}.")
-        for key, allowed in _FIXED.items():
-            if npc_options.get(key, allowed) != allowed:
-                raise ValueError(f"SliceContextNPC needs {key}={allowed!r} (a 2-D test-time option with no through-plane "
-                                 f"counterpart), got {npc_options[key]!r}; register runs this network with none of them "
-                                 "(docs/training_gpu.md).")
-        self.npc = NPCNet(**{k: v for k, v in npc_options.items() if k not in _FIXED and k not in _REFINE})
-        refine: Mapping[str, Any] = npc_options.get("refine_options") or {}
-        #: the test-time refinement of the stack's 3-D field (run by ``register``, not by ``forward``)
-        self.refiner = InstanceRefinement(int(npc_options.get("refine_iterations", 0)), **refine)
+        super().__init__(architecture, {"context_channels": int(context_channels)}, npc_options)
         stages: List[NPCStage] = list(self.npc.ode.stages)
         self.context = nn.ModuleList(
             [SliceContextHead(s.decoder.w_gamma.out_channels + 1, int(context_channels)) for s in stages])
-        #: constructor arguments, enough to rebuild the network (saved with pretrained weights)
-        self.config: Dict[str, Any] = {**self.npc.config, "context_channels": int(context_channels), "architecture": SLICE_CONTEXT,
-                                       "refine_iterations": self.refiner.iterations, "refine_options": dict(refine) or None}
-
-    @classmethod
-    def from_npc(cls, npc: NPCNet, context_channels: int = 32) -> "SliceContextNPC":
-        """A slice-context network whose shared 2-D part holds ``npc``'s parameters (e.g. ``load_pretrained("acdc")``)
-        and whose heads are new (zero output): before training it gives ``npc``'s in-plane field and no through-plane
-        motion. ``npc``'s ODE steps and test-time refinement settings (``npc.refiner``: iterations, residual grid,
-        label-model mix, ...) are kept, the refinement to be run on the 3-D field; its flip ensemble is dropped."""
-        options = {k: v for k, v in npc.config.items() if k not in _FIXED and k not in _REFINE}
-        net = cls(context_channels=context_channels, **{**options, "init": "random"})
-        net.npc.load_state_dict(npc.state_dict())
-        net.npc.ode.set_steps(list(npc.ode.steps_per_stage))
-        net.refiner = copy.deepcopy(npc.refiner)
-        net.config.update(refine_iterations=net.refiner.iterations, refine_options=npc.config.get("refine_options"))
-        net.config["init"] = npc.config.get("init", "fourier")
-        net.meta = dict(getattr(npc, "meta", {}) or {})
-        return net.to(next(npc.parameters()).device)
-
-    @property
-    def ode(self) -> nn.Module:
-        """The shared 2-D part's :class:`~monai_npc.networks.blocks.WarpODE` (its steps are this network's:
-        ``net.ode.set_steps(n)``, as ``register(num_steps=n)`` sets them)."""
-        return self.npc.ode
-
-    def forward(self, stack: torch.Tensor) -> torch.Tensor:
-        """One stack ``(Z, 2, H, W)`` (moving, fixed) -> ``ddf`` ``(Z, 3, H, W)`` (voxels; channel 0 in slices)."""
-        group = torch.zeros(stack.shape[0], dtype=torch.int64, device=stack.device)
-        return self.forward_stacks(stack, group, 1)
 
     def forward_stacks(self, pair: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
         """Stacks batched slice by slice: ``pair`` ``(N, 2, H, W)``, ``group`` ``(N,)`` int64 (each stack's slices
         contiguous and in order) -> ``ddf`` ``(N, 3, H, W)``."""
-        pair = self.npc._as_input(pair)
-        self.npc._check(pair)
-        if group.shape != (pair.shape[0],):
-            raise ValueError(f"group must be (N,) = ({pair.shape[0]},), one stack index per slice; got {tuple(group.shape)}.")
+        pair = self._checked(pair, group)
         moving, fixed = pair[:, 0:1], pair[:, 1:2]
         previous, following = stack_neighbours(group, n_groups)
         size = list(moving.shape[2:])
@@ -170,7 +115,3 @@ class SliceContextNPC(nn.Module):
             embedded.append(stage.decoder.embed(f.flatten(-2)))
             energies.append(((r * mask).sum(-1) / weight).unsqueeze(-1))
         return torch.cat([torch.stack(embedded, -2), torch.stack(energies, -2)], -1)
-
-    def in_plane_network(self) -> NPCNet:
-        """The shared 2-D part as an :class:`NPCNet` (the same parameters; its field is this network's without context)."""
-        return self.npc

@@ -36,6 +36,8 @@ from monai_npc.utils import atomic_torch_save
 
 from .npc import NPCNet
 from .npc_slice_context import SLICE_CONTEXT, SliceContextNPC
+from .npc_through_plane import THROUGH_PLANE, ThroughPlaneNPC
+from .stack_npc import StackNPC
 
 __all__ = [
     "BUNDLE_MODELS",
@@ -305,10 +307,10 @@ def _resolve(
 
 
 #: network classes by the ``architecture`` entry of a saved configuration (absent: ``NPCNet``)
-ARCHITECTURES: Dict[str, type] = {"npc2d": NPCNet, SLICE_CONTEXT: SliceContextNPC}
+ARCHITECTURES: Dict[str, type] = {"npc2d": NPCNet, SLICE_CONTEXT: SliceContextNPC, THROUGH_PLANE: ThroughPlaneNPC}
 
 
-def _network_to_load(config: Mapping[str, Any]) -> NPCNet | SliceContextNPC:
+def _network_to_load(config: Mapping[str, Any]) -> NPCNet | StackNPC:
     """An ``NPCNet`` (or the class of ``config["architecture"]``, :data:`ARCHITECTURES`) of ``config`` whose
     parameters are about to be replaced by loaded weights.
 
@@ -341,11 +343,12 @@ def weights_network_class(name_or_path: str | Path) -> type:
     return ARCHITECTURES[architecture]
 
 
-def load_pretrained(name_or_path: str | Path, map_location: str | torch.device = "cpu", **overrides: Any) -> NPCNet | SliceContextNPC:
+def load_pretrained(name_or_path: str | Path, map_location: str | torch.device = "cpu", **overrides: Any) -> NPCNet | StackNPC:
     """An ``NPCNet`` from a model argument: a shipped name, a :func:`save_pretrained` file, a bundle or its ``models/model.pt``.
 
-    Weights whose configuration says ``"architecture": "slice_context"`` rebuild a
-    :class:`~monai_npc.networks.nets.SliceContextNPC` (a 3-D field per stack, which ``register`` writes).
+    Weights whose configuration says ``"architecture": "slice_context"`` or ``"through_plane"`` rebuild a
+    :class:`~monai_npc.networks.nets.SliceContextNPC` or :class:`~monai_npc.networks.nets.ThroughPlaneNPC` (a 3-D field
+    per stack, which ``register`` writes).
 
     ``overrides`` replace configuration entries that do not change the parameters (e.g.
     ``num_steps``). The loaded network is in eval mode; ``net.meta`` holds the file's ``meta``
@@ -360,7 +363,7 @@ def load_pretrained(name_or_path: str | Path, map_location: str | torch.device =
     return _load(name_or_path, map_location, True, overrides)
 
 
-def _load(name_or_path: str | Path, map_location: Any, verify: bool, overrides: Mapping[str, Any]) -> NPCNet | SliceContextNPC:
+def _load(name_or_path: str | Path, map_location: Any, verify: bool, overrides: Mapping[str, Any]) -> NPCNet | StackNPC:
     """:func:`load_pretrained`, with the checksum check optional (an export of a retrained bundle skips it)."""
     config, state, meta = _resolve(name_or_path, map_location, verify)
     config.update(overrides)
@@ -369,7 +372,7 @@ def _load(name_or_path: str | Path, map_location: Any, verify: bool, overrides: 
     return net.eval()
 
 
-def _filled(config: Mapping[str, Any], state: Mapping[str, torch.Tensor], what: str, against: str) -> NPCNet | SliceContextNPC:
+def _filled(config: Mapping[str, Any], state: Mapping[str, torch.Tensor], what: str, against: str) -> NPCNet | StackNPC:
     """An ``NPCNet`` of ``config`` holding ``state``; ``ValueError`` naming ``what`` and ``against`` when they do not fit."""
     net = _network_to_load(dict(config))
     try:

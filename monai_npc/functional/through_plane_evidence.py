@@ -1,0 +1,78 @@
+"""What a slice of a whole stack matches through the plane once the in-plane field is applied: per-voxel evidence for
+a through-plane displacement (read by :class:`~monai_npc.networks.blocks.ThroughPlaneHead`).
+
+An in-plane field aligns each moving slice with the fixed slice of the same index. Where the heart has moved through
+the plane between the frames (the base descends towards the apex in systole by about a slice), the fixed slice
+matches the moving slice above or below better than its own, or, at the stack's basal end, nothing in the moving
+stack. The evidence is that comparison, voxel by voxel: the fixed slice, the in-plane-warped moving slice and its two
+neighbours in the stack (zeros beyond the stack's ends, with a flag saying so), their local correlations with the
+fixed slice, and the in-plane field's divergence (positive where the fixed frame's structures are smaller, as the
+cavity at end-systole: which frame is systolic, hence which way the base has moved).
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+from .polarity import matched_contrast
+from .similarity import local_ncc
+from .stack_field import stack_positions
+from .warp import warp_image
+
+__all__ = ["EVIDENCE_CHANNELS", "REVERSED_CHANNELS", "in_plane_divergence", "through_plane_evidence"]
+
+#: the channels of :func:`through_plane_evidence`, in order
+EVIDENCE_CHANNELS: Tuple[str, ...] = ("fixed", "warped", "warped_previous", "warped_next", "correlation",
+                                      "correlation_previous", "correlation_next", "divergence", "has_previous", "has_next")
+#: the channel order that gives the evidence of the same stack with its slices reversed (after reversing the rows):
+#: previous and next swap, the rest stays
+REVERSED_CHANNELS: Tuple[int, ...] = (0, 1, 3, 2, 4, 6, 5, 7, 9, 8)
+
+
+def in_plane_divergence(ddf: torch.Tensor) -> torch.Tensor:
+    """``(N, 1, H, W)``: ``d u_H / dH + d u_W / dW`` of an in-plane field ``ddf`` ``(N, 2, H, W)`` (voxels; central
+    differences, one-sided at the borders). Positive where the field samples the moving image from a larger
+    region than the fixed one (the moving structures are the larger)."""
+    if ddf.dim() != 4 or ddf.shape[1] != 2:
+        raise ValueError(f"in_plane_divergence needs an in-plane field (N, 2, H, W), got {tuple(ddf.shape)}.")
+    return (torch.gradient(ddf[:, 0], dim=1)[0] + torch.gradient(ddf[:, 1], dim=2)[0]).unsqueeze(1)
+
+
+def through_plane_evidence(moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor,
+                           n_groups: int, window: int = 9) -> torch.Tensor:
+    """``(N, 10, H, W)`` evidence (:data:`EVIDENCE_CHANNELS`) for whole stacks batched slice by slice.
+
+    Args:
+        moving, fixed: ``(N, 1, H, W)`` slices of the stacks, each in ``[0, 1]``.
+        ddf: ``(N, 2, H, W)`` the in-plane field (voxels, MONAI ``Warp`` convention), e.g. a 2-D NPC's.
+        group: ``(N,)`` int64 stack index of each slice (contiguous stacks, slices in order); ``n_groups`` stacks.
+        window: side of the local correlation's window (voxels, odd).
+
+    The moving slices are warped in-plane by ``ddf`` and put in the fixed frame's contrast where the two are of
+    opposite contrast (:func:`~monai_npc.functional.matched_contrast`); ``warped_previous`` / ``warped_next`` are
+    the warped slices ``z - 1`` / ``z + 1`` of the same stack (0 beyond its ends, where ``has_previous`` /
+    ``has_next`` are 0, else 1); ``correlation*`` the squared local normalised cross-correlation of the fixed slice
+    with each (:func:`~monai_npc.functional.local_ncc`, 0 beyond the ends); ``divergence``
+    :func:`in_plane_divergence`. No gradient flows to ``ddf`` (the evidence is an input)."""
+    if not (moving.shape == fixed.shape and moving.dim() == 4 and moving.shape[1] == 1):
+        raise ValueError(f"moving and fixed must be (N, 1, H, W) of one shape, got {tuple(moving.shape)} and {tuple(fixed.shape)}.")
+    if ddf.shape != (moving.shape[0], 2) + tuple(moving.shape[2:]):
+        raise ValueError(f"ddf must be the in-plane field (N, 2, H, W) = {(moving.shape[0], 2, *moving.shape[2:])}, got {tuple(ddf.shape)}.")
+    if group.shape != (moving.shape[0],):
+        raise ValueError(f"group must be (N,) = ({moving.shape[0]},), one stack index per slice; got {tuple(group.shape)}.")
+    with torch.no_grad():
+        ddf = ddf.detach()
+        warped = matched_contrast(warp_image(moving, ddf, "bilinear", "border"), fixed)
+        position, _, count = stack_positions(group, n_groups)
+        has_previous = (position > 0).to(moving.dtype).view(-1, 1, 1, 1)
+        has_next = (position < count - 1).to(moving.dtype).view(-1, 1, 1, 1)
+        rows = torch.arange(moving.shape[0], device=moving.device)
+        previous = warped[(rows - 1).clamp(min=0)] * has_previous
+        following = warped[(rows + 1).clamp(max=moving.shape[0] - 1)] * has_next
+        pairs = torch.cat([warped, previous, following])
+        correlation = local_ncc(pairs, fixed.repeat(3, 1, 1, 1), window).split(moving.shape[0])
+        ones = torch.ones_like(fixed)
+        return torch.cat([fixed, warped, previous, following, correlation[0], correlation[1] * has_previous,
+                          correlation[2] * has_next, in_plane_divergence(ddf), ones * has_previous, ones * has_next], 1)

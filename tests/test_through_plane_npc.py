@@ -1,0 +1,126 @@
+"""ThroughPlaneNPC: the 2-D NPC's in-plane field, then a through-plane component from what each slice matches in its
+neighbours; its evidence, its head's symmetry, its weights, register, and training its head alone."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from monai_npc import register
+from monai_npc.apps.registration.models import is_stack_network
+from monai_npc.engines.through_plane_training import ThroughPlaneTrainingConfig, train_through_plane
+from monai_npc.functional import EVIDENCE_CHANNELS, REVERSED_CHANNELS, in_plane_divergence, through_plane_evidence
+from monai_npc.losses import StackRegistrationLoss
+from monai_npc.networks.blocks import ThroughPlaneHead
+from monai_npc.networks.nets import NPCNet, ThroughPlaneNPC, load_pretrained, save_pretrained
+
+from .test_register_stack_net import _phantom_pair
+from .test_slice_context import _two_stacks
+from .test_stack_training import TINY, pack_file  # noqa: F401  (the fixture)
+
+
+def test_evidence_says_which_neighbour_each_fixed_slice_matches():
+    pair, group, _ = _two_stacks(z=6, size=32)  # stack 0: moving(z - 1) = fixed(z); stack 1: moving(z + 1) = fixed(z)
+    evidence = through_plane_evidence(pair[:, :1], pair[:, 1:], torch.zeros(12, 2, 32, 32), group, 2)
+    assert evidence.shape == (12, len(EVIDENCE_CHANNELS), 32, 32)
+    channel = {name: evidence[:, i].mean((1, 2)) for i, name in enumerate(EVIDENCE_CHANNELS)}
+    assert channel["has_previous"].tolist() == [0] + [1] * 5 + [0] + [1] * 5
+    assert channel["has_next"].tolist() == [1] * 5 + [0] + [1] * 5 + [0]
+    assert torch.equal(evidence[[0, 6], 2], torch.zeros(2, 32, 32)) and torch.equal(evidence[[5, 11], 3], torch.zeros(2, 32, 32))
+    inner0, inner1 = slice(1, 6), slice(6, 11)  # the slices whose matching neighbour is inside the stack
+    assert torch.all(channel["correlation_previous"][inner0] > 0.99)
+    assert torch.all(channel["correlation_next"][inner1] > 0.99)
+    assert torch.all(channel["correlation_previous"][inner0] > channel["correlation"][inner0] + 0.05)
+    assert torch.all(channel["correlation_next"][inner1] > channel["correlation"][inner1] + 0.05)
+    with pytest.raises(ValueError, match="in-plane field"):
+        through_plane_evidence(pair[:, :1], pair[:, 1:], torch.zeros(12, 3, 32, 32), group, 2)
+
+
+def test_divergence_of_an_expansion_and_the_reversed_channel_order():
+    y, x = torch.meshgrid(torch.arange(16.0), torch.arange(16.0), indexing="ij")
+    ddf = 0.1 * torch.stack([y - 7.5, x - 7.5]).unsqueeze(0)  # samples the moving image from a region 1.1 times larger
+    torch.testing.assert_close(in_plane_divergence(ddf), torch.full((1, 1, 16, 16), 0.2))
+    names = [EVIDENCE_CHANNELS[i] for i in REVERSED_CHANNELS]
+    assert names == [n.replace("previous", "@").replace("next", "previous").replace("@", "next") for n in EVIDENCE_CHANNELS]
+
+
+def _reversed_rows(x: torch.Tensor, counts) -> torch.Tensor:
+    return torch.cat([part.flip(0) for part in x.split(counts)])
+
+
+def test_the_head_starts_at_zero_and_is_odd_under_reversing_each_stack():
+    torch.manual_seed(0)
+    counts, c = [5, 3], len(EVIDENCE_CHANNELS)
+    group = torch.tensor([0] * 5 + [1] * 3)
+    evidence = torch.rand(8, c, 24, 20)
+    head = ThroughPlaneHead(c, REVERSED_CHANNELS, width=4, pool=2)
+    assert torch.equal(head(evidence, group, 2), torch.zeros(8, 1, 24, 20))
+    torch.nn.init.normal_(head.decoder[-1].weight)
+    out = head(evidence, group, 2).detach()
+    assert out.shape == (8, 1, 24, 20) and float(out.abs().mean()) > 1e-3
+    reversed_evidence = _reversed_rows(evidence, counts)[:, list(REVERSED_CHANNELS)]
+    torch.testing.assert_close(head(reversed_evidence, group, 2), -_reversed_rows(out, counts), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="permutation"):
+        ThroughPlaneHead(c, [0] * c)
+
+
+def test_the_head_learns_which_way_each_stack_moved():
+    pair, group, truth = _two_stacks(z=6, size=32)
+    net = ThroughPlaneNPC.from_npc(NPCNet(**TINY), head_width=4, head_pool=2)
+    loss = StackRegistrationLoss("acdc", label_weight=0.0)
+    in_plane = torch.zeros(12, 2, 32, 32)
+    evidence = through_plane_evidence(pair[:, :1], pair[:, 1:], in_plane, group, 2)
+    optimiser = torch.optim.Adam(net.head.parameters(), lr=1e-2)
+    label = torch.zeros(12, 1, 32, 32)
+    for _ in range(40):
+        ddf = torch.cat([net.head(evidence, group, 2), in_plane], 1)
+        terms = loss(pair[:, :1], pair[:, 1:], label, label, ddf, group, 2)
+        optimiser.zero_grad()
+        terms["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(net.head.parameters(), 1.0)  # as the trainer: one fold spike must not stall Adam
+        optimiser.step()
+    through = net.head(evidence, group, 2)[:, 0].detach()
+    inner = [through[1:5].mean(), through[7:11].mean()]  # away from the stacks' ends
+    assert inner[0] < 0.5 * float(truth[0]) and inner[1] > 0.5 * float(truth[1]), inner  # truth -1, +1
+
+
+def test_from_acdc_the_2d_field_no_through_plane_motion_and_the_weights_round_trip(tmp_path):
+    npc = load_pretrained("acdc", refine_iterations=0)
+    net = ThroughPlaneNPC.from_npc(npc).eval()
+    assert is_stack_network(net) and net.config["architecture"] == "through_plane"
+    ed, es, spacing = _phantom_pair()
+    reg = register(ed, es, model=net, spacing=spacing, field_of_view="heart-stack")
+    ref = register(ed, es, model=npc, spacing=spacing, field_of_view="heart-stack")
+    assert reg.ddf_array.shape == (3,) + ed.shape and not np.any(reg.ddf_array[0])  # the head starts at zero
+    assert float(np.abs(reg.ddf_array[1:] - ref.ddf_array[1:]).max()) < 1e-4  # the 2-D network's own field
+    assert reg.summary["stack_network"]["through_plane"] == "network"
+    torch.nn.init.normal_(net.head.decoder[-1].weight, std=0.01)
+    path = save_pretrained(net, tmp_path / "tp.pt", {"preprocessing": "minmax"})
+    back = load_pretrained(path)
+    assert isinstance(back, ThroughPlaneNPC) and back.config == {**net.config, "init": back.config["init"]}
+    stack = torch.rand(4, 2, 64, 64)
+    torch.testing.assert_close(back(stack), net(stack))
+    with pytest.raises(ValueError, match="architecture"):
+        ThroughPlaneNPC(architecture="slice_context")
+
+
+def test_training_the_head_alone_writes_shipped_weights_log_and_curve(pack_file, tmp_path):
+    init = save_pretrained(NPCNet(**TINY), tmp_path / "tiny.pt", {"preprocessing": "minmax"})
+    out = tmp_path / "run"
+    config = ThroughPlaneTrainingConfig(pack=str(pack_file), out_dir=str(out), init=str(init), minutes=2, max_steps=4,
+                                        draws=2, val_every=2, head={"head_width": 4, "head_pool": 2}, learning_rate=1e-2)
+    summary = train_through_plane(config, echo=False)
+    assert summary["steps"] == 4 and 0 < summary["initial_val_dice"] <= 1
+    assert {p.name for p in out.iterdir()} >= {"best.pt", "train_log.jsonl", "train.log", "curve.png"}
+    records = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 4] and all(0 < r["val_dice"] <= 1 for r in records)
+    assert records[1]["lr"] < records[0]["lr"] < 1e-2  # the cosine over the budget
+    best = load_pretrained(summary["best"])
+    assert isinstance(best, ThroughPlaneNPC) and best.meta["training"]["script"] == "monai_npc.engines.through_plane_training"
+    tiny = load_pretrained(init)
+    assert all(torch.equal(best.npc.state_dict()[k], v) for k, v in tiny.state_dict().items())  # the 2-D part frozen
+    with pytest.raises(ValueError, match="head: unknown"):
+        ThroughPlaneTrainingConfig(pack="-", out_dir="-", head={"width": 4})
