@@ -129,7 +129,7 @@ def parser() -> argparse.ArgumentParser:
                        "(cached once; CPU-friendly); writes best.pt (shipped format), log and curve into --out")
     h.add_argument("--pack", required=True)
     h.add_argument("--out", required=True)
-    h.add_argument("--init", default="acdc", help="the frozen 2-D weights (their refinement settings and meta are kept)")
+    h.add_argument("--init", default="acdc", help="the frozen 2-D weights (their refinement settings and meta are kept), or an earlier run's best.pt to continue")
     h.add_argument("--minutes", type=float, default=30.0, help="wall-time budget, caching included")
     h.add_argument("--max-steps", type=int, default=None)
     h.add_argument("--draws", type=int, default=4, help="cached augmentations per training stack (the first unaugmented)")

@@ -122,5 +122,12 @@ def test_training_the_head_alone_writes_shipped_weights_log_and_curve(pack_file,
     assert isinstance(best, ThroughPlaneNPC) and best.meta["training"]["script"] == "monai_npc.engines.through_plane_training"
     tiny = load_pretrained(init)
     assert all(torch.equal(best.npc.state_dict()[k], v) for k, v in tiny.state_dict().items())  # the 2-D part frozen
+    # a trained state continues: its head as saved (the first validation is the saved state's)
+    again = ThroughPlaneTrainingConfig(pack=str(pack_file), out_dir=str(tmp_path / "again"), init=str(summary["best"]),
+                                       minutes=2, max_steps=1, draws=1, val_every=1)
+    assert train_through_plane(again, echo=False)["initial_val_dice"] == pytest.approx(summary["best_val_dice"], abs=1e-6)
+    with pytest.raises(ValueError, match="cannot change"):
+        train_through_plane(ThroughPlaneTrainingConfig(pack=str(pack_file), out_dir=str(tmp_path / "x"), init=str(summary["best"]),
+                                                       head={"head_width": 8}), echo=False)
     with pytest.raises(ValueError, match="head: unknown"):
         ThroughPlaneTrainingConfig(pack="-", out_dir="-", head={"width": 4})

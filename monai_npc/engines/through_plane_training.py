@@ -44,7 +44,8 @@ class ThroughPlaneTrainingConfig:
     """Settings of :func:`train_through_plane` (times in minutes).
 
     ``init``: the 2-D weights (a :func:`~monai_npc.networks.nets.load_pretrained` argument; their test-time
-    refinement settings and meta are kept for ``register``); ``draws``: cached augmentations per training stack
+    refinement settings and meta are kept for ``register``), or a ``ThroughPlaneNPC`` state (e.g. an earlier run's
+    ``best.pt``), whose head continues; ``draws``: cached augmentations per training stack
     (draw 0 unaugmented); ``stacks_per_step``: stacks per step (both directions of each); ``head``: the
     :class:`~monai_npc.networks.nets.ThroughPlaneNPC` head arguments (``head_width``, ``head_pool``,
     ``evidence_window``); ``max_steps``: an optional cap besides ``minutes``.
@@ -151,7 +152,12 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     cpu = torch.device("cpu")
     train_data, val_data = (DeviceStacks(pack, pack.indices(s), cpu) for s in ("train", "val"))
     npc = load_pretrained(config.init)
-    net = ThroughPlaneNPC.from_npc(npc, **config.head)
+    if isinstance(npc, ThroughPlaneNPC):  # a trained state: its head continues, its 2-D part stays
+        if config.head:
+            raise ValueError(f"init={config.init!r} is a ThroughPlaneNPC; its head's settings cannot change (head={config.head}).")
+        net = npc
+    else:
+        net = ThroughPlaneNPC.from_npc(npc, **config.head)
     net.npc.requires_grad_(False)
     augment = RandStackAugment(config.augment, torch.Generator().manual_seed(config.seed + 1))
     units = cache_stacks(net, train_data, config.draws, augment, progress=echo)
