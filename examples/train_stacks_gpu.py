@@ -119,12 +119,13 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--context-lr-scale", type=float, default=1.0,
                    help="slice_context: its heads' learning rate over the rest's (new heads beside pretrained 2-D weights)")
     t.add_argument("--trainable", choices=("all", "context"), default="all",
-                   help="all parameters, or (slice_context) only the context heads, the shared 2-D part frozen")
+                   help="all parameters, or (slice_context, through_plane) only the heads, the shared 2-D part frozen")
     t.add_argument("--timing-steps", type=int, default=5)
-    t.add_argument("--network", default="npc2d", help="npc2d (the 2-D NPC slice by slice, default) or slice_context "
-                   "(SliceContextNPC: neighbouring slices in, a 3-D field with a through-plane component out)")
+    t.add_argument("--network", default="npc2d", help="npc2d (the 2-D NPC slice by slice, default), slice_context "
+                   "(SliceContextNPC: neighbouring slices in, a 3-D field with a through-plane component out) or through_plane "
+                   "(ThroughPlaneNPC: the 2-D field, then a through-plane head; --init may be its weights)")
     t.add_argument("--network-args", default="{}", help="NPCNet arguments as JSON, over the train_crops.json network "
-                   "(slice_context: also context_channels)")
+                   "(slice_context: also context_channels; through_plane: head_width, head_pool, evidence_window)")
     h = sub.add_parser("train-through-plane", help="a ThroughPlaneNPC's head alone on frozen 2-D weights' fields "
                        "(cached once; CPU-friendly); writes best.pt (shipped format), log and curve into --out")
     h.add_argument("--pack", required=True)

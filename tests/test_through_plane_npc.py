@@ -131,3 +131,24 @@ def test_training_the_head_alone_writes_shipped_weights_log_and_curve(pack_file,
                                                        head={"head_width": 8}), echo=False)
     with pytest.raises(ValueError, match="head: unknown"):
         ThroughPlaneTrainingConfig(pack="-", out_dir="-", head={"width": 4})
+
+
+def test_the_whole_stack_trainer_trains_a_through_plane_network_end_to_end_or_its_head_alone(pack_file, tmp_path):
+    from monai_npc.engines.stack_training import StackTrainingConfig, build_network, train_stacks
+
+    init = save_pretrained(NPCNet(**TINY), tmp_path / "tiny.pt", {"preprocessing": "minmax"})
+    base = dict(pack=str(pack_file), minutes=1.0, device="cpu", stacks_per_batch=2, val_every=1, save_every=1,
+                max_epochs=1, timing_steps=1, init=str(init), architecture="through_plane",
+                network={"head_width": 4, "head_pool": 2})
+    built = build_network(StackTrainingConfig(out_dir="-", **base))
+    assert isinstance(built, ThroughPlaneNPC) and built.config["head_width"] == 4
+    with pytest.raises(ValueError, match="not for architecture"):
+        build_network(StackTrainingConfig(out_dir="-", **{**base, "network": {"context_channels": 4}}))
+    tiny = load_pretrained(init).state_dict()
+    for trainable in ("context", "all"):
+        out = tmp_path / trainable
+        train_stacks(StackTrainingConfig(out_dir=str(out), trainable=trainable, learning_rate=1e-2, **base), echo=False)
+        state = torch.load(out / "checkpoint.pt", weights_only=True)["model"]
+        assert float(state["head.decoder.2.weight"].abs().max()) > 0, trainable  # the output layer started at zero
+        moved = [k for k, v in tiny.items() if not torch.equal(state["npc." + k], v)]
+        assert bool(moved) == (trainable == "all"), moved[:5]  # the 2-D part frozen with trainable="context"

@@ -13,15 +13,18 @@ def parameter_groups(model: nn.Module, trainable: str = "all", context_lr_scale:
     """The optimiser's parameter groups: the parameters that train, each group with its ``lr_scale`` (the epoch's
     learning rate times it, :func:`group_rates`).
 
-    ``trainable="context"`` freezes a slice-context network's shared 2-D part (``model.npc``, ``requires_grad``
-    off): only its heads (``model.context``) train. ``context_lr_scale``: the heads' rate over the rest's (new heads
-    next to pretrained 2-D weights may learn faster than those should move); a network without heads has one group.
+    ``trainable="context"`` freezes a stack network's shared 2-D part (``model.npc``, ``requires_grad`` off): only
+    its heads (a slice-context network's ``model.context``, a through-plane network's ``model.head``) train.
+    ``context_lr_scale``: the heads' rate over the rest's (new heads next to pretrained 2-D weights may learn faster
+    than those should move); a network without heads has one group.
     """
     if context_lr_scale <= 0:
         raise ValueError(f"context_lr_scale must be > 0, got {context_lr_scale}.")
     if trainable == "context":
         model.npc.requires_grad_(False)
-    heads = getattr(model, "context", None)
+    heads = None
+    if hasattr(model, "npc"):  # a stack network: its own parts beside the shared 2-D network
+        heads = model.context if hasattr(model, "context") else getattr(model, "head", None)
     in_heads = {id(p) for p in heads.parameters()} if isinstance(heads, nn.Module) else set()
     params = [p for p in model.parameters() if p.requires_grad]
     rest = [p for p in params if id(p) not in in_heads]

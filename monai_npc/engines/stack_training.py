@@ -22,9 +22,9 @@ trains its share of every step with DistributedDataParallel and rank 0 validates
 (:mod:`~monai_npc.engines.stack_distributed`).
 
 The network: by default (``architecture="npc2d"``) the ``train_crops.json`` / ``acdc`` NPCNet (:data:`DEFAULT_NETWORK`)
-applied to every slice (the batch is the slices); ``architecture="slice_context"`` the
-:class:`~monai_npc.networks.nets.SliceContextNPC` of the same 2-D configuration, from the ``init``
-weights' 2-D parameters when given. ``network_factory`` is the extension point for other networks: a module with
+applied to every slice (the batch is the slices); ``architecture="slice_context"`` / ``"through_plane"`` the
+:class:`~monai_npc.networks.nets.SliceContextNPC` / :class:`~monai_npc.networks.nets.ThroughPlaneNPC` of the same 2-D
+configuration, from the ``init`` weights' 2-D parameters when given. ``network_factory`` is the extension point for other networks: a module with
 ``forward_stacks(pair (N, 2, H, W), group (N,), n_groups) -> ddf`` sees which slices form a stack (contiguous, in
 order); a plain module is called as ``model(pair)``. A field of 2 channels ``(N, 2, H, W)`` is in-plane, slice by
 slice; one of 3 ``(N, 3, H, W)`` is a 3-D field per stack (channel 0 through the plane in slices), which the loss
@@ -50,7 +50,7 @@ from monai_npc.functional.stack_field import warp_stack_slices
 from monai_npc.functional.warp import warp_image
 from monai_npc.losses.label import one_hot_labels
 from monai_npc.losses.stack import StackRegistrationLoss, group_overlap
-from monai_npc.networks.nets import NPCNet, SliceContextNPC, load_pretrained, save_pretrained
+from monai_npc.networks.nets import NPCNet, SliceContextNPC, StackNPC, ThroughPlaneNPC, load_pretrained, save_pretrained
 from monai_npc.runtime import rank_device
 from monai_npc.serialization import plain
 from monai_npc.transforms.stack_augment import RandStackAugment, StackAugmentConfig
@@ -77,8 +77,12 @@ NetworkFactory = Callable[["StackTrainingConfig"], nn.Module]
 #: (docs/training_gpu.md, "Slice context")
 SLICE_CONTEXT_TRAINING: Dict[str, Any] = dict(detach_steps=True)
 #: ``StackTrainingConfig.architecture`` values: the 2-D NPC slice by slice, or the slice-context NPC (3-D field)
-NETWORKS = ("npc2d", "slice_context")
-#: ``StackTrainingConfig.trainable`` values: every parameter, or a slice-context network's heads only
+NETWORKS = ("npc2d", "slice_context", "through_plane")
+#: the stack architectures: their class and the ``network`` options of their own parts (the rest are NPCNet's)
+STACK_ARCHITECTURES: Dict[str, Tuple[type, Tuple[str, ...]]] = {
+    "slice_context": (SliceContextNPC, ("context_channels",)),
+    "through_plane": (ThroughPlaneNPC, ("head_width", "head_pool", "evidence_window"))}
+#: ``StackTrainingConfig.trainable`` values: every parameter, or a stack network's heads only (its 2-D part frozen)
 TRAINABLE = ("all", "context")
 
 
@@ -87,7 +91,8 @@ class StackTrainingConfig:
     """Settings of :func:`train_stacks` (times in minutes, rates per step, decay per epoch).
 
     ``architecture``: one of :data:`NETWORKS`; ``network``: NPCNet arguments over :data:`DEFAULT_NETWORK` (or over
-    the ``init`` weights' configuration; with ``"slice_context"`` also ``context_channels``);
+    the ``init`` weights' configuration; with ``"slice_context"`` also ``context_channels``, with ``"through_plane"``
+    ``head_width``, ``head_pool``, ``evidence_window``);
     ``init``: weights to start from (2-D weights start a slice-context network's shared part) (a :func:`~monai_npc.networks.nets.load_pretrained` argument), ``None``: from
     scratch. ``resume``: a ``checkpoint.pt`` to continue (its network configuration wins). ``label_weight``: the
     3-D Dice term's weight. ``minutes``: the run's wall-time budget, set-up included; ``max_epochs``: an optional
@@ -134,8 +139,8 @@ class StackTrainingConfig:
         for name, value in positive.items():
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
-        if self.trainable not in TRAINABLE or (self.trainable == "context" and self.architecture != "slice_context"):
-            raise ValueError(f"trainable must be one of {TRAINABLE} ('context' with architecture='slice_context'), got "
+        if self.trainable not in TRAINABLE or (self.trainable == "context" and self.architecture == "npc2d"):
+            raise ValueError(f"trainable must be one of {TRAINABLE} ('context' with a stack architecture), got "
                              f"{self.trainable!r} with architecture={self.architecture!r}.")
         if not self.context_lr_scale > 0:
             raise ValueError(f"context_lr_scale must be > 0, got {self.context_lr_scale!r}.")
@@ -167,26 +172,34 @@ def resolve_device(name: str) -> torch.device:
 
 def build_network(config: StackTrainingConfig, network_config: Optional[Mapping[str, Any]] = None) -> nn.Module:
     """The network to train: ``network_config`` (a checkpoint's) as it is, else ``init``'s weights or
-    :data:`DEFAULT_NETWORK`, with ``config.network`` over it and no test-time refinement; with
-    ``architecture="slice_context"`` (``config.network`` over :data:`SLICE_CONTEXT_TRAINING`) that 2-D network becomes the shared part of a
-    :class:`~monai_npc.networks.nets.SliceContextNPC` (``init`` may also be slice-context weights)."""
+    :data:`DEFAULT_NETWORK`, with ``config.network`` over it and no test-time refinement; with a stack architecture
+    (:data:`STACK_ARCHITECTURES`; ``"slice_context"``: ``config.network`` over :data:`SLICE_CONTEXT_TRAINING`) that 2-D
+    network becomes the shared part of a :class:`~monai_npc.networks.nets.SliceContextNPC` or
+    :class:`~monai_npc.networks.nets.ThroughPlaneNPC` (``init`` may also be weights of that class, which continue)."""
     if network_config is not None:
         return network_from_config(network_config)
     defaults = SLICE_CONTEXT_TRAINING if config.architecture == "slice_context" else {}
     overrides = {**defaults, **dict(config.network), "refine_iterations": 0}
-    context = {"context_channels": overrides.pop("context_channels")} if "context_channels" in overrides else {}
-    if context and config.architecture != "slice_context":
-        raise ValueError("network option context_channels is for architecture='slice_context' only.")
+    own_keys = STACK_ARCHITECTURES[config.architecture][1] if config.architecture in STACK_ARCHITECTURES else ()
+    stray = sorted(k for _, keys in STACK_ARCHITECTURES.values() for k in keys if k in overrides and k not in own_keys)
+    if stray:
+        raise ValueError(f"network options {stray} are not for architecture={config.architecture!r}.")
+    own = {k: overrides.pop(k) for k in own_keys if k in overrides}
     net = load_pretrained(config.init, **overrides) if config.init else NPCNet(**{**DEFAULT_NETWORK, **overrides})
     if config.architecture == "npc2d":
         if not isinstance(net, NPCNet):
-            raise ValueError(f"init={config.init!r} holds a {type(net).__name__}; train it with architecture='slice_context'.")
+            raise ValueError(f"init={config.init!r} holds a {type(net).__name__}; train it with its architecture "
+                             f"({net.config.get('architecture')!r}).")
         return net
-    if isinstance(net, SliceContextNPC):
-        if context and context["context_channels"] != net.config["context_channels"]:
-            raise ValueError(f"init={config.init!r} has context_channels={net.config['context_channels']}; it cannot change.")
+    cls = STACK_ARCHITECTURES[config.architecture][0]
+    if isinstance(net, cls):
+        changed = {k: net.config[k] for k, v in own.items() if net.config[k] != v}
+        if changed:
+            raise ValueError(f"init={config.init!r} has {changed}; it cannot change.")
         return net
-    return SliceContextNPC.from_npc(net, **context)
+    if isinstance(net, StackNPC):
+        raise ValueError(f"init={config.init!r} holds a {type(net).__name__}; it cannot become a {cls.__name__}.")
+    return cls.from_npc(net, **own)
 
 
 def predict(model: nn.Module, batch: StackBatch) -> torch.Tensor:
