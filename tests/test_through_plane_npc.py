@@ -152,3 +152,15 @@ def test_the_whole_stack_trainer_trains_a_through_plane_network_end_to_end_or_it
         assert float(state["head.decoder.2.weight"].abs().max()) > 0, trainable  # the output layer started at zero
         moved = [k for k, v in tiny.items() if not torch.equal(state["npc." + k], v)]
         assert bool(moved) == (trainable == "all"), moved[:5]  # the 2-D part frozen with trainable="context"
+
+
+def test_the_shipped_acdc_through_plane_weights_are_acdc_plus_a_trained_head():
+    net = load_pretrained("acdc_through_plane")
+    acdc = load_pretrained("acdc")
+    assert isinstance(net, ThroughPlaneNPC) and net.refiner.iterations == acdc.refiner.iterations == 50
+    assert all(torch.equal(net.npc.state_dict()[k], v) for k, v in acdc.state_dict().items())  # acdc's 2-D network
+    assert float(net.head.decoder[-1].weight.abs().max()) > 0 and net.meta["bundle"] == acdc.meta["bundle"]
+    ed, es, spacing = _phantom_pair()
+    reg = register(ed, es, model="acdc_through_plane", spacing=spacing)
+    assert reg.ddf_array.shape == (3,) + ed.shape and np.isfinite(reg.ddf_array).all()
+    assert reg.summary["stack_network"]["through_plane"] == "network" and reg.summary["folding_percent"] <= 0.05

@@ -19,12 +19,12 @@ from monai_npc.networks.nets import load_pretrained, save_pretrained
 from monai_npc.networks.nets.pretrained import ARCHITECTURES
 from monai_npc.serialization import safe_load
 
-__all__ = ["CHECKPOINT_FORMAT", "network_from_config", "read_checkpoint", "generator_state", "restore_generator",
+__all__ = ["CHECKPOINT_FORMAT", "PROVENANCE", "network_from_config", "read_checkpoint", "generator_state", "restore_generator",
            "training_meta", "export_weights"]
 
 CHECKPOINT_FORMAT = 1
 #: meta entries about where other weights came from, not carried over by ``export_weights(meta_from=...)``
-_PROVENANCE = ("bundle_name", "version", "changelog", "heldout_test", "trained_on", "training", "weights_sha256")
+PROVENANCE = ("bundle_name", "version", "changelog", "heldout_test", "trained_on", "training", "weights_sha256")
 
 
 def network_from_config(network_config: Mapping[str, Any]) -> nn.Module:
@@ -80,7 +80,7 @@ def export_weights(checkpoint: str | Path, path: str | Path, meta: Optional[Mapp
 
     ``overrides``: NPCNet arguments for inference (e.g. ``refine_iterations=50``); ``meta_from``: weights whose meta
     to start from (e.g. ``"acdc"``: how ``register`` runs them, their ``bundle`` included, which names the register
-    settings of their dataset; without their provenance, :data:`_PROVENANCE`);
+    settings of their dataset; without their provenance, :data:`PROVENANCE`);
     ``meta``: entries over both.
     """
     state = safe_load(checkpoint, what="training checkpoint")
@@ -91,7 +91,7 @@ def export_weights(checkpoint: str | Path, path: str | Path, meta: Optional[Mapp
         raise ValueError(f"{checkpoint} records no NPCNet configuration (a custom network): export it with its own code.")
     net = network_from_config({**dict(network_config), "detach_steps": False, **overrides})
     net.load_state_dict(state["model"])
-    base = {k: v for k, v in dict(load_pretrained(meta_from).meta if meta_from else {}).items() if k not in _PROVENANCE}
+    base = {k: v for k, v in dict(load_pretrained(meta_from).meta if meta_from else {}).items() if k not in PROVENANCE}
     recorded = dict(state.get("meta") or {})
     if "curve" in state:
         done = [r for r in state["curve"] if r.get("val_dice") is not None]

@@ -32,6 +32,7 @@ from monai_npc.losses.stack import StackRegistrationLoss
 from monai_npc.networks.nets import ThroughPlaneNPC, load_pretrained, save_pretrained
 from monai_npc.transforms.stack_augment import RandStackAugment, StackAugmentConfig
 
+from .stack_checkpoint import PROVENANCE
 from .stack_data import DeviceStacks, StackBatch
 from .stack_report import RunLog, curve_figure
 from .stack_training import validate_stacks
@@ -167,7 +168,8 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     initial = validate_stacks(net, val_data)["val_dice"]
     best, best_step = initial, 0
     best_path = out / "best.pt"
-    meta = dict(getattr(npc, "meta", {}) or {})
+    # how register runs the 2-D weights (preprocessing, window, the bundle's settings), not where they came from
+    meta = {k: v for k, v in dict(getattr(npc, "meta", {}) or {}).items() if k not in PROVENANCE}
 
     def save() -> None:
         save_pretrained(net, best_path, {**meta, "training": {
