@@ -6,7 +6,8 @@
 #   bash examples/gpu_call.sh restore     # here: the whole working tree back
 #
 # `device` installs the carried wheels, times a whole stack in the network (benchmarks/bench_stack_gpu.py), then
-# trains each NETWORK (default: npc2d slice_context) for MINUTES (default 3.25) from the shipped `acdc` weights, or
+# trains each NETWORK (default: through_plane, from the shipped `acdc_through_plane`, and slice_context; or npc2d)
+# for MINUTES (default 3.25) from the shipped weights (`acdc`; for through_plane `acdc_through_plane`), or
 # resumes it from training/checkpoints/NETWORK.pt when that was committed, and leaves 8 files in $OUT:
 # bench.txt (the GPU, then the seconds per stack of acdc and of each trained state), bench_stack_gpu.json and per
 # network NETWORK_best.pt (shipped-weights format), NETWORK_checkpoint.pt (to commit as
@@ -18,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PACK=${PACK:-.cache/acdc70_stacks.npz}
 WHEELS=${WHEELS:-.whl}
-# the paths the training does not read: the docs, the bundles and every weights file but acdc
+# the paths the training does not read: the docs, the bundles and every weights file but acdc and acdc_through_plane
 LEAVE_OUT=("!/docs/" "!/bundles/" "!/monai_npc/weights/camus.pt" "!/monai_npc/weights/sar.pt"
            "!/monai_npc/weights/brain2d.pt" "!/monai_npc/weights/priors/")
 
@@ -38,7 +39,7 @@ prepare() {
 device() {
     : "${OUT:?OUT: the folder whose files come back}"
     local minutes=${1:-3.25}; shift || true
-    local networks=(npc2d slice_context) device=${DEVICE:-cuda} bf16=()
+    local networks=(through_plane slice_context) device=${DEVICE:-cuda} bf16=()
     if [[ $# -gt 0 ]]; then networks=("$@"); fi
     if [[ "$device" == cuda ]]; then bf16=(--bf16); fi
     local deps=${DEPS:-/tmp/npc_deps}
@@ -51,6 +52,8 @@ device() {
         local run="runs/gpu_$net" start=(--init acdc) own=()
         # new heads beside pretrained 2-D weights learn at a multiple of the rate (docs/training_gpu.md)
         if [[ "$net" == slice_context ]]; then own=(--context-lr-scale "${CONTEXT_LR_SCALE:-5}"); fi
+        # the CPU-trained head continues, now with its 2-D network (end to end)
+        if [[ "$net" == through_plane ]]; then start=(--init acdc_through_plane); fi
         [[ -f "training/checkpoints/$net.pt" ]] && start=(--resume "training/checkpoints/$net.pt")
         rm -rf "$run"
         # shellcheck disable=SC2086  # TRAIN_ARGS: several options
