@@ -154,10 +154,7 @@ class StackTrainingConfig:
         if self.architecture not in NETWORKS:
             raise ValueError(f"architecture must be one of {', '.join(NETWORKS)}, got {self.architecture!r}.")
         if isinstance(self.augment, Mapping):
-            unknown = set(self.augment) - set(StackAugmentConfig.__dataclass_fields__)
-            if unknown:
-                raise ValueError(f"augment: unknown settings {sorted(unknown)}; known: {sorted(StackAugmentConfig.__dataclass_fields__)}.")
-            self.augment = StackAugmentConfig(**self.augment)
+            self.augment = StackAugmentConfig.from_mapping(self.augment)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -83,7 +83,7 @@ class ThroughPlaneTrainingConfig:
         if unknown:
             raise ValueError(f"head: unknown settings {sorted(unknown)}; known: head_width, head_pool, evidence_window.")
         if isinstance(self.augment, Mapping):
-            self.augment = StackAugmentConfig(**self.augment)
+            self.augment = StackAugmentConfig.from_mapping(self.augment)
 
 
 @dataclass
@@ -128,10 +128,14 @@ def _joined(units: List[CachedStacks]) -> Dict[str, Any]:
     for u in units:
         group.append(u.batch.group + n)
         n += u.batch.n_groups
-    cat = lambda name: torch.cat([getattr(u.batch, name) for u in units]).float()  # noqa: E731
-    return {"moving": cat("moving"), "fixed": cat("fixed"), "moving_label": cat("moving_label"),
-            "fixed_label": cat("fixed_label"), "group": torch.cat(group), "n_groups": n,
-            "in_plane": torch.cat([u.in_plane for u in units]).float(), "evidence": torch.cat([u.evidence for u in units]).float()}
+
+    def cat(parts: List[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(parts).float()
+
+    joined: Dict[str, Any] = {name: cat([getattr(u.batch, name) for u in units])
+                              for name in ("moving", "fixed", "moving_label", "fixed_label")}
+    return {**joined, "group": torch.cat(group), "n_groups": n, "in_plane": cat([u.in_plane for u in units]),
+            "evidence": cat([u.evidence for u in units])}
 
 
 def _progress(config: ThroughPlaneTrainingConfig, start: float, step: int) -> float:

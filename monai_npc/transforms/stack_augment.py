@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +66,14 @@ class StackAugmentConfig:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {value}.")
         if self.rotate_deg < 0 or self.shift < 0 or self.bias_coeff < 0:
             raise ValueError(f"rotate_deg, shift and bias_coeff must be >= 0, got {self.rotate_deg}, {self.shift}, {self.bias_coeff}.")
+
+    @classmethod
+    def from_mapping(cls, settings: Mapping[str, Any]) -> "StackAugmentConfig":
+        """Settings by name over the defaults (e.g. a command line's JSON); an unknown name is refused, naming the known."""
+        unknown = set(settings) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"augment: unknown settings {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}.")
+        return cls(**settings)
 
 
 def _legendre(x: torch.Tensor) -> torch.Tensor:
