@@ -183,7 +183,7 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
 
     step, order, curve, sums = 0, [], [], {}
     save()
-    log.message(f"step 0: validation mean 3-D Dice {initial:.4f} (the 2-D network alone)")
+    log.message(f"step 0: validation mean 3-D Dice {initial:.4f} (the initial network: {config.init})")
     while time.monotonic() - start < config.minutes * 60 and (config.max_steps is None or step < config.max_steps):
         if not order:
             order = list(range(len(units)))
