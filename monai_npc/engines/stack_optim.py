@@ -6,6 +6,8 @@ from typing import Any, Dict, List
 
 from torch import nn
 
+from monai_npc.networks.nets import StackNPC
+
 __all__ = ["parameter_groups", "group_rates"]
 
 
@@ -14,7 +16,8 @@ def parameter_groups(model: nn.Module, trainable: str = "all", context_lr_scale:
     learning rate times it, :func:`group_rates`).
 
     ``trainable="context"`` freezes a stack network's shared 2-D part (``model.npc``, ``requires_grad`` off): only
-    its heads (a slice-context network's ``model.context``, a through-plane network's ``model.head``) train.
+    its heads (every parameter beside ``model.npc``: a slice-context network's ``context``, a through-plane network's
+    ``head``) train.
     ``context_lr_scale``: the heads' rate over the rest's (new heads next to pretrained 2-D weights may learn faster
     than those should move); a network without heads has one group.
     """
@@ -22,10 +25,9 @@ def parameter_groups(model: nn.Module, trainable: str = "all", context_lr_scale:
         raise ValueError(f"context_lr_scale must be > 0, got {context_lr_scale}.")
     if trainable == "context":
         model.npc.requires_grad_(False)
-    heads = None
-    if hasattr(model, "npc"):  # a stack network: its own parts beside the shared 2-D network
-        heads = model.context if hasattr(model, "context") else getattr(model, "head", None)
-    in_heads = {id(p) for p in heads.parameters()} if isinstance(heads, nn.Module) else set()
+    # a stack network's heads: every parameter beside its shared 2-D network
+    shared = {id(p) for p in model.npc.parameters()} if isinstance(model, StackNPC) else None
+    in_heads = {id(p) for p in model.parameters() if id(p) not in shared} if shared is not None else set()
     params = [p for p in model.parameters() if p.requires_grad]
     rest = [p for p in params if id(p) not in in_heads]
     context = [p for p in params if id(p) in in_heads]

@@ -6,8 +6,8 @@ training stack (draw 0 unaugmented; the others :class:`~monai_npc.transforms.Ran
 shifts, intensity and artefact transforms and contrast inversion, as the whole-stack trainer draws them), and every
 step only runs the head and the whole-stack loss (:class:`~monai_npc.losses.StackRegistrationLoss`: LNCC,
 regulariser, fold and log-Jacobian terms on the 3-D field, ``label_weight`` times the soft 3-D Dice of RV / Myo /
-LV; labels in the loss only). On two CPU cores a step of two stacks (both directions) takes about 1.6 s, the
-2-D network's forward pass, which the whole-stack trainer repeats every step, not included.
+LV; labels in the loss only). On the CPU a step of two stacks (both directions) takes about a second on one thread,
+without the 2-D network's forward pass, which the whole-stack trainer repeats every step.
 
 Validation runs the whole network (:func:`~monai_npc.engines.stack_training.validate_stacks`: the validation stacks,
 both directions, labels carried by the 3-D field with nearest neighbour) every ``val_every`` steps; the best state is

@@ -18,7 +18,7 @@ import torch
 
 from .polarity import matched_contrast
 from .similarity import local_ncc
-from .stack_field import stack_positions
+from .stack_field import stack_neighbours, stack_positions
 from .warp import warp_image
 
 __all__ = ["EVIDENCE_CHANNELS", "REVERSED_CHANNELS", "in_plane_divergence", "through_plane_evidence"]
@@ -68,9 +68,9 @@ def through_plane_evidence(moving: torch.Tensor, fixed: torch.Tensor, ddf: torch
         position, _, count = stack_positions(group, n_groups)
         has_previous = (position > 0).to(moving.dtype).view(-1, 1, 1, 1)
         has_next = (position < count - 1).to(moving.dtype).view(-1, 1, 1, 1)
-        rows = torch.arange(moving.shape[0], device=moving.device)
-        previous = warped[(rows - 1).clamp(min=0)] * has_previous
-        following = warped[(rows + 1).clamp(max=moving.shape[0] - 1)] * has_next
+        rows_before, rows_after = stack_neighbours(group, n_groups)  # an end slice is its own neighbour: zeroed here
+        previous = warped[rows_before] * has_previous
+        following = warped[rows_after] * has_next
         pairs = torch.cat([warped, previous, following])
         correlation = local_ncc(pairs, fixed.repeat(3, 1, 1, 1), window).split(moving.shape[0])
         ones = torch.ones_like(fixed)
