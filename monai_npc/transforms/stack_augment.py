@@ -13,8 +13,10 @@ its frames, so a stack stays a consistent volume and a pair stays a pair:
   with ``gamma`` log-uniform in ``gamma_range``: the suite's ``gamma`` 2.0 and ``contrast`` 0.5), a smooth
   multiplicative bias field (Legendre polynomials up to degree 3, coefficients up to ``bias_coeff``:
   ``RandBiasField``), Gibbs ringing (k-space truncated at ``1 - alpha`` of the band: ``GibbsNoise``), a k-space
-  spike (a stripe pattern of one frequency in both frames, each frame with its own phase, up to twice the image's
-  range: the suite's ``RandKSpaceSpikeNoise`` keeps each frame's k-space phase), Gaussian blur (sigma in voxels),
+  spike (on each slice stripes of its own frequency, the same in both frames but each frame with its own phase,
+  ``spike_amplitude`` times the window's range: the suite's ``RandKSpaceSpikeNoise`` draws a location per slice,
+  keeps each frame's k-space phase and adds stripes of 1-3.6 times a stack's range, up to ~9 times its heart's
+  contrast), Gaussian blur (sigma in voxels),
   halved resolution (``coarse``) and Gaussian noise;
 - contrast inversion of ONE frame of a pair (``invert_prob``; in one direction of the pair that frame is the
   fixed image, in the other the moving one), ``max - x`` as the suite's ``inverted``.
@@ -54,7 +56,7 @@ class StackAugmentConfig:
     gamma_range: Tuple[float, float] = (0.5, 2.0)
     bias_coeff: float = 0.4
     gibbs_alpha: Tuple[float, float] = (0.3, 0.7)
-    spike_amplitude: Tuple[float, float] = (0.25, 2.0)
+    spike_amplitude: Tuple[float, float] = (0.5, 6.0)
     blur_sigma: Tuple[float, float] = (0.5, 1.5)
     noise_std: Tuple[float, float] = (0.02, 0.08)
     invert_prob: float = 0.1
@@ -151,16 +153,17 @@ class RandStackAugment:
         return torch.where(self._chosen(group, n_groups), x * torch.exp(field), x)
 
     def _spike(self, x: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
-        h, w = x.shape[-2:]
-        freq = (2 * self._rand(n_groups, 2, device=x.device) - 1) * 0.5  # cycles per voxel along (row, col)
-        # one frequency per pair but a phase per frame: a spike keeps each frame's own k-space phase there
-        phase = 2 * math.pi * self._rand(n_groups, x.shape[1], device=x.device)
+        n, h, w = x.shape[0], *x.shape[-2:]
+        # one k-space location per slice, shared by the pair's frames, each frame with its own phase there (the suite's
+        # RandKSpaceSpikeNoise draws a location per slice and keeps each frame's k-space phase)
+        freq = (2 * self._rand(n, 2, device=x.device) - 1) * 0.5  # cycles per voxel along (row, col)
+        phase = 2 * math.pi * self._rand(n, x.shape[1], device=x.device)
         rows = torch.arange(h, device=x.device, dtype=x.dtype).view(1, 1, h, 1)
         cols = torch.arange(w, device=x.device, dtype=x.dtype).view(1, 1, 1, w)
         wave = freq[:, 0, None, None, None] * rows + freq[:, 1, None, None, None] * cols
         stripes = torch.cos(2 * math.pi * wave + phase[:, :, None, None])
-        amplitude = self._per_slice(group, n_groups, self.config.spike_amplitude)
-        return torch.where(self._chosen(group, n_groups), x + amplitude * stripes[group], x)
+        amplitude = self._uniform(n, self.config.spike_amplitude, x.device).view(-1, 1, 1, 1)
+        return torch.where(self._chosen(group, n_groups), x + amplitude * stripes, x)
 
     def intensity(self, x: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
         """The shift suite's intensity and artefact transforms on ``x`` ``(N, C, H, W)`` in ``[0, 1]``, each on a
