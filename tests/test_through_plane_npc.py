@@ -97,6 +97,15 @@ def test_from_acdc_the_2d_field_no_through_plane_motion_and_the_weights_round_tr
     assert reg.ddf_array.shape == (3,) + ed.shape and not np.any(reg.ddf_array[0])  # the head starts at zero
     assert float(np.abs(reg.ddf_array[1:] - ref.ddf_array[1:]).max()) < 1e-4  # the 2-D network's own field
     assert reg.summary["stack_network"]["through_plane"] == "network"
+    assert reg.summary["stack_network"]["in_plane_flip_ensemble"] == 1 and "flip_ensemble" in reg.summary["stack_network"]["not_applied"]
+    npc.set_flip_ensemble(2)
+    net.set_flip_ensemble(2)  # the in-plane part's test-time ensemble: the 2-D model's, slice by slice
+    reg2 = register(ed, es, model=net, spacing=spacing, field_of_view="heart-stack")
+    ref2 = register(ed, es, model=npc, spacing=spacing, field_of_view="heart-stack")
+    assert float(np.abs(ref2.ddf_array[1:] - ref.ddf_array[1:]).max()) > 1e-3  # the ensemble changed the field
+    assert float(np.abs(reg2.ddf_array[1:] - ref2.ddf_array[1:]).max()) < 1e-4
+    assert reg2.summary["stack_network"]["in_plane_flip_ensemble"] == 2 and "flip_ensemble" not in reg2.summary["stack_network"]["not_applied"]
+    net.set_flip_ensemble(1)
     torch.nn.init.normal_(net.head.decoder[-1].weight, std=0.01)
     path = save_pretrained(net, tmp_path / "tp.pt", {"preprocessing": "minmax"})
     back = load_pretrained(path)
@@ -164,3 +173,4 @@ def test_the_shipped_acdc_through_plane_weights_are_acdc_plus_a_trained_head():
     reg = register(ed, es, model="acdc_through_plane", spacing=spacing)
     assert reg.ddf_array.shape == (3,) + ed.shape and np.isfinite(reg.ddf_array).all()
     assert reg.summary["stack_network"]["through_plane"] == "network" and reg.summary["folding_percent"] <= 0.05
+    assert reg.summary["stack_network"]["in_plane_flip_ensemble"] == 2  # acdc's register settings reach the 2-D part

@@ -229,7 +229,7 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
                           label_prior=prior_net, prior_weight=prior_weight)
     prior = _prior_summary(result, settings.label_prior, prior_weight, inputs, notes)
     _check_result(result, inputs, settings, notes)
-    return _Run(result, guidance, prior, notes, _stack_record(settings, inputs, notes, refines) if is_stack_network(net) else None)
+    return _Run(result, guidance, prior, notes, _stack_record(settings, inputs, notes, refines, _in_plane_flips(net)) if is_stack_network(net) else None)
 
 
 #: why a 2-D test-time step does not apply to a stack network's field (``summary["stack_network"]["not_applied"]``); the
@@ -238,7 +238,8 @@ STACK_NOT_APPLIED = {
     "refinement": "this stack network has no test-time refinement (no refiner, or refiner.iterations 0); its field is used as it is",
     "label_guidance": "the label-guided term acts in the test-time refinement only; label_guidance is 0",
     "label_prior": "the label prior is part of the label-guided term; not used",
-    "flip_ensemble": "the network's field is one pass over the stack as given; no flip ensemble",
+    "flip_ensemble": "the network's field is one pass over the stack as given; no flip ensemble (a through-plane network's "
+                     "in-plane part takes it)",
     "basal_rules": "the network moves through the plane itself; the stack pipeline's basal rules are not applied on top",
 }
 #: the steps of :data:`STACK_NOT_APPLIED` that a stack network's 3-D refinement brings
@@ -246,17 +247,26 @@ STACK_NOT_APPLIED = {
 STACK_REFINED = ("refinement", "label_guidance", "label_prior")
 
 
-def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str], refines: bool) -> Dict[str, Any]:
+def _in_plane_flips(net: nn.Module) -> int:
+    """How many in-plane symmetries a stack network's in-plane field averages (1: none; a ThroughPlaneNPC's 2-D part
+    takes ``register``'s flip ensemble)."""
+    return len(getattr(getattr(net, "npc", None), "flip_codes", [0])) if hasattr(net, "set_flip_ensemble") else 1
+
+
+def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str], refines: bool, flips: int = 1) -> Dict[str, Any]:
     """``summary["stack_network"]``: the field's through-plane channel comes from the network, ``refined_3d`` whether the
-    whole 3-D field was refined (``refines``), and which 2-D steps did not apply (:data:`STACK_NOT_APPLIED`); without a refinement, a label term the
-    caller asked for is warned about."""
+    whole 3-D field was refined (``refines``), ``in_plane_flip_ensemble`` how many in-plane symmetries its in-plane
+    field averaged (``flips``), and which 2-D steps did not apply (:data:`STACK_NOT_APPLIED`); without a refinement, a
+    label term the caller asked for is warned about."""
     asked = settings.label_terms_asked()
     if asked and inputs.moving_label is not None and not refines:
         _warn(notes, f"{' and '.join(asked)} ignored: this stack network's field has no test-time refinement to steer "
                      "(refiner.iterations 0).")
     return {"through_plane": "network", "refined_3d": bool(refines),
             "refined_channels": "in-plane (the network's through-plane channel kept)" if refines else None,
-            "not_applied": {k: v for k, v in STACK_NOT_APPLIED.items() if not (refines and k in STACK_REFINED)}}
+            "in_plane_flip_ensemble": int(flips),
+            "not_applied": {k: v for k, v in STACK_NOT_APPLIED.items()
+                            if not (refines and k in STACK_REFINED) and not (flips > 1 and k == "flip_ensemble")}}
 
 
 def _prior_summary(result: PipelineResult, prior_name: Optional[str], weight: float, inputs: Inputs, notes: List[str]) -> Optional[Dict[str, Any]]:

@@ -28,7 +28,9 @@ class ThroughPlaneNPC(StackNPC):
     The field is ``(through, in-plane)``: out(z, y, x) = moving(z + through, y + u_y, x + u_x), trilinear on the
     stack's ``(Z, H, W)`` grid (MONAI ``Warp`` convention). The head's output layer starts at zero, so a network built
     from 2-D weights (:meth:`from_npc`) gives their in-plane field and no through-plane motion until trained; it can be
-    trained alone on the 2-D network's fields (``monai_npc.engines.through_plane_training``).
+    trained alone on the 2-D network's fields (``monai_npc.engines.through_plane_training``). The 2-D part's test-time
+    flip ensemble (:meth:`set_flip_ensemble`, which ``register`` sets from the weights' register settings) averages
+    the in-plane field before the head reads it.
 
     Args:
         head_width: channels of the head's first level.
@@ -50,6 +52,13 @@ class ThroughPlaneNPC(StackNPC):
                                         "evidence_window": int(evidence_window)}, npc_options)
         self.evidence_window = int(evidence_window)
         self.head = ThroughPlaneHead(len(EVIDENCE_CHANNELS), REVERSED_CHANNELS, int(head_width), int(head_pool))
+
+    def set_flip_ensemble(self, flip_ensemble: int) -> None:
+        """Average each slice's in-plane field over ``flip_ensemble`` (1, 2, 4 or 8) in-plane symmetries of the pair
+        in eval mode (:meth:`NPCNet.set_flip_ensemble` on the 2-D part); the head then reads the averaged field. Each
+        slice's in-plane field is the 2-D network's alone, so the ensemble means here what it means for a 2-D model
+        (``register``'s ``acdc`` settings: 2, the pair and the pair turned by 180 degrees)."""
+        self.npc.set_flip_ensemble(flip_ensemble)
 
     def through_plane(self, moving: torch.Tensor, fixed: torch.Tensor, in_plane: torch.Tensor, group: torch.Tensor,
                       n_groups: int) -> torch.Tensor:
