@@ -71,7 +71,8 @@ def train_through_plane(args: argparse.Namespace) -> int:
     config = ThroughPlaneTrainingConfig(
         pack=args.pack, out_dir=args.out, init=args.init, minutes=args.minutes, max_steps=args.max_steps, draws=args.draws,
         stacks_per_step=args.stacks_per_step, learning_rate=args.lr, label_weight=args.label_weight, val_every=args.val_every,
-        seed=args.seed, head=json.loads(args.head), augment=json.loads(args.augment))
+        seed=args.seed, head=json.loads(args.head), augment=json.loads(args.augment), num_steps=args.num_steps,
+        flip_ensemble=args.flip_ensemble)
     summary = run(config)
     print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in summary.items()}))
     return 0
@@ -141,6 +142,10 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--seed", type=int, default=0)
     h.add_argument("--head", default="{}", help="head_width, head_pool, evidence_window as JSON")
     h.add_argument("--augment", default="{}", help="StackAugmentConfig settings as JSON over the defaults")
+    h.add_argument("--num-steps", type=int, default=None, help="the 2-D part's ODE steps while caching and validating "
+                   "(register's acdc setting: 6; default: the weights' own)")
+    h.add_argument("--flip-ensemble", type=int, default=1, help="the 2-D part's in-plane flip ensemble while caching and "
+                   "validating (register's acdc setting: 2)")
     e = sub.add_parser("export", help="a checkpoint.pt / best.pt -> shipped weights format")
     e.add_argument("checkpoint")
     e.add_argument("out")

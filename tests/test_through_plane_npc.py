@@ -135,6 +135,14 @@ def test_training_the_head_alone_writes_shipped_weights_log_and_curve(pack_file,
     again = ThroughPlaneTrainingConfig(pack=str(pack_file), out_dir=str(tmp_path / "again"), init=str(summary["best"]),
                                        minutes=2, max_steps=1, draws=1, val_every=1)
     assert train_through_plane(again, echo=False)["initial_val_dice"] == pytest.approx(summary["best_val_dice"], abs=1e-6)
+    # the 2-D part's fields as register computes them (steps, flip ensemble); the weights keep their own settings
+    settled = ThroughPlaneTrainingConfig(pack=str(pack_file), out_dir=str(tmp_path / "settled"), init=str(init), minutes=2,
+                                         max_steps=1, draws=1, val_every=1, num_steps=1, flip_ensemble=2)
+    first = train_through_plane(settled, echo=False)
+    assert first["steps"] == 1 and 0 < first["initial_val_dice"] <= 1
+    written = load_pretrained(first["best"])
+    assert written.ode.steps_per_stage == tiny.ode.steps_per_stage and len(written.npc.flip_codes) == 1
+    assert written.meta["training"]["in_plane_settings"] == {"num_steps": 1, "flip_ensemble": 2}
     with pytest.raises(ValueError, match="cannot change"):
         train_through_plane(ThroughPlaneTrainingConfig(pack=str(pack_file), out_dir=str(tmp_path / "x"), init=str(summary["best"]),
                                                        head={"head_width": 8}), echo=False)

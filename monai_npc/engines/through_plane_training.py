@@ -49,7 +49,10 @@ class ThroughPlaneTrainingConfig:
     ``best.pt``), whose head continues; ``draws``: cached augmentations per training stack
     (draw 0 unaugmented); ``stacks_per_step``: stacks per step (both directions of each); ``head``: the
     :class:`~monai_npc.networks.nets.ThroughPlaneNPC` head arguments (``head_width``, ``head_pool``,
-    ``evidence_window``); ``max_steps``: an optional cap besides ``minutes``.
+    ``evidence_window``); ``max_steps``: an optional cap besides ``minutes``; ``num_steps`` / ``flip_ensemble``: the
+    2-D part's learned ODE steps and in-plane flip ensemble while its fields are cached and the network validated, so
+    that the head learns from the fields ``register`` gives it (``acdc``'s register settings: 6 and 2; ``None`` / 1:
+    the weights' own steps, no ensemble). The written weights keep their own settings; ``register`` sets its own.
     """
 
     pack: str
@@ -66,6 +69,8 @@ class ThroughPlaneTrainingConfig:
     val_every: int = 100
     seed: int = 0
     head: Dict[str, Any] = field(default_factory=dict)
+    num_steps: Optional[int] = None
+    flip_ensemble: int = 1
     augment: StackAugmentConfig = field(default_factory=StackAugmentConfig)
 
     def __post_init__(self) -> None:
@@ -164,6 +169,10 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     else:
         net = ThroughPlaneNPC.from_npc(npc, **config.head)
     net.npc.requires_grad_(False)
+    net.npc.eval()  # the 2-D part's fields as register computes them (its flip ensemble acts in eval mode)
+    net.set_flip_ensemble(config.flip_ensemble)
+    if config.num_steps is not None:
+        net.ode.set_steps(int(config.num_steps))
     augment = RandStackAugment(config.augment, torch.Generator().manual_seed(config.seed + 1))
     units = cache_stacks(net, train_data, config.draws, augment, progress=echo)
     log.message(f"cached {len(units)} stacks ({config.draws} draws of {len(train_data)}) in {time.monotonic() - start:.0f} s")
@@ -179,6 +188,7 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
         save_pretrained(net, best_path, {**meta, "training": {
             "script": "monai_npc.engines.through_plane_training", "init": config.init, "step": step, "val_dice": best,
             "label_weight": config.label_weight, "learning_rate": config.learning_rate, "draws": config.draws,
+            "in_plane_settings": {"num_steps": config.num_steps, "flip_ensemble": config.flip_ensemble},
             "trained": "the through-plane head only; the 2-D network is init's"}})
 
     step, order, curve, sums = 0, [], [], {}
