@@ -229,7 +229,8 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
                           label_prior=prior_net, prior_weight=prior_weight)
     prior = _prior_summary(result, settings.label_prior, prior_weight, inputs, notes)
     _check_result(result, inputs, settings, notes)
-    return _Run(result, guidance, prior, notes, _stack_record(settings, inputs, notes, refines, _in_plane_flips(net)) if is_stack_network(net) else None)
+    stack = _stack_record(settings, inputs, notes, refines, len(getattr(net, "flip_codes", [0]))) if is_stack_network(net) else None
+    return _Run(result, guidance, prior, notes, stack)
 
 
 #: why a 2-D test-time step does not apply to a stack network's field (``summary["stack_network"]["not_applied"]``); the
@@ -247,13 +248,7 @@ STACK_NOT_APPLIED = {
 STACK_REFINED = ("refinement", "label_guidance", "label_prior")
 
 
-def _in_plane_flips(net: nn.Module) -> int:
-    """How many in-plane symmetries a stack network's in-plane field averages (1: none; a ThroughPlaneNPC's 2-D part
-    takes ``register``'s flip ensemble)."""
-    return len(getattr(getattr(net, "npc", None), "flip_codes", [0])) if hasattr(net, "set_flip_ensemble") else 1
-
-
-def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str], refines: bool, flips: int = 1) -> Dict[str, Any]:
+def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str], refines: bool, flips: int) -> Dict[str, Any]:
     """``summary["stack_network"]``: the field's through-plane channel comes from the network, ``refined_3d`` whether the
     whole 3-D field was refined (``refines``), ``in_plane_flip_ensemble`` how many in-plane symmetries its in-plane
     field averaged (``flips``), and which 2-D steps did not apply (:data:`STACK_NOT_APPLIED`); without a refinement, a

@@ -143,7 +143,8 @@ def is_stack_network(net: Any) -> bool:
     through-plane channel back as it does the in-plane ones; when the network has a test-time refinement
     (``net.refiner``, an :class:`~monai_npc.networks.blocks.InstanceRefinement` with ``iterations`` > 0) it first
     refines the whole 3-D field with it (:meth:`~monai_npc.networks.blocks.InstanceRefinement.refine_stack`: the
-    label-guided term and the label prior as for 2-D networks); no flip ensemble and no basal rule on top of it."""
+    label-guided term and the label prior as for 2-D networks); no basal rule on top of it, and a flip ensemble only where
+    the network has one (``set_flip_ensemble``: a ThroughPlaneNPC's in-plane part)."""
     return bool(getattr(net, "stack_network", False))
 
 

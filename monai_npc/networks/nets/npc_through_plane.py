@@ -3,7 +3,7 @@ each slice matches in its neighbours."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List
 
 import torch
 
@@ -59,6 +59,11 @@ class ThroughPlaneNPC(StackNPC):
         slice's in-plane field is the 2-D network's alone, so the ensemble means here what it means for a 2-D model
         (``register``'s ``acdc`` settings: 2, the pair and the pair turned by 180 degrees)."""
         self.npc.set_flip_ensemble(flip_ensemble)
+
+    @property
+    def flip_codes(self) -> List[int]:
+        """The in-plane symmetries the in-plane field averages (:attr:`NPCNet.flip_codes` of the 2-D part)."""
+        return self.npc.flip_codes
 
     def through_plane(self, moving: torch.Tensor, fixed: torch.Tensor, in_plane: torch.Tensor, group: torch.Tensor,
                       n_groups: int) -> torch.Tensor:
