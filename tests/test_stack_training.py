@@ -144,13 +144,14 @@ def test_augmentation_is_shared_by_a_stack_and_its_two_frames():
 
 def test_spike_stripes_one_frequency_per_slice_in_both_frames_each_frame_its_phase():
     aug = RandStackAugment(StackAugmentConfig(intensity_prob=1.0, spike_amplitude=(1.5, 1.5)), torch.Generator().manual_seed(2))
-    flat = torch.zeros(4, 2, 32, 32)  # (slices, frames, H, W); two stacks of two slices
+    n = 32
+    flat = torch.zeros(4, 2, n, n)  # (slices, frames, H, W); two stacks of two slices
     group = torch.tensor([0, 0, 1, 1])
     out = aug._spike(flat, group, 2)
     assert float(out.abs().amax()) == pytest.approx(1.5, abs=0.05)  # the amplitude asked for (relative to [0, 1])
     peak = torch.fft.fft2(out).abs().flatten(2).argmax(-1)  # (slices, frames): each image's stripe frequency
-    ky, kx = peak // 32, peak % 32
-    peaks = torch.minimum(ky * 32 + kx, (-ky) % 32 * 32 + (-kx) % 32)  # f and -f are one real stripe pattern
+    ky, kx = peak // n, peak % n
+    peaks = torch.minimum(ky * n + kx, (-ky) % n * n + (-kx) % n)  # f and -f are one real stripe pattern
     assert bool((peaks[:, 0] == peaks[:, 1]).all())  # one frequency in both frames of a slice
     assert len(set(peaks[:, 0].tolist())) > 1  # but the slices differ, as the suite's spike per slice
     assert not torch.allclose(out[0, 0], out[0, 1], atol=0.1)  # and each frame has its own phase

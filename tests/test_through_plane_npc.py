@@ -148,6 +148,10 @@ def test_training_the_head_alone_writes_shipped_weights_log_and_curve(pack_file,
                                                        head={"head_width": 8}), echo=False)
     with pytest.raises(ValueError, match="head: unknown"):
         ThroughPlaneTrainingConfig(pack="-", out_dir="-", head={"width": 4})
+    with pytest.raises(ValueError, match="flip_ensemble must be one of"):  # before any pack is read
+        ThroughPlaneTrainingConfig(pack="-", out_dir="-", flip_ensemble=3)
+    with pytest.raises(ValueError, match="num_steps must be"):
+        ThroughPlaneTrainingConfig(pack="-", out_dir="-", num_steps=0)
 
 
 def test_the_whole_stack_trainer_trains_a_through_plane_network_end_to_end_or_its_head_alone(pack_file, tmp_path):

@@ -30,6 +30,7 @@ from monai_npc.data.stack_pack import load_stack_pack
 from monai_npc.functional.through_plane_evidence import through_plane_evidence
 from monai_npc.losses.stack import StackRegistrationLoss
 from monai_npc.networks.nets import ThroughPlaneNPC, load_pretrained, save_pretrained
+from monai_npc.networks.nets.npc import FLIP_ENSEMBLES
 from monai_npc.transforms.stack_augment import RandStackAugment, StackAugmentConfig
 
 from .stack_checkpoint import PROVENANCE
@@ -84,6 +85,10 @@ class ThroughPlaneTrainingConfig:
         if not (self.learning_rate > 0 and self.label_weight >= 0 and self.grad_clip > 0):
             raise ValueError(f"need learning_rate > 0, label_weight >= 0, grad_clip > 0; got {self.learning_rate}, "
                              f"{self.label_weight}, {self.grad_clip}.")
+        if self.flip_ensemble not in FLIP_ENSEMBLES:
+            raise ValueError(f"flip_ensemble must be one of {sorted(FLIP_ENSEMBLES)} (1 = off), got {self.flip_ensemble!r}.")
+        if self.num_steps is not None and (not isinstance(self.num_steps, int) or self.num_steps < 1):
+            raise ValueError(f"num_steps must be an integer >= 1 or None (the weights' own), got {self.num_steps!r}.")
         unknown = set(self.head) - {"head_width", "head_pool", "evidence_window"}
         if unknown:
             raise ValueError(f"head: unknown settings {sorted(unknown)}; known: head_width, head_pool, evidence_window.")
