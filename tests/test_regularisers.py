@@ -94,3 +94,37 @@ def test_sample_at_in_1d_and_3d_equals_the_warp():
         grid = torch.stack(torch.meshgrid(*[torch.arange(float(n)) for n in shape[2:]], indexing="ij"))[None]
         torch.testing.assert_close(sample_at(image, grid + ddf, "bilinear", "zeros"), warp_image(image, ddf, "bilinear", "zeros"))
         assert not torch.allclose(sample_at(image, grid + ddf), image)  # it moved
+
+
+@pytest.mark.parametrize("scale", [0.05, 0.6])  # no fold / folds
+def test_stack_smoothness_fold_matches_autograd_through_the_plain_expressions(scale):
+    from monai_npc.functional.stack_penalty import stack_diffusion_per_slice, stack_fold_per_slice, stack_smoothness_fold
+
+    torch.manual_seed(6)
+    group = torch.tensor([0, 0, 0, 0, 1, 2, 2])  # stacks of 4, 1 and 2 slices
+    ddf = (torch.randn(7, 3, 9, 11, dtype=torch.float64) * scale).requires_grad_(True)
+    weight = torch.rand(7, dtype=torch.float64) + 0.5
+    folds = stack_fold_per_slice(ddf.detach(), group, 3)
+    assert (folds > 0).sum() >= 5 if scale > 0.1 else (folds == 0).all()  # both branches of the backward
+    for lam_reg, lam_jac in ((0.05, 100.0), (0.1, 0.0), (0.0, 10.0)):
+        fast = stack_smoothness_fold(ddf, group, 3, lam_reg, lam_jac)
+        (g_fast,) = torch.autograd.grad((fast * weight).sum(), ddf)
+        plain = lam_reg * stack_diffusion_per_slice(ddf, group, 3) + lam_jac * stack_fold_per_slice(ddf, group, 3)
+        (g_plain,) = torch.autograd.grad((plain * weight).sum(), ddf)
+        assert torch.allclose(fast, plain, rtol=0, atol=1e-12)
+        assert torch.allclose(g_fast, g_plain, rtol=1e-10, atol=1e-12), (lam_reg, lam_jac)
+        assert (g_fast.abs().max() > 1e-5) == bool(lam_reg or scale > 0.1)  # zero only without diffusion and folds
+    # a smooth field with one local fold: the fold gradient is computed on the box around it
+    smooth = torch.zeros(7, 3, 24, 20, dtype=torch.float64)
+    smooth[2, 1:, 10:13, 8:11] = torch.randn(2, 3, 3, dtype=torch.float64) * 2.0
+    smooth.requires_grad_(True)
+    assert 0 < int((stack_fold_per_slice(smooth.detach(), group, 3) > 0).sum()) <= 3
+    (g_fast,) = torch.autograd.grad((stack_smoothness_fold(smooth, group, 3, 0.0, 100.0) * weight).sum(), smooth)
+    (g_plain,) = torch.autograd.grad((100.0 * stack_fold_per_slice(smooth, group, 3) * weight).sum(), smooth)
+    assert torch.allclose(g_fast, g_plain, rtol=1e-10, atol=1e-12) and g_fast.abs().max() > 0
+    # one slice's value depends on its own stack only: the one-slice stack's gradient stays in it
+    (g,) = torch.autograd.grad(stack_smoothness_fold(ddf, group, 3, 0.05, 100.0)[4], ddf)
+    assert g[4].abs().max() > 0 and g[[0, 1, 2, 3, 5, 6]].abs().max() == 0
+    assert torch.autograd.gradcheck(lambda x: stack_smoothness_fold(x, group[:4], 1, 0.05, 100.0), (ddf[:4, ..., :4].detach().requires_grad_(True),))
+    with pytest.raises(ValueError, match="group must be"):
+        stack_smoothness_fold(ddf, group[:3], 3)

@@ -18,10 +18,10 @@ from .strain import (
 from .taper import taper_window
 from .topk import soft_topk_mask, soft_topk_mask_with_threshold
 from .stack_field import (
-    compose_stack_fields, stack_diffusion_per_slice, stack_field_gradients, stack_jacobian_determinant, stack_neighbours,
-    stack_positions, stack_smoothness_fold, warp_stack_slices,
+    compose_stack_fields, stack_field_gradients, stack_jacobian_determinant, stack_neighbours, stack_positions, warp_stack_slices,
 )
-from .stack_taps import through_plane_taps, warp_stack_taps
+from .stack_penalty import stack_diffusion_per_slice, stack_fold_per_slice, stack_smoothness_fold
+from .stack_taps import stack_tap_slabs, through_plane_taps, warp_stack_taps
 from .through_plane_evidence import EVIDENCE_CHANNELS, REVERSED_CHANNELS, in_plane_divergence, through_plane_evidence
 from .warp import compose, determinant_from_gradients, identity_grid, jacobian_determinant, sample_at, warp_image
 
@@ -69,8 +69,10 @@ __all__ = [
     "stack_field_gradients",
     "stack_jacobian_determinant",
     "stack_diffusion_per_slice",
+    "stack_fold_per_slice",
     "stack_smoothness_fold",
     "through_plane_taps",
+    "stack_tap_slabs",
     "warp_stack_taps",
     "EVIDENCE_CHANNELS",
     "REVERSED_CHANNELS",

@@ -11,13 +11,14 @@ Values and gradients equal autograd's through the plain expressions (tested).
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import List, Tuple
 
 import torch
 
 from monai_npc.functional.warp import jacobian_determinant
 
-__all__ = ["diffusion_per_sample", "fold_per_sample", "smoothness_fold_penalty"]
+__all__ = ["diffusion_per_sample", "fold_per_sample", "smoothness_fold_penalty", "diffusion_gradient", "gradient_adjoint",
+           "determinant_and_cofactors"]
 
 
 def diffusion_per_sample(ddf: torch.Tensor) -> torch.Tensor:
@@ -31,7 +32,7 @@ def fold_per_sample(ddf: torch.Tensor) -> torch.Tensor:
     return torch.relu(-jacobian_determinant(ddf)).flatten(1).mean(1)
 
 
-def _diffusion_grad(ddf: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def diffusion_gradient(ddf: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Gradient of ``sum_b weight[b] * diffusion_per_sample(ddf)[b]`` with respect to ``ddf``, in one buffer."""
     grad = torch.zeros_like(ddf)
     w = weight.view([-1] + [1] * (ddf.dim() - 1))
@@ -46,7 +47,7 @@ def _diffusion_grad(ddf: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return grad
 
 
-def _gradient_adjoint(h: torch.Tensor, axis: int) -> torch.Tensor:
+def gradient_adjoint(h: torch.Tensor, axis: int) -> torch.Tensor:
     """``G^T h`` for ``G`` the ``torch.gradient`` operator along ``axis`` (unit spacing: central differences
     inside, one-sided at both ends): the gradient of ``sum(h * torch.gradient(u, dim=axis)[0])`` in ``u``."""
     n = h.shape[axis]
@@ -64,22 +65,27 @@ def _gradient_adjoint(h: torch.Tensor, axis: int) -> torch.Tensor:
     return out
 
 
+def determinant_and_cofactors(grads: List[torch.Tensor]) -> Tuple[torch.Tensor, List[List[torch.Tensor]]]:
+    """``(det J, cof)`` of ``J = I + G`` with ``G[r][c] = grads[c][:, r]`` (``grads[c]`` ``(B, D, *S)`` the derivative of
+    every component along axis ``c``, ``D = len(grads)`` 2 or 3): ``det`` ``(B, *S)`` and ``cof[r][c]`` ``(B, *S)``, the
+    derivative of ``det J`` with respect to ``J[r][c]``."""
+    dims = len(grads)
+    j = [[grads[c][:, r] + (1.0 if r == c else 0.0) for c in range(dims)] for r in range(dims)]
+    if dims == 2:
+        return j[0][0] * j[1][1] - j[0][1] * j[1][0], [[j[1][1], -j[1][0]], [-j[0][1], j[0][0]]]
+    cof = [[j[(r + 1) % 3][(c + 1) % 3] * j[(r + 2) % 3][(c + 2) % 3] - j[(r + 1) % 3][(c + 2) % 3] * j[(r + 2) % 3][(c + 1) % 3]
+            for c in range(3)] for r in range(3)]
+    return sum(j[0][c] * cof[0][c] for c in range(3)), cof
+
+
 def _fold_grad(ddf: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Gradient of ``sum_b weight[b] * fold_per_sample(ddf)[b]`` in ``ddf`` ``(B, D, *S)``: at folded voxels
     (``det J < 0``) ``-weight / N`` times the cofactors of ``J = I + grad ddf``, through the adjoint of
     the finite differences."""
     dims = ddf.dim() - 2
-    grads = torch.gradient(ddf, dim=list(range(2, dims + 2)))  # grads[c][:, r] = d u_r / d x_c
-    j = [[grads[c][:, r] + (1.0 if r == c else 0.0) for c in range(dims)] for r in range(dims)]
-    if dims == 2:
-        det = j[0][0] * j[1][1] - j[0][1] * j[1][0]
-        cof = [[j[1][1], -j[1][0]], [-j[0][1], j[0][0]]]
-    else:
-        cof = [[j[(r + 1) % 3][(c + 1) % 3] * j[(r + 2) % 3][(c + 2) % 3] - j[(r + 1) % 3][(c + 2) % 3] * j[(r + 2) % 3][(c + 1) % 3]
-                for c in range(3)] for r in range(3)]
-        det = sum(j[0][c] * cof[0][c] for c in range(3))
+    det, cof = determinant_and_cofactors(torch.gradient(ddf, dim=list(range(2, dims + 2))))
     h = (det < 0).to(ddf.dtype) * (-weight / det[0].numel()).view([-1] + [1] * dims)  # d loss / d det
-    return torch.stack([sum(_gradient_adjoint(h * cof[r][c], c + 1) for c in range(dims)) for r in range(dims)], 1)
+    return torch.stack([sum(gradient_adjoint(h * cof[r][c], c + 1) for c in range(dims)) for r in range(dims)], 1)
 
 
 class _SmoothnessFold(torch.autograd.Function):
@@ -101,7 +107,7 @@ class _SmoothnessFold(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor) -> Tuple:  # type: ignore[override]
         ddf, folds = ctx.saved_tensors
         lambda_reg, lambda_jac = ctx.lambdas
-        grad = _diffusion_grad(ddf, grad_out * lambda_reg) if lambda_reg else torch.zeros_like(ddf)
+        grad = diffusion_gradient(ddf, grad_out * lambda_reg) if lambda_reg else torch.zeros_like(ddf)
         if lambda_jac and bool(folds.any()):  # only folding samples have a fold gradient
             idx = folds.nonzero().flatten()
             grad.index_add_(0, idx, _fold_grad(ddf[idx], grad_out[idx] * lambda_jac))

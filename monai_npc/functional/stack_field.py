@@ -18,8 +18,7 @@ import torch.nn.functional as F
 from .warp import determinant_from_gradients
 
 __all__ = ["THROUGH_PADDINGS", "stack_positions", "slice_coordinate", "stack_neighbours", "warp_stack_slices",
-           "compose_stack_fields", "stack_field_gradients", "stack_jacobian_determinant", "stack_diffusion_per_slice",
-           "stack_smoothness_fold"]
+           "compose_stack_fields", "stack_field_gradients", "stack_jacobian_determinant"]
 
 
 def stack_positions(group: torch.Tensor, n_groups: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -155,35 +154,3 @@ def stack_jacobian_determinant(ddf: torch.Tensor, group: torch.Tensor, n_groups:
     ``S (I + grad ddf) S^-1``, whose determinant is the same, so folds (``det <= 0``) and volume change need no
     spacing."""
     return determinant_from_gradients(stack_field_gradients(ddf, group, n_groups))
-
-
-def stack_diffusion_per_slice(ddf: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
-    """``(N,)``: the diffusion energy of a 3-D field per stack ``ddf`` ``(N, 3, H, W)`` (voxels; channel 0 in slices),
-    one value per slice, normalised as the 2-D refinement's
-    (:func:`~monai_npc.functional.regularisers.diffusion_per_sample` of an in-plane field ``(B, 2, H, W)``): the sum
-    over the three axes of the mean over voxels of the squared forward difference, summed over the components and
-    divided by 2. A field whose channel 0 is 0 and that does not change through the plane has exactly the 2-D energy of
-    its in-plane channels. Through the plane the difference is to the next slice of the same stack (0 on a stack's
-    last slice), a slice step counted as a pixel step (voxel units, as the training loss's
-    :meth:`~monai_npc.losses.StackRegistrationLoss.stack_components`)."""
-    if ddf.dim() != 4 or ddf.shape[1] != 3:
-        raise ValueError(f"ddf must be (N, 3, H, W) (through-plane, H, W components), got shape {tuple(ddf.shape)}.")
-    _, following = stack_neighbours(group, n_groups)
-    half = ddf.shape[1] / 2.0  # the mean over the 3 components -> their sum / 2
-    in_plane = sum(ddf.diff(dim=axis).pow(2).flatten(1).mean(1) for axis in (2, 3))
-    through = (ddf[following] - ddf).pow(2).flatten(1).mean(1)
-    return half * (in_plane + through)
-
-
-def stack_smoothness_fold(ddf: torch.Tensor, group: torch.Tensor, n_groups: int, lambda_reg: float = 0.0,
-                          lambda_jac: float = 0.0) -> torch.Tensor:
-    """``(N,)``: ``lambda_reg *`` :func:`stack_diffusion_per_slice` ``+ lambda_jac *`` the mean of
-    ``relu(-det J)`` over each slice (:func:`stack_jacobian_determinant`, the 3-D fold) of ``ddf`` ``(N, 3, H, W)``:
-    the 3-D counterpart of the 2-D refinement's
-    :func:`~monai_npc.functional.regularisers.smoothness_fold_penalty` (differentiable through autograd)."""
-    value = ddf.new_zeros(ddf.shape[0])
-    if lambda_reg:
-        value = value + float(lambda_reg) * stack_diffusion_per_slice(ddf, group, n_groups)
-    if lambda_jac:
-        value = value + float(lambda_jac) * torch.relu(-stack_jacobian_determinant(ddf, group, n_groups)).flatten(1).mean(1)
-    return value

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from .stack_field import slice_coordinate, stack_positions
 
-__all__ = ["through_plane_taps", "warp_stack_taps"]
+__all__ = ["through_plane_taps", "stack_tap_slabs", "warp_stack_taps"]
 
 
 def through_plane_taps(through: torch.Tensor, group: torch.Tensor, n_groups: int, through_padding: str = "border"
@@ -49,14 +49,25 @@ def through_plane_taps(through: torch.Tensor, group: torch.Tensor, n_groups: int
     return torch.stack(rows), torch.stack(weights)
 
 
+def stack_tap_slabs(image: torch.Tensor, taps: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``(N, K * C, H, W)``: each slice's ``K`` neighbour slices of ``image`` ``(N, C, H, W)`` named by ``taps``
+    (:func:`through_plane_taps`) stacked as channels, what :func:`warp_stack_taps` samples (compute it once for an image
+    warped many times)."""
+    rows, _ = taps
+    k, n = rows.shape
+    if image.dim() != 4 or image.shape[0] != n:
+        raise ValueError(f"image must be (N, C, H, W) with the taps' N = {n}; got {tuple(image.shape)}.")
+    return image[rows.reshape(-1)].reshape((k, n) + tuple(image.shape[1:])).movedim(0, 1).reshape((n, -1) + tuple(image.shape[2:]))
+
+
 def warp_stack_taps(image: torch.Tensor, in_plane: torch.Tensor, taps: Tuple[torch.Tensor, torch.Tensor],
-                    region: Optional[Tuple[slice, slice]] = None) -> torch.Tensor:
+                    region: Optional[Tuple[slice, slice]] = None, slabs: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``image`` ``(N, C, H, W)`` warped by the 3-D field whose through-plane part gave ``taps``
     (:func:`through_plane_taps`) and whose in-plane part is ``in_plane`` ``(N, 2, H, W)`` (voxels along ``H``, ``W``):
     bilinear, border padding in-plane; equal to :func:`~monai_npc.functional.warp_stack_slices` of the whole field
     (``mode="bilinear"``), differentiable in ``image`` and ``in_plane``. ``region``: ``(rows, columns)`` slices of the
     output grid to compute (``(N, C, h, w)`` out, the same values as the whole warp there; a loss on part of the grid
-    pays for that part only)."""
+    pays for that part only). ``slabs``: :func:`stack_tap_slabs` of ``image`` if already computed."""
     rows, weights = taps
     k, n = rows.shape
     _, c, h, w = image.shape
@@ -67,9 +78,10 @@ def warp_stack_taps(image: torch.Tensor, in_plane: torch.Tensor, taps: Tuple[tor
     in_plane, weights = in_plane[..., along_h, along_w], weights[..., along_h, along_w]
     start_h, start_w = along_h.indices(h)[0], along_w.indices(w)[0]
     out_h, out_w = in_plane.shape[-2:]
-    slabs = image[rows.reshape(-1)].reshape(k, n, c, h, w).movedim(0, 1).reshape(n, k * c, h, w)
-    y = torch.arange(start_h, start_h + out_h, device=in_plane.device, dtype=in_plane.dtype).view(1, out_h, 1) + in_plane[:, 0]
-    x = torch.arange(start_w, start_w + out_w, device=in_plane.device, dtype=in_plane.dtype).view(1, 1, out_w) + in_plane[:, 1]
+    slabs = stack_tap_slabs(image, taps) if slabs is None else slabs
+    along_y, along_x = in_plane.unbind(1)  # (its backward stacks the two gradients; a slice's would zero-fill a buffer each)
+    y = torch.arange(start_h, start_h + out_h, device=in_plane.device, dtype=in_plane.dtype).view(1, out_h, 1) + along_y
+    x = torch.arange(start_w, start_w + out_w, device=in_plane.device, dtype=in_plane.dtype).view(1, 1, out_w) + along_x
     grid = torch.stack([x * (2.0 / max(w - 1, 1)) - 1.0, y * (2.0 / max(h - 1, 1)) - 1.0], -1)
     sampled = F.grid_sample(slabs.to(in_plane.dtype), grid, mode="bilinear", padding_mode="border", align_corners=True)
     return (sampled.view(n, k, c, out_h, out_w) * weights.movedim(0, 1).to(sampled.dtype)).sum(1)

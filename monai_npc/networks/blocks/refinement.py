@@ -14,8 +14,9 @@ from monai_npc.functional.label_intensity import intensity_models, label_core, l
 from monai_npc.functional.label_prior import label_prior_weights
 from monai_npc.functional.polarity import matched_contrast
 from monai_npc.functional.similarity import local_ncc, local_target_stats
-from monai_npc.functional.stack_field import stack_smoothness_fold, warp_stack_slices
-from monai_npc.functional.stack_taps import through_plane_taps, warp_stack_taps
+from monai_npc.functional.stack_field import warp_stack_slices
+from monai_npc.functional.stack_penalty import stack_smoothness_fold
+from monai_npc.functional.stack_taps import stack_tap_slabs, through_plane_taps, warp_stack_taps
 from monai_npc.functional.regularisers import smoothness_fold_penalty
 from monai_npc.functional.warp import identity_grid, sample_at, warp_image
 
@@ -286,32 +287,51 @@ class InstanceRefinement(nn.Module):
                 def carry(label: torch.Tensor, field: torch.Tensor, region: Optional[Tuple[slice, slice]] = None) -> torch.Tensor:
                     out = warp_stack_slices(label, field, group, 1, through_padding="zeros")
                     return out if region is None else out[..., region[0], region[1]]
-            else:  # channel 0 stays the network's: its trilinear weights once, then 2-D warps (the same values, faster)
+
+                def field_of(r: torch.Tensor) -> torch.Tensor:
+                    return base + upsample(r)
+
+                def whole(field: torch.Tensor) -> torch.Tensor:
+                    return field
+            else:  # channel 0 stays the network's: its trilinear weights once, then 2-D warps (the same values, faster);
+                # the optimised field is the in-plane (Z, 2, H, W) one, so no gradient passes through a slice of the whole
                 taps = through_plane_taps(base[:, 0], group, 1)
                 label_taps = through_plane_taps(base[:, 0], group, 1, "zeros")
+                through = base[:, :1]
+                slabs = {}  # (image, taps) ids -> (image, its neighbour slabs): what is warped at every step, gathered once
+
+                def slabs_of(image: torch.Tensor, of: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+                    key = (id(image), id(of))
+                    if key not in slabs or slabs[key][0] is not image:
+                        slabs[key] = (image, stack_tap_slabs(image, of))
+                    return slabs[key][1]
 
                 def warp(image: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
-                    return warp_stack_taps(image, field[:, 1:], taps)
+                    return warp_stack_taps(image, field, taps, slabs=slabs_of(image, taps))
 
                 def carry(label: torch.Tensor, field: torch.Tensor, region: Optional[Tuple[slice, slice]] = None) -> torch.Tensor:
-                    return warp_stack_taps(label, field[:, 1:], label_taps, region)
+                    return warp_stack_taps(label, field, label_taps, region, slabs_of(label, label_taps))
 
-            def field_of(r: torch.Tensor) -> torch.Tensor:
-                r = upsample(r)
-                return base + (r if through_plane else torch.cat([torch.zeros_like(r[:, :1]), r], 1))
+                def field_of(r: torch.Tensor) -> torch.Tensor:
+                    return base[:, 1:] + upsample(r)
+
+                def whole(field: torch.Tensor) -> torch.Tensor:
+                    return torch.cat([through, field], 1)
 
             prior = fixed_prior.detach().clone().to(ddf.dtype) if guided and fixed_prior is not None and mu > 0 else None
-            label_term = self._label_term(m, f, base, moving_label.clone(), prior, mu, carry) if guided else None
+            start = base if through_plane else base[:, 1:]  # the field the label term's carry takes
+            label_term = self._label_term(m, f, start, moving_label.clone(), prior, mu, carry) if guided else None
             f_stats = local_target_stats(f, window)
 
             def objective(field: torch.Tensor) -> torch.Tensor:
                 loss = -_per_sample_mean(local_ncc(warp(m, field), f, window, target_stats=f_stats))
-                loss = loss + stack_smoothness_fold(field, group, 1, self.lambda_reg, self.lambda_jac)
+                loss = loss + stack_smoothness_fold(whole(field), group, 1, self.lambda_reg, self.lambda_jac)
                 if label_term is None:
                     return loss
-                return loss + lam * label_term(field if label_through_plane else torch.cat([field[:, :1].detach(), field[:, 1:]], 1))
+                held = label_through_plane or not through_plane  # in-plane mode: channel 0 is held anyway
+                return loss + lam * label_term(field if held else torch.cat([field[:, :1].detach(), field[:, 1:]], 1))
 
-            return self._descend(v, field_of, objective)
+            return whole(self._descend(v, field_of, objective))
 
     def _label_term(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, moving_label: torch.Tensor,
                     prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0,
