@@ -268,6 +268,13 @@ def test_bundle_evaluate_and_inference_on_whole_stacks(studies, tmp_path):
     # the bundle's network is fed like the shipped acdc model (model_meta): a heart window at the trained resolution
     pair_summary = json.loads((tmp_path / "infer" / "patient101" / "ED_to_ES" / "summary.json").read_text())
     assert pair_summary["model_grid"]["field_of_view"] == "heart-stack" and pair_summary["model_grid"]["size"][:2] == [128, 128]
+    assert pair_summary["model"] == "acdc"  # the config's model_name for the network it builds
+    # a network given by name instead: its outputs record that name, not the config's label for its own network
+    named = workflow("inference.json", tmp_path / "named", overview=False, network="acdc_through_plane", ckpt_path="")
+    named.run()
+    pair_summary = json.loads((tmp_path / "named" / "patient101" / "ED_to_ES" / "summary.json").read_text())
+    assert pair_summary["model"] == "acdc_through_plane" and pair_summary["stack_network"]["through_plane"] == "network"
+    assert json.loads((tmp_path / "named" / "summary.json").read_text())["model"] == "acdc_through_plane"
 
 
 def test_bundle_evaluate_phantom_fallback_cli(tmp_path):

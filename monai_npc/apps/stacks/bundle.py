@@ -19,10 +19,13 @@ PathLike = Union[str, Path]
 def _with_weights(kwargs: Mapping[str, Any], ckpt_path: Optional[PathLike], meta: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     """``kwargs`` with ``ckpt_path`` loaded into ``kwargs["model"]`` (a network) when given, and
     ``meta`` added to the network's ``meta`` (what :func:`monai_npc.register` reads of a model:
-    ``bundle``, ``input_size``, ``preprocessing``, ``field_of_view``, ...)."""
+    ``bundle``, ``input_size``, ``preprocessing``, ``field_of_view``, ...). ``model_name`` names the config's network
+    (a module); a network given by name or weights file (``--network acdc_through_plane``) is recorded by that name."""
     out = dict(kwargs)
     net = out["model"]
-    if isinstance(net, nn.Module):
+    if not isinstance(net, nn.Module):
+        out["model_name"] = None
+    else:
         if ckpt_path not in (None, ""):
             from monai_npc.engines import init_weights
 
@@ -44,6 +47,8 @@ class StackInference:
             ``models/model.pt`` or a checkpoint with a ``"model"`` entry); ``None`` uses it as it is.
         model_meta: added to ``network.meta``: how :func:`monai_npc.register` feeds the model
             (``{"bundle": "npc_acdc"}``: the heart window at the trained resolution).
+        model_name: the name the outputs record for ``network`` when it is a module (the bundle's ``"acdc"``); a
+            network given by name or file is recorded by that name.
         others: see :func:`infer_studies`.
     """
 
