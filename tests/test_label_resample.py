@@ -94,6 +94,25 @@ def test_warp_label_smooths_like_resample_label():
     assert (ours != warp_label(arr, torch_ddf, [2, 3])).sum() > 0  # the smoothing changes the outline
 
 
+@pytest.mark.parametrize("through", [-0.4, -0.6, 0.45, 0.55, 1.3])
+def test_a_stack_field_carries_labels_as_itk_does_past_the_stack_ends(through):
+    """``track``'s carry of a label by a stack network's 3-D field is what ITK gives through the written transform:
+    within half a slice past the first / last slice the end slice's label, beyond it nothing."""
+    from monai_npc.functional.label_warp import indicator_tensor, warp_indicators_volume
+
+    rings = _rings(40, 19.5)
+    label = _stack(rings, 4)
+    arr = sitk.GetArrayFromImage(label)
+    ddf = _swirl(arr.shape, 1.5)
+    ddf[0] = through * np.linspace(1.0, 0.6, arr.shape[2])[None, :, None]  # slices, varying along the rows
+    itk = sitk.GetArrayFromImage(resample_label(label, label, displacement_field_transform(ddf, label), 0.0))
+    ours = warp_indicators_volume(*indicator_tensor(arr, [2, 3]), torch.from_numpy(ddf).float())
+    assert (itk != ours).mean() < 2e-3
+    end = 0 if through < 0 else -1  # the slice that reads past the stack's end
+    gone = np.abs(ddf[0, end]) > 0.5
+    assert not ours[end][gone].any() and ours[end][~gone].any() == bool((~gone).any())
+
+
 @pytest.mark.parametrize("sigma", [-1.0, float("nan"), float("inf")])
 def test_bad_sigma_is_an_error(sigma):
     label = _stack(_rings())

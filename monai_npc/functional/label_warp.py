@@ -53,9 +53,15 @@ def warp_indicators(values: np.ndarray, indicators: torch.Tensor, ddf: torch.Ten
 def warp_indicators_volume(values: np.ndarray, indicators: torch.Tensor, ddf: torch.Tensor) -> np.ndarray:
     """The label of :func:`indicator_tensor` (``indicators`` ``(Z, C, H, W)``) sampled at ``x + ddf(x)`` with a field
     that also moves through the slices (``ddf`` ``(3, Z, H, W)`` voxels, channel 0 along Z): each indicator
-    interpolated trilinearly, the largest wins; 0 outside. Where channel 0 is 0 it equals :func:`warp_indicators`
-    of the in-plane channels."""
-    prob = warp_image(indicators.transpose(0, 1)[None], ddf[None].float(), "bilinear", "zeros")[0]  # (C, Z, H, W)
+    interpolated trilinearly, the largest wins, as ITK resamples each indicator linearly through the written transform
+    (:func:`~monai_npc.interop.label_resample.resample_label`): within half a voxel outside the grid the edge value,
+    beyond it 0 (a label carried more than half a slice past the stack's first or last slice is gone). Where channel 0
+    is 0 it equals :func:`warp_indicators` of the in-plane channels (away from the image's in-plane edge)."""
+    ddf = ddf.float()
+    prob = warp_image(indicators.transpose(0, 1)[None], ddf[None], "bilinear", "border")[0]  # (C, Z, H, W)
+    for axis, n in enumerate(ddf.shape[1:]):  # ITK's buffer: continuous index within [-0.5, n - 0.5] on every axis
+        at = ddf[axis] + torch.arange(n, dtype=ddf.dtype).view([-1 if a == axis else 1 for a in range(3)])
+        prob = prob * ((at >= -0.5) & (at <= n - 0.5)).to(prob.dtype)
     prob[0] += 1e-3  # ties (outside the image: all 0) go to background
     return values[prob.movedim(0, -1).contiguous().argmax(-1).numpy()]
 

@@ -20,16 +20,11 @@ from monai_npc.functional.label_warp import warp_indicators, warp_indicators_vol
 from monai_npc.functional.stack_field import compose_stack_fields
 from monai_npc.functional.warp import compose
 
-__all__ = ["LABEL_NOT_APPLIED", "STACK_NOT_APPLIED", "ANCHOR_NOT_APPLIED", "zero_field", "compose_fields", "carry_label", "frame_ddf", "stack_record"]
+__all__ = ["STACK_NOT_APPLIED", "ANCHOR_NOT_APPLIED", "zero_field", "compose_fields", "carry_label", "frame_ddf", "stack_record"]
 
-#: why tracking's registrations with a stack network get no label
-LABEL_NOT_APPLIED = ("tracking gives a stack network's registrations no label: the 3-D label-guided term lowered Dice on a "
-                     "phantom cine without through-plane motion (0.960 -> 0.871, docs/training_gpu.md)")
 #: what tracking leaves out with a stack network, and why (``Tracking.settings["stack_network"]["not_applied"]``, as
 #: ``register``'s ``summary["stack_network"]``)
 STACK_NOT_APPLIED = {
-    "label_guidance": LABEL_NOT_APPLIED,
-    "label_prior": "the label prior is part of the label-guided term; not used",
     "tracking_steps": "tracking's own refinement and ODE steps and its flip ensemble between consecutive frames are the 2-D "
                       "network's; the stack network runs with register's settings (its 3-D refinement) or --refine / --steps",
     "basal_rules": "the network moves through the plane itself; track's basal rules (basal_descent) are not applied on top",

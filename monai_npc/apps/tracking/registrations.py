@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -15,10 +14,10 @@ import torch
 
 from monai_npc.apps.registration.api import register
 from monai_npc.apps.registration.models import is_stack_network
-from monai_npc.functional.label_warp import warp_label
+from monai_npc.functional.label_warp import indicator_tensor
 
 from .cine import Cine
-from .fields import LABEL_NOT_APPLIED, zero_field
+from .fields import carry_label, zero_field
 
 __all__ = ["TrackSettings", "TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "TRACK_FLIP_ENSEMBLE", "tracking_model", "FrameRegistrations", "TrackingRun"]
 
@@ -134,7 +133,8 @@ def _stack_model(model: Any, device: Union[str, torch.device], refine_iterations
 class FrameRegistrations:
     """Pairwise fields from :func:`monai_npc.register`, cached (the chains' consecutive frames registered with one
     network, the rest with register's settings): in-plane ``(Z, 2, H, W)`` (frame voxels), or ``(Z, 3, H, W)`` from a
-    stack network (channel 0 through the plane in slices; :attr:`channels`), which gets no label.
+    stack network (channel 0 through the plane in slices; :attr:`channels`; its refinement's label term moves the
+    in-plane channels only, as ``register``'s does).
 
     Args:
         cine: the frames.
@@ -155,9 +155,6 @@ class FrameRegistrations:
         self.reference, self.carry = reference, carry
         #: channels of every field: 3 for a stack network (:func:`~monai_npc.apps.registration.models.is_stack_network`), else 2
         self.channels = 3 if any(is_stack_network(net) for net, _ in models.values()) else 2
-        if self.channels == 3 and (register_kwargs.get("label_guidance") or 0) > 0:
-            warnings.warn(f"label_guidance={register_kwargs['label_guidance']} (--label-guidance) ignored: {LABEL_NOT_APPLIED}",
-                          RuntimeWarning, stacklevel=3)
         self.cache: _Cache = {} if cache is None else cache
         self.used: set = set()
         #: registration seconds of the pairs this object registered itself (not found in the cache)
@@ -189,9 +186,7 @@ class FrameRegistrations:
         net, name = self.models[near]
         kwargs = dict(self.kwargs, model=net)
         kwargs.setdefault("model_name", name)
-        if self.channels == 3:  # no label for a stack network's registrations (Tracking.settings["stack_network"])
-            kwargs.pop("label_guidance", None)
-        label = None if self.channels == 3 else self._label(moving, to_reference)
+        label = self._label(moving, to_reference)
         reg = register(self.cine.frames[moving], self.cine.frames[fixed], moving_label=label, **kwargs)
         # (3, Z, H, W) -> (Z, 2, H, W); a stack network's through-plane channel 0 too: (Z, 3, H, W)
         field_ = reg.ddf[3 - self.channels:].permute(1, 0, 2, 3).contiguous().float()
@@ -210,7 +205,8 @@ class FrameRegistrations:
         elif to_reference is None or not self.carry:
             return None
         else:
-            arr = warp_label(ref_label, to_reference, sorted(int(v) for v in np.unique(ref_label) if v != 0))
+            # in-plane, or through the slices by a stack network's (Z, 3, H, W) field
+            arr = carry_label(indicator_tensor(ref_label, sorted(int(v) for v in np.unique(ref_label) if v != 0)), to_reference)
         image = sitk.GetImageFromArray(np.asarray(arr, dtype=np.int16))
         image.CopyInformation(self.cine.frames[frame])
         return image
