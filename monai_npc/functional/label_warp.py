@@ -60,7 +60,7 @@ def warp_indicators_volume(values: np.ndarray, indicators: torch.Tensor, ddf: to
     ddf = ddf.float()
     prob = warp_image(indicators.transpose(0, 1)[None], ddf[None], "bilinear", "border")[0]  # (C, Z, H, W)
     for axis, n in enumerate(ddf.shape[1:]):  # ITK's buffer: continuous index within [-0.5, n - 0.5] on every axis
-        at = ddf[axis] + torch.arange(n, dtype=ddf.dtype).view([-1 if a == axis else 1 for a in range(3)])
+        at = ddf[axis] + torch.arange(n, dtype=ddf.dtype, device=ddf.device).view([-1 if a == axis else 1 for a in range(3)])
         prob = prob * ((at >= -0.5) & (at <= n - 0.5)).to(prob.dtype)
     prob[0] += 1e-3  # ties (outside the image: all 0) go to background
     return values[prob.movedim(0, -1).contiguous().argmax(-1).numpy()]
