@@ -345,7 +345,8 @@ class InstanceRefinement(nn.Module):
         atlas parcellation: one warped channel per value and step would dominate the time). ``warp(image, field,
         region=None)``: how labels are carried by a field, ``region`` the ``(rows, columns)`` slices of the grid to
         return (``None``: in 2-D, :func:`warp_image` with zero padding; :meth:`refine_stack` gives the 3-D warp of a
-        stack)."""
+        stack); ``ddf`` and the term's ``field`` are in the form ``warp`` takes (a held through-plane channel: the in-plane
+        channels only)."""
         carry = warp or (lambda image, field: warp_image(image, field, "bilinear", "zeros"))
         label = moving_label.detach().round().to(torch.int64)
         values = [0] + sorted(int(v) for v in torch.unique(label).tolist() if int(v) != 0)
