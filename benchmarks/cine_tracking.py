@@ -1,12 +1,13 @@
 """Cine tracking schemes compared: phantom cines (true labels in every frame) and a real ACDC cine.
 
     python benchmarks/cine_tracking.py --out runs/cine_tracking \\
-        [--cine-dir ../shared/data/acdc_cine_example/patient090] [--phantoms 3] [--refine N] [--steps N]
+        [--cine-dir ../shared/data/acdc_cine_example/patient090] [--phantoms 3] [--refine N] [--steps N] [--model acdc]
 
 For every case, all schemes of :func:`monai_npc.apps.tracking.track_schemes` (``direct``,
 ``sequential``, ``average``, ``bidirectional`` share their registrations; ``anchored`` runs its own,
 the network alone between consecutive frames and a correction against the reference frame; each
-scheme's seconds count every registration it uses) with ``model="acdc"`` and the library's defaults
+scheme's seconds count every registration it uses) with ``model="acdc"`` (``--model``: another shipped name or
+weights file, e.g. a stack network's, ``acdc_through_plane``) and the library's defaults
 (4 ODE steps and 10 refinement steps between consecutive frames, ``register``'s across more frames;
 ``--steps`` / ``--refine`` set every registration's, for ``anchored`` the correction's steps):
 
@@ -41,7 +42,7 @@ def _mean_dice(d: Dict[str, float]) -> float:
     return float(np.nanmean([d[k] for k in STRUCT]))
 
 
-def phantom_case(seed: int, refine, steps=None) -> Dict[str, object]:
+def phantom_case(seed: int, refine, steps=None, model: str = "acdc") -> Dict[str, object]:
     from monai_npc.data.phantom_cine import cardiac_cine
     from monai_npc.cardiac.function import cardiac_function, volume_curves
     from monai_npc.apps.tracking.track import label_dice, track_schemes
@@ -51,8 +52,8 @@ def phantom_case(seed: int, refine, steps=None) -> Dict[str, object]:
     truth_f = cardiac_function(truth_v)
     # the phantom has no through-plane motion (every slice keeps its level), so no basal descent
     results = track_schemes(c["image"], c["label"][0], 0, spacing=c["spacing"], refine_iterations=refine, num_steps=steps, threads=1,
-                            basal_descent=False)
-    out = {"case": f"phantom{seed}", "truth": truth_f, "schemes": {}}
+                            basal_descent=False, model=model)
+    out = {"case": f"phantom{seed}", "model": model, "truth": truth_f, "schemes": {}}
     for name, r in results.items():
         dice = [_mean_dice(label_dice(r.labels[t], c["label"][t])) for t in range(len(c["label"]))]
         es = c["es"]
@@ -68,7 +69,7 @@ def phantom_case(seed: int, refine, steps=None) -> Dict[str, object]:
     return out
 
 
-def real_case(folder: Path, refine, out_dir: Path, steps=None) -> Dict[str, object]:
+def real_case(folder: Path, refine, out_dir: Path, steps=None, model: str = "acdc") -> Dict[str, object]:
     import SimpleITK as sitk
 
     from monai_npc.data.layout import read_cfg
@@ -82,11 +83,11 @@ def real_case(folder: Path, refine, out_dir: Path, steps=None) -> Dict[str, obje
     ed_gt = folder / f"{name}_frame{ed + 1:02d}_gt.nii.gz"
     es_gt = sitk.GetArrayFromImage(sitk.ReadImage(str(folder / f"{name}_frame{es + 1:02d}_gt.nii.gz")))
     ed_arr = sitk.GetArrayFromImage(sitk.ReadImage(str(ed_gt)))
-    results = track_schemes(folder / f"{name}_4d.nii.gz", ed_gt, ed, threads=1, refine_iterations=refine, num_steps=steps)
+    results = track_schemes(folder / f"{name}_4d.nii.gz", ed_gt, ed, threads=1, refine_iterations=refine, num_steps=steps, model=model)
     first = next(iter(results.values()))
     expert_volumes = volume_curves(np.stack([ed_arr, es_gt]), first.cine.spacing)
     expert, expert_myo_es = cardiac_function(expert_volumes, ed=0, es=1), expert_volumes["myo"][1]
-    out = {"case": name, "ed_info": ed, "es_info": es, "expert": expert, "frames": len(first.cine), "schemes": {}}
+    out = {"case": name, "model": model, "ed_info": ed, "es_info": es, "expert": expert, "frames": len(first.cine), "schemes": {}}
     images = first.cine.arrays()
     for scheme, r in results.items():
         at_info = cardiac_function(r.volumes, ed, es)
@@ -157,6 +158,7 @@ def main(argv=None) -> int:
     p.add_argument("--refine", type=int, default=None, help="refinement steps of every registration (default: track's)")
     p.add_argument("--steps", type=int, default=None, help="ODE steps of every registration (default: track's)")
     p.add_argument("--flip", type=int, default=None, help="flip ensemble of the consecutive-frame registrations (default: track's)")
+    p.add_argument("--model", default="acdc", help="track's model: a shipped name or a weights file")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.flip is not None:
@@ -171,8 +173,8 @@ def main(argv=None) -> int:
     sitk.ProcessObject.GlobalWarningDisplayOff()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [(f"phantom{100 + i}", lambda s=100 + i: phantom_case(s, args.refine, args.steps)) for i in range(args.phantoms)]
-    jobs += [(Path(d).name, lambda d=Path(d): real_case(d, args.refine, out, args.steps)) for d in args.cine_dir]
+    jobs = [(f"phantom{100 + i}", lambda s=100 + i: phantom_case(s, args.refine, args.steps, args.model)) for i in range(args.phantoms)]
+    jobs += [(Path(d).name, lambda d=Path(d): real_case(d, args.refine, out, args.steps, args.model)) for d in args.cine_dir]
     for name, job in jobs:
         path = out / f"{name}.json"
         if path.is_file():
