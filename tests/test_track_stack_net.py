@@ -99,21 +99,28 @@ def test_every_scheme_carries_the_label_through_the_plane():
     assert not [w for w in caught if "ignored" in str(w.message)]  # nothing asked for that could not apply
     assert sorted(set(net.shifts)) == [-2, -1, 1, 2]  # consecutive frames +1, backwards -1, direct +2, the cycle's close -2
     for name, tracking in results.items():
-        assert tracking.ddf.shape == (T, 3, Z, SIZE, SIZE) and float(tracking.ddf[:, 1:].abs().max()) == 0.0, name
+        anchored = name == "anchored"  # its correction refines the in-plane channels against the reference frame
+        assert tracking.ddf.shape == (T, 3, Z, SIZE, SIZE)
+        if anchored:  # where frame t matches the reference t slices on (away from the slices it cannot), the correction
+            # stays within its few Adam steps
+            assert float(tracking.ddf[1, 1:, :Z - 2].abs().max()) < 0.5 and float(tracking.ddf[2, 1:, :Z - 3].abs().max()) < 0.5
+        else:
+            assert float(tracking.ddf[:, 1:].abs().max()) == 0.0, name
         for t in range(T):  # frame t is t slices on: +1 per consecutive pair composed to +t (sequential's chain and the others')
             np.testing.assert_allclose(tracking.ddf[t, 0].numpy(), float(t), atol=1e-5, err_msg=f"{name} frame {t}")
             expected = label if t == 0 else _shifted(label, t)
-            assert float((tracking.labels[t] == expected).mean()) == 1.0, f"{name} frame {t}"
+            agree = float((tracking.labels[t] == expected).mean())
+            assert agree == 1.0 or (anchored and agree > 0.99), f"{name} frame {t}"
             assert not tracking.labels[t][Z - t:].any()  # what leaves the stack is gone: nothing is clamped into the last slice
         voxel_ml = np.prod(SPACING) / 1000.0
-        assert tracking.volumes["lv"][2] == pytest.approx((_shifted(label, 2) == 3).sum() * voxel_ml)  # volumes from the 3-D labels
+        assert tracking.volumes["lv"][2] == pytest.approx((_shifted(label, 2) == 3).sum() * voxel_ml, rel=0.02 if anchored else 1e-6)
         record = tracking.settings["stack_network"]
         assert record["through_plane"] == "network" and set(STACK_NOT_APPLIED) <= set(record["not_applied"])
-        assert ("anchored_correction" in record["not_applied"]) == (name == "anchored")
+        assert ("anchored_correction" in record) == anchored and "anchored_correction" not in record["not_applied"]
         assert "basal rules in the transform" not in tracking.settings  # 6 slices: on for a 2-D network, not applied here
-        assert "anchored to the reference" not in tracking.settings
+        assert ("anchored to the reference" in tracking.settings) == anchored
         if tracking.drift is not None:  # the chain closes the cycle: +1 +1 -2 is no motion
-            assert min(tracking.drift.values()) > 0.98
+            assert min(tracking.drift.values()) > (0.95 if anchored else 0.98)
     strain_note = results["sequential"].settings["stack_network"]["strain"]
     assert "in-plane" in strain_note
 

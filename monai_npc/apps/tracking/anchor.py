@@ -91,7 +91,8 @@ def frame_distances(images: torch.Tensor, reference: int) -> torch.Tensor:
 
 class ReferenceAnchor:
     """``anchor(frame, ddf)``: the chained field ``ddf`` ``(Z, 2, H, W)`` (frame voxels, MONAI ``Warp``
-    convention, ``label_t(x) = label_ref(x + ddf(x))``) of ``frame`` refined against the reference frame.
+    convention, ``label_t(x) = label_ref(x + ddf(x))``; a stack network's ``(Z, 3, H, W)``) of ``frame`` refined against
+    the reference frame.
 
     Args:
         frames: ``(T, Z, H, W)`` intensities of the cine.
@@ -146,13 +147,18 @@ class ReferenceAnchor:
         return self.label_guidance * float(self.distances[frame])
 
     def __call__(self, frame: int, ddf: torch.Tensor) -> torch.Tensor:
+        """``ddf`` ``(Z, 2, H, W)``, or a stack network's ``(Z, 3, H, W)`` (channel 0 through the plane in slices), refined
+        against the reference: slice by slice in 2-D, or for a stack network by
+        :meth:`~monai_npc.networks.blocks.InstanceRefinement.refine_stack` (its in-plane channels, the chain's
+        through-plane channel kept, as ``register`` refines such a network's field)."""
         if self.refiner.iterations == 0:
             return ddf
         box = (slice(None), slice(None)) + self.box
         start = ddf[box].float()
         weight = self.guidance(frame)
-        refined = self.refiner(self.images[self.reference], self.images[frame], start, self.label if weight > 0 else None,
-                               weight if weight > 0 else None)
+        refine = self.refiner.refine_stack if ddf.shape[1] == 3 else self.refiner
+        refined = refine(self.images[self.reference], self.images[frame], start, self.label if weight > 0 else None,
+                         weight if weight > 0 else None)
         out = ddf.clone()
         out[box] = (start + self.taper * (refined - start)).to(ddf.dtype)
         return out

@@ -20,7 +20,7 @@ from monai_npc.functional.label_warp import warp_indicators, warp_indicators_vol
 from monai_npc.functional.stack_field import compose_stack_fields
 from monai_npc.functional.warp import compose
 
-__all__ = ["STACK_NOT_APPLIED", "ANCHOR_NOT_APPLIED", "zero_field", "compose_fields", "carry_label", "frame_ddf", "stack_record"]
+__all__ = ["STACK_NOT_APPLIED", "ANCHOR_STACK_CORRECTION", "zero_field", "compose_fields", "carry_label", "frame_ddf", "stack_record"]
 
 #: what tracking leaves out with a stack network, and why (``Tracking.settings["stack_network"]["not_applied"]``, as
 #: ``register``'s ``summary["stack_network"]``)
@@ -29,9 +29,9 @@ STACK_NOT_APPLIED = {
                       "network's; the stack network runs with register's settings (its 3-D refinement) or --refine / --steps",
     "basal_rules": "the network moves through the plane itself; track's basal rules (basal_descent) are not applied on top",
 }
-#: what ``anchored`` leaves out with a stack network
-ANCHOR_NOT_APPLIED = ("the correction against the reference frame is a 2-D refinement, per slice; the chain of the stack "
-                      "network's fields is used as it is (the sequential scheme's chain)")
+#: what ``anchored``'s correction does to a stack network's chained fields
+ANCHOR_STACK_CORRECTION = ("each chained field's in-plane channels refined against the reference frame (the 3-D refinement "
+                           "register runs for the network, refine_stack); the chain's through-plane channel kept")
 
 
 def zero_field(shape: Sequence[int], channels: int) -> torch.Tensor:
@@ -66,11 +66,11 @@ def frame_ddf(ddf: torch.Tensor) -> torch.Tensor:
 
 
 def stack_record(scheme: str) -> Dict[str, Any]:
-    """``Tracking.settings["stack_network"]`` of ``scheme``: the through-plane channel comes from the network, and what
-    tracking left out (:data:`STACK_NOT_APPLIED`; ``anchored``: its correction too) and why, as ``register``'s
-    ``summary["stack_network"]``."""
-    not_applied: Dict[str, str] = dict(STACK_NOT_APPLIED)
+    """``Tracking.settings["stack_network"]`` of ``scheme``: the through-plane channel comes from the network, what
+    tracking left out (:data:`STACK_NOT_APPLIED`) and why, as ``register``'s ``summary["stack_network"]``, and for
+    ``anchored`` what its correction does (:data:`ANCHOR_STACK_CORRECTION`)."""
+    record: Dict[str, Any] = {"through_plane": "network", "not_applied": dict(STACK_NOT_APPLIED),
+                              "strain": "in-plane per slice: strain does not read the through-plane channel (monai_npc.strain)"}
     if scheme == "anchored":
-        not_applied["anchored_correction"] = ANCHOR_NOT_APPLIED
-    return {"through_plane": "network", "not_applied": not_applied,
-            "strain": "in-plane per slice: strain does not read the through-plane channel (monai_npc.strain)"}
+        record["anchored_correction"] = ANCHOR_STACK_CORRECTION
+    return record

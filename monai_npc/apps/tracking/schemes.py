@@ -30,7 +30,6 @@ Light to import (the command line's ``--help`` reads :data:`SCHEMES`): torch loa
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
 if TYPE_CHECKING:
@@ -161,8 +160,8 @@ class Anchored(TrackingScheme):
     :data:`~monai_npc.apps.tracking.anchor.ANCHOR_ITERATIONS`; used for a network given as a module too),
     ``num_steps`` the network's between consecutive frames. The consecutive registrations get a label only for
     ``label_guidance > 0``; the correction has its own label-guided term
-    (:data:`~monai_npc.apps.tracking.anchor.ANCHOR_LABEL_GUIDANCE`). A stack network's chain is used as it is: the
-    correction is a 2-D refinement (recorded in ``Tracking.settings["stack_network"]``).
+    (:data:`~monai_npc.apps.tracking.anchor.ANCHOR_LABEL_GUIDANCE`). A stack network's chained 3-D fields are corrected
+    in their in-plane channels (the 3-D refinement ``register`` runs for it), the chain's through-plane channel kept.
     """
 
     name = "anchored"
@@ -186,12 +185,6 @@ class Anchored(TrackingScheme):
         s = run.settings  # between consecutive frames the network alone (0 refinement steps); a module as it is
         net, name = tracking_model(s.model, s.device, None if isinstance(s.model, torch.nn.Module) else 0, s.num_steps, consecutive=True)
         pairs = run.pairs(self.labels(s.label_guidance), {True: (net, name)})
-        if pairs.channels == 3:  # a stack network's chain as it is: the correction is a 2-D refinement (settings["stack_network"])
-            if s.refine_iterations:
-                warnings.warn(f"refine_iterations={s.refine_iterations} (--refine) ignored: anchored's correction is a 2-D refinement, "
-                              "not applied to a stack network's fields.", RuntimeWarning, stacklevel=4)
-            by_offset = chain(pairs, run.reference, len(run.cine), +1)
-            return SchemeFields(frame_order(by_offset[:-1], run.reference), by_offset[-1], pairs, pairs.settings())
         if not isinstance(s.model, torch.nn.Module):  # the 0 refinement steps are this scheme's own, not the caller's
             mark_defaults(net, {"refine_iterations": 0})
         anchor = ReferenceAnchor(run.cine.arrays(), run.reference, run.label, getattr(net, "refiner", None), s.refine_iterations)
