@@ -6,8 +6,9 @@
 #   bash examples/gpu_call.sh restore     # here: the whole working tree back
 #
 # `device` installs the carried wheels, times a whole stack in the network (benchmarks/bench_stack_gpu.py), then
-# trains each NETWORK (default: through_plane, from the shipped `acdc_through_plane`, and slice_context; or npc2d)
-# for MINUTES (default 3.25) from the shipped weights (`acdc`; for through_plane `acdc_through_plane`), or
+# trains each NETWORK (default: through_plane alone, end to end from the shipped `acdc_through_plane`, the design the
+# CPU sessions chose; or slice_context, npc2d) for MINUTES (default 6.5, the whole call; give 3.25 each to two networks)
+# from the shipped weights (`acdc`; for through_plane `acdc_through_plane`), or
 # resumes it from training/checkpoints/NETWORK.pt when that was committed, and leaves 8 files in $OUT:
 # bench.txt (the GPU, then the seconds per stack of acdc and of each trained state), bench_stack_gpu.json and per
 # network NETWORK_best.pt (shipped-weights format), NETWORK_checkpoint.pt (to commit as
@@ -38,8 +39,8 @@ prepare() {
 
 device() {
     : "${OUT:?OUT: the folder whose files come back}"
-    local minutes=${1:-3.25}; shift || true
-    local networks=(through_plane slice_context) device=${DEVICE:-cuda} bf16=()
+    local minutes=${1:-6.5}; shift || true
+    local networks=(through_plane) device=${DEVICE:-cuda} bf16=()
     if [[ $# -gt 0 ]]; then networks=("$@"); fi
     if [[ "$device" == cuda ]]; then bf16=(--bf16); fi
     local deps=${DEPS:-/tmp/npc_deps}
