@@ -59,13 +59,14 @@ def _through_diffusion_gradient(ddf: torch.Tensor, following: torch.Tensor, weig
     return (-step).index_add_(0, following, step)
 
 
-def _stack_fold_gradient(grads, following: torch.Tensor, previous: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _stack_fold_gradient(grads, det: torch.Tensor, following: torch.Tensor, previous: torch.Tensor, weight: torch.Tensor
+                         ) -> torch.Tensor:
     """Gradient of ``sum_s weight[s] * stack_fold_per_slice(ddf)[s]`` in ``ddf`` from its
-    :func:`~monai_npc.functional.stack_field.stack_field_gradients` ``grads``: at folded voxels ``-weight / (H W)`` times
-    the cofactors of ``J``, through the adjoint of the differences (through the plane: ``(ddf[next] - ddf[prev]) / steps``
-    within each stack; in-plane: ``torch.gradient``'s)."""
+    :func:`~monai_npc.functional.stack_field.stack_field_gradients` ``grads`` and their ``det J`` ``(N, H, W)``: at folded
+    voxels ``-weight / (H W)`` times the cofactors of ``J``, through the adjoint of the differences (through the plane:
+    ``(ddf[next] - ddf[prev]) / steps`` within each stack; in-plane: ``torch.gradient``'s)."""
     n, _, h, w = grads[0].shape
-    folded = determinant_from_gradients(grads) < 0
+    folded = det < 0
     # the gradient reaches the folded voxels' in-plane neighbours only: work on the box around them, one voxel wider
     # (within it the adjoint's one-sided ends see zeros, so the box gives the whole image's values there)
     rows, cols = folded.any(2).any(0).nonzero().flatten(), folded.any(1).any(0).nonzero().flatten()
@@ -86,32 +87,32 @@ class _StackSmoothnessFold(torch.autograd.Function):
     def forward(ctx, ddf: torch.Tensor, group: torch.Tensor, n_groups: int, lambda_reg: float,  # type: ignore[override]
                 lambda_jac: float) -> torch.Tensor:
         value = ddf.new_zeros(ddf.shape[0])
-        grads = []
+        kept = []  # the differences and det J, for the fold's gradient
         if lambda_reg:
             value = value + lambda_reg * stack_diffusion_per_slice(ddf, group, n_groups)
         if lambda_jac:
             grads = stack_field_gradients(ddf, group, n_groups)
-            fold = torch.relu(-determinant_from_gradients(grads)).flatten(1).mean(1)
-            if bool((fold > 0).any()):  # only a fold has a gradient: keep the differences for it
+            det = determinant_from_gradients(grads)
+            fold = torch.relu(-det).flatten(1).mean(1)
+            if bool((fold > 0).any()):  # only a fold has a gradient
                 value = value + lambda_jac * fold
-            else:
-                grads = []
-        ctx.save_for_backward(ddf, *grads)
+                kept = [*grads, det]
+        ctx.save_for_backward(ddf, *kept)
         ctx.neighbours = stack_neighbours(group, n_groups)  # index tensors (a caller's may be an inference tensor)
         ctx.lambdas = (lambda_reg, lambda_jac)
         return value
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor) -> Tuple:  # type: ignore[override]
-        ddf, *grads = ctx.saved_tensors
+        ddf, *kept = ctx.saved_tensors
         lambda_reg, lambda_jac = ctx.lambdas
         previous, following = ctx.neighbours
         grad = torch.zeros_like(ddf)
         if lambda_reg:
             weight = grad_out * (lambda_reg * ddf.shape[1] / 2.0)
             grad = diffusion_gradient(ddf, weight).add_(_through_diffusion_gradient(ddf, following, weight))
-        if grads:
-            grad.add_(_stack_fold_gradient(grads, following, previous, grad_out * lambda_jac))
+        if kept:
+            grad.add_(_stack_fold_gradient(kept[:3], kept[3], following, previous, grad_out * lambda_jac))
         return grad, None, None, None, None
 
 

@@ -59,6 +59,19 @@ def _adam_step(param: torch.Tensor, grad: torch.Tensor, moments: Tuple[torch.Ten
         param.addcdiv_(exp_avg, denom, value=-lr / (1 - betas[0] ** float(step)))
 
 
+def _last_slabs(taps: Tuple[torch.Tensor, torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``image -> stack_tap_slabs(image, taps)``, kept for the last image given: a refinement warps the same image (and
+    the same labels) at every step, so its neighbour slices are gathered once."""
+    last: List[torch.Tensor] = []
+
+    def slabs_of(image: torch.Tensor) -> torch.Tensor:
+        if not last or last[0] is not image:
+            last[:] = [image, stack_tap_slabs(image, taps)]
+        return last[1]
+
+    return slabs_of
+
+
 def _per_sample_mean(x: torch.Tensor) -> torch.Tensor:
     """``(B, ...)`` -> ``(B,)``: the mean over every axis but the batch."""
     return x.reshape(x.shape[0], -1).mean(1)
@@ -298,19 +311,13 @@ class InstanceRefinement(nn.Module):
                 taps = through_plane_taps(base[:, 0], group, 1)
                 label_taps = through_plane_taps(base[:, 0], group, 1, "zeros")
                 through = base[:, :1]
-                slabs = {}  # (image, taps) ids -> (image, its neighbour slabs): what is warped at every step, gathered once
-
-                def slabs_of(image: torch.Tensor, of: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-                    key = (id(image), id(of))
-                    if key not in slabs or slabs[key][0] is not image:
-                        slabs[key] = (image, stack_tap_slabs(image, of))
-                    return slabs[key][1]
+                image_slabs, label_slabs = _last_slabs(taps), _last_slabs(label_taps)
 
                 def warp(image: torch.Tensor, field: torch.Tensor) -> torch.Tensor:
-                    return warp_stack_taps(image, field, taps, slabs=slabs_of(image, taps))
+                    return warp_stack_taps(image, field, taps, slabs=image_slabs(image))
 
                 def carry(label: torch.Tensor, field: torch.Tensor, region: Optional[Tuple[slice, slice]] = None) -> torch.Tensor:
-                    return warp_stack_taps(label, field, label_taps, region, slabs_of(label, label_taps))
+                    return warp_stack_taps(label, field, label_taps, region, label_slabs(label))
 
                 def field_of(r: torch.Tensor) -> torch.Tensor:
                     return base[:, 1:] + upsample(r)
