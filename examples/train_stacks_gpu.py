@@ -70,7 +70,8 @@ def train_through_plane(args: argparse.Namespace) -> int:
 
     config = ThroughPlaneTrainingConfig(
         pack=args.pack, out_dir=args.out, init=args.init, minutes=args.minutes, max_steps=args.max_steps, draws=args.draws,
-        stacks_per_step=args.stacks_per_step, learning_rate=args.lr, label_weight=args.label_weight, val_every=args.val_every,
+        stacks_per_step=args.stacks_per_step, learning_rate=args.lr, label_weight=args.label_weight,
+        volume_weight=args.volume_weight, val_every=args.val_every,
         seed=args.seed, head=json.loads(args.head), augment=json.loads(args.augment), num_steps=args.num_steps,
         flip_ensemble=args.flip_ensemble)
     summary = run(config)
@@ -138,6 +139,8 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--stacks-per-step", type=int, default=2)
     h.add_argument("--lr", type=float, default=1e-3)
     h.add_argument("--label-weight", type=float, default=3.0)
+    h.add_argument("--volume-weight", type=float, default=0.0, help="weight of the warped structures' relative volume "
+                   "error in the loss (what an EF from the transform reads)")
     h.add_argument("--val-every", type=int, default=100, help="steps")
     h.add_argument("--seed", type=int, default=0)
     h.add_argument("--head", default="{}", help="head_width, head_pool, evidence_window as JSON")

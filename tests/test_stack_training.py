@@ -21,6 +21,7 @@ from monai_npc.engines.stack_data import DeviceStacks
 from monai_npc.engines.stack_distributed import EpochShares
 from monai_npc.engines.stack_training import StackTrainingConfig, export_weights, train_stacks, train_step, validate_stacks
 from monai_npc.losses import StackDiceLoss, StackRegistrationLoss, WarpedLabelDiceLoss
+from monai_npc.losses.stack import volume_error
 from monai_npc.networks.nets import NPCNet, load_pretrained
 from monai_npc.transforms.stack_augment import RandStackAugment, StackAugmentConfig, minmax_per_slice
 
@@ -119,6 +120,59 @@ def test_stack_dice_is_one_3d_dice_per_stack():
     assert float(loss(label, other, ddf, group, 2)) == pytest.approx(0.5, abs=1e-6)
     one = WarpedLabelDiceLoss((3,), smooth=1.0, batch=True)(label[:2], other[:2], ddf[:2])
     assert float(StackDiceLoss((3,), smooth=1.0)(label[:2], other[:2], ddf[:2], group[:2])) == pytest.approx(float(one), abs=1e-6)
+
+
+def test_volume_error_is_the_symmetric_relative_error_of_present_structures():
+    warped = torch.tensor([[110.0, 0.0, 50.0]])
+    fixed = torch.tensor([[90.0, 0.0, 0.0]])  # structure 1 absent from both: no term; structure 2 only warped: 2 at most
+    expected = (20 / (100 + 1) + 50 / (25 + 1)) / 2
+    assert float(volume_error(warped, fixed)) == pytest.approx(expected, rel=1e-6)
+    assert float(volume_error(torch.zeros(1, 3), torch.zeros(1, 3))) == 0.0
+
+
+def test_volume_term_shrinks_a_warped_label_towards_the_fixed_volume():
+    """Gradient steps on the volume term alone pull a too-large warped square's area to the fixed one's."""
+    moving = torch.zeros(1, 1, 24, 24)
+    moving[..., 4:20, 4:20] = 3  # 256 voxels
+    fixed = torch.zeros(1, 1, 24, 24)
+    fixed[..., 6:18, 6:18] = 3  # 144 voxels
+    rows, cols = torch.meshgrid(torch.arange(24.0), torch.arange(24.0), indexing="ij")
+    outward = torch.stack([rows - 11.5, cols - 11.5])[None]  # sampling further out shrinks the warped square
+    scale = torch.zeros(1, requires_grad=True)
+    loss = StackRegistrationLoss("acdc", label_weight=0.0, volume_weight=1.0)
+    group = torch.zeros(1, dtype=torch.int64)
+    opt = torch.optim.SGD([scale], lr=0.05)
+    first = None
+    for _ in range(60):
+        terms = loss(moving.clone(), moving.clone(), moving, fixed, scale * outward, group, 1)
+        first = float(terms["volume"].detach()) if first is None else first
+        opt.zero_grad()
+        terms["volume"].backward()
+        opt.step()
+    assert first == pytest.approx(112 / (200 + 1), rel=1e-3)
+    assert float(terms["volume"]) < 0.2 * first and 0.1 < float(scale.detach()) < 0.5  # 16 / (1 + s) = 12: s = 1/3
+    assert float(terms["label"]) == 0.0
+
+
+def test_validation_reports_the_ef_the_ed_to_es_warp_gives(pack_file):
+    """A network that does not move: the EF read from its warp is 0, so the error is minus the expert's EF."""
+    pack = load_stack_pack(pack_file)
+    data = DeviceStacks(pack, pack.indices("val"), torch.device("cpu"))
+
+    class Still(torch.nn.Module):
+        def forward(self, pair):
+            return pair.new_zeros(pair.shape[0], 2, *pair.shape[2:])
+
+    val = validate_stacks(Still(), data)
+    batch = data.batch([0])
+    first = batch.group == 0  # the batch's first stack: the ED -> ES registration
+    ed, es = batch.moving_label[first], batch.fixed_label[first]
+    for name, value in (("lv", 3), ("rv", 1)):
+        v_ed, v_es = float((ed == value).sum()), float((es == value).sum())
+        assert v_ed > v_es > 0
+        assert val[f"val_ef_error_{name}"] == pytest.approx(-100 * (v_ed - v_es) / v_ed, abs=1e-4)
+        assert val[f"val_ef_mae_{name}"] == pytest.approx(abs(val[f"val_ef_error_{name}"]), abs=1e-6)
+    assert val["val_dice"] == pytest.approx(val["val_dice_initial"], abs=1e-6)
 
 
 def test_augmentation_is_shared_by_a_stack_and_its_two_frames():

@@ -73,7 +73,8 @@ class RunLog:
             return
         with self.jsonl.open("a") as fh:
             fh.write(json.dumps(dict(record)) + "\n")
-        keys = ("epoch", "loss", "similarity", "label", "fold", "grad_norm", "val_dice", "seconds", "network_seconds",
+        keys = ("epoch", "loss", "similarity", "label", "volume", "fold", "grad_norm", "val_dice", "val_ef_error_lv",
+                "val_ef_error_rv", "seconds", "network_seconds",
                 "epoch_over_network", "gpu_util", "lr", "elapsed_min")
         self.message("  ".join(f"{k}={_fmt(record.get(k))}" for k in keys if k in record), echo)
 

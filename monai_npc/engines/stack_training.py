@@ -210,25 +210,38 @@ def validate_stacks(model: nn.Module, data: DeviceStacks, labels: Tuple[int, ...
     by the network's field (nearest neighbour; background beyond a stack's ends, as ``register``'s written transform
     carries them), both directions of every stack of ``data``, no augmentation.
 
-    Returns ``val_dice`` (all registrations), ``val_dice_ed_es``, ``val_dice_es_ed`` and ``val_dice_initial``
-    (no registration)."""
+    Returns ``val_dice`` (all registrations), ``val_dice_ed_es``, ``val_dice_es_ed``, ``val_dice_initial``
+    (no registration), and the ejection fractions read from the ED -> ES registrations (the ED label and its warp
+    onto ES, in voxels), their error against the expert's ES label in points: ``val_ef_error_{name}`` (mean) and
+    ``val_ef_mae_{name}`` for LV (value 3) and RV (value 1) when ``labels`` hold them."""
     was_training = model.training
     model.eval()
     dice: List[torch.Tensor] = []
     initial: List[torch.Tensor] = []
+    volumes: List[torch.Tensor] = []  # (3, direction, stack, K): moving, warped, fixed
     for stacks in data.batches(range(len(data)), stacks_per_batch):
         batch = data.batch(stacks)
         with _autocast(batch.moving.device, amp_dtype):
             ddf = predict(model, batch).float()
         fixed = one_hot_labels(batch.fixed_label, labels)
+        sums = []
         for moving_label, out in ((warp_batch(batch.moving_label, ddf, batch, "nearest", "zeros"), dice), (batch.moving_label, initial)):
             inter, pred, target = group_overlap(one_hot_labels(moving_label, labels), fixed, batch.group, batch.n_groups)
             per = torch.where(pred + target > 0, 2 * inter / (pred + target).clamp(min=1), torch.nan)
             out.append(per.nanmean(1).view(2, -1))  # (direction, stack)
+            sums.append(pred)
+        volumes.append(torch.stack([sums[1], sums[0], target]).view(3, 2, -1, len(labels)))
     model.train(was_training)
     d, d0 = torch.cat(dice, 1).cpu(), torch.cat(initial, 1).cpu()
-    return {"val_dice": float(d.nanmean()), "val_dice_ed_es": float(d[0].nanmean()), "val_dice_es_ed": float(d[1].nanmean()),
-            "val_dice_initial": float(d0.nanmean())}
+    out = {"val_dice": float(d.nanmean()), "val_dice_ed_es": float(d[0].nanmean()), "val_dice_es_ed": float(d[1].nanmean()),
+           "val_dice_initial": float(d0.nanmean())}
+    ed, es_warped, es = torch.cat(volumes, 2)[:, 0].cpu().double()  # ED -> ES: moving ED, its warp, the ES label
+    for name, value in (("lv", 3), ("rv", 1)):
+        if value in labels:
+            k = labels.index(value)
+            error = 100.0 * (es[:, k] - es_warped[:, k]) / ed[:, k].clamp(min=1.0)  # EF from the warp minus the expert's
+            out[f"val_ef_error_{name}"], out[f"val_ef_mae_{name}"] = float(error.mean()), float(error.abs().mean())
+    return out
 
 
 def _synchronize(device: torch.device) -> None:

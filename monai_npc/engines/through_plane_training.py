@@ -65,6 +65,7 @@ class ThroughPlaneTrainingConfig:
     stacks_per_step: int = 2
     learning_rate: float = 1e-3
     label_weight: float = 3.0
+    volume_weight: float = 0.0
     loss_preset: str = "acdc"
     grad_clip: float = 1.0
     val_every: int = 100
@@ -82,9 +83,9 @@ class ThroughPlaneTrainingConfig:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}.")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps!r}.")
-        if not (self.learning_rate > 0 and self.label_weight >= 0 and self.grad_clip > 0):
-            raise ValueError(f"need learning_rate > 0, label_weight >= 0, grad_clip > 0; got {self.learning_rate}, "
-                             f"{self.label_weight}, {self.grad_clip}.")
+        if not (self.learning_rate > 0 and self.label_weight >= 0 and self.volume_weight >= 0 and self.grad_clip > 0):
+            raise ValueError(f"need learning_rate > 0, label_weight >= 0, volume_weight >= 0, grad_clip > 0; got "
+                             f"{self.learning_rate}, {self.label_weight}, {self.volume_weight}, {self.grad_clip}.")
         if self.flip_ensemble not in FLIP_ENSEMBLES:
             raise ValueError(f"flip_ensemble must be one of {sorted(FLIP_ENSEMBLES)} (1 = off), got {self.flip_ensemble!r}.")
         if self.num_steps is not None and (not isinstance(self.num_steps, int) or self.num_steps < 1):
@@ -181,9 +182,10 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     augment = RandStackAugment(config.augment, torch.Generator().manual_seed(config.seed + 1))
     units = cache_stacks(net, train_data, config.draws, augment, progress=echo)
     log.message(f"cached {len(units)} stacks ({config.draws} draws of {len(train_data)}) in {time.monotonic() - start:.0f} s")
-    loss = StackRegistrationLoss(config.loss_preset, label_weight=config.label_weight)
+    loss = StackRegistrationLoss(config.loss_preset, label_weight=config.label_weight, volume_weight=config.volume_weight)
     optimizer = torch.optim.Adam(net.head.parameters(), lr=config.learning_rate)
-    initial = validate_stacks(net, val_data)["val_dice"]
+    first = validate_stacks(net, val_data)
+    initial = first["val_dice"]
     best, best_step = initial, 0
     best_path = out / "best.pt"
     # how register runs the 2-D weights (preprocessing, window, the bundle's settings), not where they came from
@@ -192,13 +194,15 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     def save() -> None:
         save_pretrained(net, best_path, {**meta, "training": {
             "script": "monai_npc.engines.through_plane_training", "init": config.init, "step": step, "val_dice": best,
-            "label_weight": config.label_weight, "learning_rate": config.learning_rate, "draws": config.draws,
+            "label_weight": config.label_weight, "volume_weight": config.volume_weight, "learning_rate": config.learning_rate, "draws": config.draws,
             "in_plane_settings": {"num_steps": config.num_steps, "flip_ensemble": config.flip_ensemble},
             "trained": "the through-plane head only; the 2-D network is init's"}})
 
     step, order, curve, sums = 0, [], [], {}
     save()
-    log.message(f"step 0: validation mean 3-D Dice {initial:.4f} (the initial network: {config.init})")
+    log.message(f"step 0: validation mean 3-D Dice {initial:.4f}, EF error from the ED -> ES warp LV "
+                f"{first.get('val_ef_error_lv', float('nan')):+.1f} / RV {first.get('val_ef_error_rv', float('nan')):+.1f} "
+                f"points (the initial network: {config.init})")
     while time.monotonic() - start < config.minutes * 60 and (config.max_steps is None or step < config.max_steps):
         if not order:
             order = list(range(len(units)))

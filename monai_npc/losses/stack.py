@@ -13,7 +13,7 @@ from monai_npc.functional.warp import determinant_from_gradients, warp_image
 from .label import one_hot_labels, warped_masks
 from .registration import RegistrationLoss
 
-__all__ = ["CENTRAL_OFFSET", "StackDiceLoss", "StackRegistrationLoss", "central_stack_warp", "group_overlap"]
+__all__ = ["CENTRAL_OFFSET", "StackDiceLoss", "StackRegistrationLoss", "central_stack_warp", "dice_loss", "group_overlap", "volume_error"]
 
 
 def group_overlap(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
@@ -22,6 +22,24 @@ def group_overlap(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor,
     axes = tuple(range(2, pred.dim()))
     per_slice = torch.stack([(pred * target).sum(axes), pred.sum(axes), target.sum(axes)])  # (3, N, K)
     return per_slice.new_zeros(3, n_groups, pred.shape[1]).index_add_(1, group, per_slice)
+
+
+def dice_loss(inter: torch.Tensor, warped_sum: torch.Tensor, fixed_sum: torch.Tensor, smooth: float = 1.0) -> torch.Tensor:
+    """``1 - mean`` soft Dice ``(2 inter + smooth) / (sum(w_k) + sum(f_k) + smooth)`` over the stacks and structures
+    present in either (``(n_groups, K)`` sums of :func:`group_overlap`); 0 when none is."""
+    dice = (2 * inter + smooth) / (warped_sum + fixed_sum + smooth)
+    present = ((warped_sum + fixed_sum) > 0).to(dice.dtype)
+    return ((1.0 - dice) * present).sum() / present.sum().clamp(min=1.0)
+
+
+def volume_error(warped_sum: torch.Tensor, fixed_sum: torch.Tensor, smooth: float = 1.0) -> torch.Tensor:
+    """Mean relative volume error ``|W - F| / ((W + F) / 2 + smooth)`` (``W = sum(w_k)``, ``F = sum(f_k)``; at most 2)
+    over the stacks and structures present in either (``(n_groups, K)`` sums of :func:`group_overlap`); 0 when none
+    is. The quantity an ejection fraction reads: a stack's Dice can stay high while a structure's volume is off by
+    the basal slice it should have lost."""
+    present = ((warped_sum + fixed_sum) > 0).to(warped_sum.dtype)
+    error = (warped_sum - fixed_sum).abs() / (0.5 * (warped_sum + fixed_sum) + smooth)
+    return (error * present).sum() / present.sum().clamp(min=1.0)
 
 
 #: half the spread (slices) of the two through-plane readings of :func:`central_stack_warp`
@@ -76,6 +94,12 @@ class StackDiceLoss(nn.Module):
 
     def forward(self, moving_label: torch.Tensor, fixed_label: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor,
                 n_groups: Optional[int] = None) -> torch.Tensor:
+        return dice_loss(*self.overlap(moving_label, fixed_label, ddf, group, n_groups), self.smooth)
+
+    def overlap(self, moving_label: torch.Tensor, fixed_label: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor,
+                n_groups: Optional[int] = None) -> torch.Tensor:
+        """``(3, n_groups, K)``: :func:`group_overlap` of the warped moving masks and the fixed ones (the sums the
+        Dice and :func:`volume_error` read)."""
         if group.shape != (ddf.shape[0],):
             raise ValueError(f"group must be (N,) = ({ddf.shape[0]},), one stack index per slice; got {tuple(group.shape)}.")
         n = int(group.max()) + 1 if n_groups is None else int(n_groups)  # given: no host synchronisation
@@ -84,10 +108,7 @@ class StackDiceLoss(nn.Module):
             warped = central_stack_warp(moving, ddf, group, n)
         else:
             _, fixed, warped = warped_masks(moving_label, fixed_label, ddf, self.labels)
-        inter, w, f = group_overlap(warped, fixed, group, n)
-        dice = (2 * inter + self.smooth) / (w + f + self.smooth)
-        present = ((w + f) > 0).to(dice.dtype)
-        return ((1.0 - dice) * present).sum() / present.sum().clamp(min=1.0)
+        return group_overlap(warped, fixed, group, n)
 
 
 class StackRegistrationLoss(nn.Module):
@@ -100,10 +121,12 @@ class StackRegistrationLoss(nn.Module):
             ``lambda_logj`` 1e-5); ``image_overrides`` its explicit arguments (``window``, ``lambda_reg``, ...).
         label_weight: weight of the Dice term; 0 trains on the images alone.
         labels: structures of the Dice term.
+        volume_weight: weight of the warped structures' relative volume error (:func:`volume_error`, term ``volume``;
+            labels in the loss only, as the Dice): what an ejection fraction from the transform reads.
 
     ``forward(moving, fixed, moving_label, fixed_label, ddf, group, n_groups)``: images and label maps
     ``(N, 1, H, W)``, ``ddf`` ``(N, 2, H, W)`` voxels, ``group`` ``(N,)``. Returns the weighted terms
-    (``similarity``, ``regularization``, ``fold``, ``logj``, ``label``) and their sum ``loss``, all scalars.
+    (``similarity``, ``regularization``, ``fold``, ``logj``, ``label``, ``volume``) and their sum ``loss``, all scalars.
 
     A 3-D field per stack, ``ddf`` ``(N, 3, H, W)`` (channel 0 through the plane in slices, MONAI ``Warp``
     convention on each stack's ``(Z, H, W)`` grid; e.g. :class:`~monai_npc.networks.nets.SliceContextNPC`), is
@@ -114,13 +137,14 @@ class StackRegistrationLoss(nn.Module):
     """
 
     def __init__(self, preset: Optional[str] = "acdc", label_weight: float = 1.0, labels: Sequence[int] = (1, 2, 3),
-                 image_overrides: Optional[Dict[str, Any]] = None) -> None:
+                 image_overrides: Optional[Dict[str, Any]] = None, volume_weight: float = 0.0) -> None:
         super().__init__()
-        if label_weight < 0:
-            raise ValueError(f"label_weight must be >= 0, got {label_weight}.")
+        if label_weight < 0 or volume_weight < 0:
+            raise ValueError(f"label_weight and volume_weight must be >= 0, got {label_weight} and {volume_weight}.")
         self.image = RegistrationLoss(preset, spatial_dims=2, **dict(image_overrides or {}))
         self.dice = StackDiceLoss(labels)
         self.label_weight = float(label_weight)
+        self.volume_weight = float(volume_weight)
 
     def forward(self, moving: torch.Tensor, fixed: torch.Tensor, moving_label: torch.Tensor, fixed_label: torch.Tensor,
                 ddf: torch.Tensor, group: torch.Tensor, n_groups: int) -> Dict[str, torch.Tensor]:
@@ -128,9 +152,13 @@ class StackRegistrationLoss(nn.Module):
             terms = self.stack_components(moving, fixed, ddf, group, n_groups)
         else:
             terms = self.image.components(warp_image(moving, ddf, "bilinear", "border"), fixed, ddf)
-        terms["label"] = (self.label_weight * self.dice(moving_label, fixed_label, ddf, group, n_groups)
-                          if self.label_weight else torch.zeros_like(terms["loss"]))
-        terms["loss"] = terms["loss"] + terms["label"]
+        zero = torch.zeros_like(terms["loss"])
+        terms["label"] = terms["volume"] = zero
+        if self.label_weight or self.volume_weight:
+            inter, w, f = self.dice.overlap(moving_label, fixed_label, ddf, group, n_groups)
+            terms["label"] = self.label_weight * dice_loss(inter, w, f, self.dice.smooth)
+            terms["volume"] = self.volume_weight * volume_error(w, f, self.dice.smooth) if self.volume_weight else zero
+        terms["loss"] = terms["loss"] + terms["label"] + terms["volume"]
         return terms
 
     def stack_components(self, moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor,
