@@ -54,6 +54,7 @@ def train(args: argparse.Namespace) -> int:
     config = StackTrainingConfig(
         pack=args.pack, out_dir=args.out, minutes=args.minutes, max_epochs=args.max_epochs, stacks_per_batch=args.stacks_per_batch,
         learning_rate=args.lr, lr_decay=args.lr_decay, weight_decay=args.weight_decay, label_weight=args.label_weight,
+        volume_weight=args.volume_weight,
         val_every=args.val_every, save_every=args.save_every, bf16=args.bf16, device=args.device, seed=args.seed,
         init=args.init, resume=args.resume, architecture=architecture, network=network, timing_steps=args.timing_steps,
         trainable=args.trainable, augment=json.loads(args.augment),
@@ -112,6 +113,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--lr-decay", type=float, default=0.995, help="per epoch")
     t.add_argument("--weight-decay", type=float, default=1e-4)
     t.add_argument("--label-weight", type=float, default=1.0)
+    t.add_argument("--volume-weight", type=float, default=0.0, help="weight of the warped structures' relative volume "
+                   "error in the loss (what an EF from the transform reads)")
     t.add_argument("--val-every", type=int, default=5)
     t.add_argument("--save-every", type=int, default=10)
     t.add_argument("--seed", type=int, default=0)

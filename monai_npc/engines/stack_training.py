@@ -79,7 +79,8 @@ class StackTrainingConfig:
     ``head_width``, ``head_pool``, ``evidence_window``);
     ``init``: weights to start from (2-D weights start a slice-context network's shared part) (a :func:`~monai_npc.networks.nets.load_pretrained` argument), ``None``: from
     scratch. ``resume``: a ``checkpoint.pt`` to continue (its network configuration wins). ``label_weight``: the
-    3-D Dice term's weight. ``minutes``: the run's wall-time budget, set-up included; ``max_epochs``: an optional
+    3-D Dice term's weight; ``volume_weight``: the warped structures' relative volume error's
+    (:func:`~monai_npc.losses.stack.volume_error`; 0: none). ``minutes``: the run's wall-time budget, set-up included; ``max_epochs``: an optional
     cap. ``timing_steps``: steps timed apart for the network's own step time. ``trainable``: one of :data:`TRAINABLE`:
     ``"all"`` parameters, or ``"context"``: only a slice-context network's heads, its shared 2-D part frozen (what
     the through-plane context adds to given 2-D weights, apart from any change of their in-plane field). ``grad_clip``:
@@ -97,6 +98,7 @@ class StackTrainingConfig:
     lr_decay: float = 0.995
     weight_decay: float = 1e-4
     label_weight: float = 1.0
+    volume_weight: float = 0.0
     loss_preset: str = "acdc"
     val_every: int = 5
     val_stacks_per_batch: int = 6
@@ -132,9 +134,11 @@ class StackTrainingConfig:
             raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip!r}.")
         if self.max_epochs is not None and self.max_epochs < 1:
             raise ValueError(f"max_epochs must be >= 1 or None, got {self.max_epochs!r}.")
-        if not (self.learning_rate > 0 and 0 < self.lr_decay <= 1 and self.weight_decay >= 0 and self.label_weight >= 0):
-            raise ValueError(f"need learning_rate > 0, 0 < lr_decay <= 1, weight_decay >= 0, label_weight >= 0; got "
-                             f"{self.learning_rate}, {self.lr_decay}, {self.weight_decay}, {self.label_weight}.")
+        if not (self.learning_rate > 0 and 0 < self.lr_decay <= 1 and self.weight_decay >= 0 and self.label_weight >= 0
+                and self.volume_weight >= 0):
+            raise ValueError(f"need learning_rate > 0, 0 < lr_decay <= 1, weight_decay >= 0, label_weight >= 0, volume_weight "
+                             f">= 0; got {self.learning_rate}, {self.lr_decay}, {self.weight_decay}, {self.label_weight}, "
+                             f"{self.volume_weight}.")
         if self.architecture not in NETWORKS:
             raise ValueError(f"architecture must be one of {', '.join(NETWORKS)}, got {self.architecture!r}.")
         if isinstance(self.augment, Mapping):
@@ -293,7 +297,7 @@ class _Run:
         self.model = factory(config).to(self.device).train()
         self.optimizer = torch.optim.AdamW(parameter_groups(self.model, config.trainable, config.context_lr_scale),
                                            lr=config.learning_rate, weight_decay=config.weight_decay)
-        self.loss = StackRegistrationLoss(config.loss_preset, config.label_weight)
+        self.loss = StackRegistrationLoss(config.loss_preset, config.label_weight, volume_weight=config.volume_weight)
         self.order_gen = torch.Generator().manual_seed(config.seed)
         self.augment = RandStackAugment(config.augment, torch.Generator(device=self.device).manual_seed(config.seed + 1))
         self.epoch, self.step, self.curve, self.best = 0, 0, [], -math.inf
