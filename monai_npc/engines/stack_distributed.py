@@ -6,7 +6,7 @@ rank reads the same epoch order (one seed), builds and augments the whole step's
 same random stream (a few milliseconds on a GPU; so the augmentation, the random streams and a checkpoint do not
 depend on ``W``), and trains on its :func:`~monai_npc.runtime.shard` of the step's stacks (``r, r + W, ...``).
 Its loss terms are scaled so that DDP's mean of the ranks' gradients is the gradient of the whole step's loss:
-the image terms (means over slices) by ``W x`` its share of the step's slices, the Dice term (a mean over
+the image terms (means over slices) by ``W x`` its share of the step's slices, the Dice and volume terms (means over
 stacks and structures) by ``W x`` its share of the step's stacks (exact when every stack holds every structure,
 as ACDC's do). A rank left without a stack (a last step of fewer than ``W`` stacks) trains on the step's first
 stack with weight 0, so that every rank takes part in every gradient reduction.

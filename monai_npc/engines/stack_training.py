@@ -49,7 +49,7 @@ from monai_npc.data.stack_pack import load_stack_pack
 from monai_npc.functional.stack_field import warp_stack_slices
 from monai_npc.functional.warp import warp_image
 from monai_npc.losses.label import one_hot_labels
-from monai_npc.losses.stack import StackRegistrationLoss, group_overlap
+from monai_npc.losses.stack import PER_STACK_TERMS, StackRegistrationLoss, group_overlap
 from monai_npc.networks.nets import save_pretrained
 from monai_npc.runtime import rank_device
 from monai_npc.serialization import plain
@@ -197,7 +197,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: StackRe
         ddf = predict(model, batch)
     terms = loss(batch.moving, batch.fixed, batch.moving_label, batch.fixed_label, ddf.float(), batch.group, batch.n_groups)
     if scale is not None:
-        terms = {k: v * (scale[1] if k == "label" else scale[0]) for k, v in terms.items() if k != "loss"}
+        terms = {k: v * (scale[1] if k in PER_STACK_TERMS else scale[0]) for k, v in terms.items() if k != "loss"}
         terms["loss"] = sum(v for k, v in terms.items())
     optimizer.zero_grad(set_to_none=True)
     terms["loss"].backward()

@@ -13,7 +13,13 @@ from monai_npc.functional.warp import determinant_from_gradients, warp_image
 from .label import one_hot_labels, warped_masks
 from .registration import RegistrationLoss
 
-__all__ = ["CENTRAL_OFFSET", "StackDiceLoss", "StackRegistrationLoss", "central_stack_warp", "dice_loss", "group_overlap", "volume_error"]
+__all__ = ["CENTRAL_OFFSET", "StackDiceLoss", "StackRegistrationLoss", "central_stack_warp", "dice_loss", "group_overlap", "volume_error",
+           "PER_STACK_TERMS"]
+
+
+#: the terms of :class:`StackRegistrationLoss` that are means over stacks and structures (the others: over slices),
+#: so a process training a share of a step's stacks scales them by its share of the stacks
+PER_STACK_TERMS = ("label", "volume")
 
 
 def group_overlap(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
