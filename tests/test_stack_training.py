@@ -228,10 +228,10 @@ def test_loss_decreases_on_a_fixed_batch(pack_file):
 
 def test_rank_shares_average_to_the_gradient_of_the_whole_step(pack_file):
     """What DDP averages over 2 ranks is the whole step's gradient: stacks of unequal slice counts (4 + 4 and 3) and
-    a step of one stack (rank 1 trains on a weight-0 stand-in)."""
+    a step of one stack (rank 1 trains on a weight-0 stand-in); the Dice and volume terms scaled by stack shares."""
     torch.manual_seed(0)
     data = DeviceStacks(load_stack_pack(pack_file), [0, 1, 2], torch.device("cpu"))
-    net, loss = NPCNet(**TINY), StackRegistrationLoss("acdc", label_weight=1.0)
+    net, loss = NPCNet(**TINY), StackRegistrationLoss("acdc", label_weight=1.0, volume_weight=0.5)
     still = torch.optim.SGD(net.parameters(), lr=0.0)  # gradients only
 
     def gradients(batch, scale=None):
