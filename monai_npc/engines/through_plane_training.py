@@ -54,6 +54,8 @@ class ThroughPlaneTrainingConfig:
     2-D part's learned ODE steps and in-plane flip ensemble while its fields are cached and the network validated, so
     that the head learns from the fields ``register`` gives it (``acdc``'s register settings: 6 and 2; ``None`` / 1:
     the weights' own steps, no ensemble). The written weights keep their own settings; ``register`` sets its own.
+    ``label_weight`` / ``volume_weight``: the loss's soft 3-D Dice and relative volume terms
+    (:class:`~monai_npc.losses.StackRegistrationLoss`).
     """
 
     pack: str
