@@ -317,6 +317,22 @@ def test_budget_run_writes_log_curve_and_resumes_where_it_stopped(pack_file, tmp
     assert validate_stacks(net, data)["val_dice"] == pytest.approx(state["curve"][-1]["val_dice"], abs=1e-5)
 
 
+def test_a_run_from_weights_validates_them_first(pack_file, tmp_path):
+    """From ``init`` weights the curve starts at their own validation (epoch 0), and best.pt holds them until an
+    epoch beats them."""
+    train_stacks(_config(pack_file, tmp_path / "a", max_epochs=1), echo=False)
+    start = export_weights(str(tmp_path / "a" / "checkpoint.pt"), tmp_path / "start.pt")
+    run = train_stacks(_config(pack_file, tmp_path / "b", max_epochs=1, init=str(start), learning_rate=0.5), echo=False)
+    curve = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["curve"]
+    assert [r["epoch"] for r in curve] == [0, 1]
+    data = DeviceStacks(load_stack_pack(pack_file), [3], torch.device("cpu"))
+    assert curve[0]["val_dice"] == pytest.approx(validate_stacks(load_pretrained(start), data)["val_dice"], abs=1e-6)
+    assert run["best_val_dice"] == pytest.approx(max(r["val_dice"] for r in curve), abs=1e-9)
+    best = load_pretrained(tmp_path / "b" / "best.pt")
+    assert validate_stacks(best, data)["val_dice"] == pytest.approx(run["best_val_dice"], abs=1e-5)
+    assert "epoch=0" in (tmp_path / "b" / "train.log").read_text()
+
+
 def test_the_wall_time_budget_stops_the_run_and_saves(pack_file, tmp_path):
     start = time.perf_counter()
     out = train_stacks(_config(pack_file, tmp_path / "budget", minutes=0.12, val_every=1000, save_every=1000), echo=False)

@@ -439,6 +439,12 @@ def train_stacks(config: StackTrainingConfig, network_factory: Optional[NetworkF
     step_seconds = _time_network(run)
     steps_per_epoch = math.ceil(len(run.train_data) / (config.stacks_per_batch * run.ranks.world_size))
     epoch_estimate, val_seconds, stopped = 1.5 * step_seconds * steps_per_epoch, 0.0, "budget"
+    if run.epoch == 0 and config.init and run.val_data is not None and run.ranks.main:
+        # the starting weights' own validation: the curve's first point, and best.pt until training beats it
+        record: Dict[str, Any] = {"epoch": 0, "step": 0, "elapsed_min": round(run.elapsed() / 60.0, 3)}
+        val_seconds = _validate(run, record)
+        run.curve.append(record)
+        run.log.epoch(record, echo)
     while True:
         if config.max_epochs is not None and run.epoch >= config.max_epochs:
             stopped = "max_epochs"
