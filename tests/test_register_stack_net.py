@@ -275,3 +275,28 @@ def test_the_written_transform_carries_labels_through_the_plane_as_training_scor
     inside = (slice(None), slice(24, 40), slice(24, 40))  # well inside the labelled square and the heart window
     assert np.array_equal(written[inside], scored[:, 0].numpy().astype(np.int16)[inside])
     assert (written[inside] == 0).any() == (dz < -0.5 or dz > 0.5)  # past half a slice an end slice is background
+
+
+def test_the_gpu_benchmark_times_a_stack_network_with_its_refinement():
+    """benchmarks/bench_stack_gpu.py times what register computes: for a stack network, its field and then the 3-D
+    refinement (with the label when guided), the same field as the registration pipeline's."""
+    import importlib.util
+    from pathlib import Path
+
+    from monai_npc.apps.registration.pipeline import _predict_stack
+
+    spec = importlib.util.spec_from_file_location("bench_stack_gpu", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_stack_gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    net = ShiftStack()
+    net.refiner = InstanceRefinement(iterations=5, grid_stride=4, window=5)
+    cine = cardiac_cine(frames=3, size=32, levels=(0.2, 0.4, 0.6, 0.8), seed=0)
+    stack = {"moving": torch.from_numpy(cine["image"][0]).float()[:, None], "fixed": torch.from_numpy(cine["image"][1]).float()[:, None],
+             "moving_label": torch.from_numpy(cine["label"][0]).float()[:, None]}
+    with torch.inference_mode():
+        for guided in (False, True):
+            got = bench.stack_call(net, guided, 0.5)(stack)
+            want = _predict_stack(net, stack["moving"], stack["fixed"], np.zeros(4, bool), stack["moving_label"] if guided else None,
+                                  0.5 if guided else 0.0)[0]
+            torch.testing.assert_close(got, want)
+            assert float((got[:, 1:] - net(torch.cat([stack["moving"], stack["fixed"]], 1))[:, 1:]).abs().max()) > 1e-3
