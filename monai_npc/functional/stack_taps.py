@@ -28,7 +28,8 @@ __all__ = ["through_plane_taps", "stack_tap_slabs", "warp_stack_taps"]
 def through_plane_taps(through: torch.Tensor, group: torch.Tensor, n_groups: int, through_padding: str = "border"
                        ) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(rows (K, N) int64, weights (K, N, 1, H, W))`` of a through-plane displacement ``through`` ``(N, H, W)``
-    (slices): for each of the ``K = 2 * ceil(max |through|) + 1`` slice offsets ``k - K // 2``, the batch row of every
+    (slices): for each of the ``K = 2 * ceil(max |d|) + 1`` slice offsets ``k - K // 2`` (``d``: how far the clamped
+    slice coordinate lies from the slice, at most ``|through|``), the batch row of every
     slice's neighbour at that offset (clamped to its stack) and its trilinear weight (0 where the sampled coordinate is
     not within one slice of it). ``through_padding`` as :func:`~monai_npc.functional.warp_stack_slices`'s: with
     ``"border"`` the weights of a slice sum to 1 at every pixel; with ``"zeros"`` (labels) less within one slice past
@@ -37,7 +38,9 @@ def through_plane_taps(through: torch.Tensor, group: torch.Tensor, n_groups: int
         raise ValueError(f"through must be (N, H, W) with group (N,); got {tuple(through.shape)} and {tuple(group.shape)}.")
     position, first, count = stack_positions(group, n_groups)
     within = slice_coordinate(through.detach(), position, count, through_padding)
-    reach = int(math.ceil(float(through.detach().abs().max()))) if through.numel() else 0
+    # offsets further than the clamped coordinate reads have zero weight everywhere (a displacement reaching past a
+    # stack's end reads its end slice, or zeros, whatever its length): the taps span what is read, not |through|
+    reach = int(math.ceil(float((within - position.view(-1, 1, 1).to(within.dtype)).abs().max()))) if through.numel() else 0
     rows, weights = [], []
     for offset in range(-reach, reach + 1):
         at = torch.minimum(torch.clamp(position + offset, min=0), count - 1)  # the neighbour's position, clamped
