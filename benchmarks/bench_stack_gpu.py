@@ -9,7 +9,8 @@ so this runs beside the training with only the pack of ``examples/train_stacks_g
 configured as ``register`` configures it (:func:`monai_npc.apps.registration.models.resolve_model`: for ``acdc`` 6
 ODE steps, the 180-degree flip ensemble, 40 refinement steps), all Z slices of one ED -> ES stack (128 x 128) in one
 call, with and without the moving label in the refinement (``label_guidance``; no label prior here). A stack network
-(``stack_network = True``) gets the stack as one ``(Z, 2, h, w)`` call, then its 3-D refinement (``refine_stack``). Stacks: the pack's ``val`` stacks (images
+(``stack_network = True``) gets the stack as one ``(Z, 2, h, w)`` call, then its 3-D refinement
+(``refine_stack``). Stacks: the pack's ``val`` stacks (images
 only; their labels only as the refinement's moving label). One warm-up stack, then ``--repeats`` passes over
 ``--stacks`` stacks; prints the median / min / max seconds per stack, slices per stack and the device's peak memory,
 and with ``--json F`` writes them. Issue 51's GPU target: <= 0.2 s per stack on an H100 or H200.

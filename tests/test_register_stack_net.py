@@ -285,18 +285,20 @@ def test_the_gpu_benchmark_times_a_stack_network_with_its_refinement():
 
     from monai_npc.apps.registration.pipeline import _predict_stack
 
-    spec = importlib.util.spec_from_file_location("bench_stack_gpu", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_stack_gpu.py")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_stack_gpu.py"
+    spec = importlib.util.spec_from_file_location("bench_stack_gpu", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     net = ShiftStack()
     net.refiner = InstanceRefinement(iterations=5, grid_stride=4, window=5)
     cine = cardiac_cine(frames=3, size=32, levels=(0.2, 0.4, 0.6, 0.8), seed=0)
-    stack = {"moving": torch.from_numpy(cine["image"][0]).float()[:, None], "fixed": torch.from_numpy(cine["image"][1]).float()[:, None],
+    stack = {"moving": torch.from_numpy(cine["image"][0]).float()[:, None],
+             "fixed": torch.from_numpy(cine["image"][1]).float()[:, None],
              "moving_label": torch.from_numpy(cine["label"][0]).float()[:, None]}
     with torch.inference_mode():
         for guided in (False, True):
             got = bench.stack_call(net, guided, 0.5)(stack)
-            want = _predict_stack(net, stack["moving"], stack["fixed"], np.zeros(4, bool), stack["moving_label"] if guided else None,
-                                  0.5 if guided else 0.0)[0]
+            label = stack["moving_label"] if guided else None
+            want = _predict_stack(net, stack["moving"], stack["fixed"], np.zeros(4, bool), label, 0.5 if guided else 0.0)[0]
             torch.testing.assert_close(got, want)
             assert float((got[:, 1:] - net(torch.cat([stack["moving"], stack["fixed"]], 1))[:, 1:]).abs().max()) > 1e-3

@@ -80,8 +80,8 @@ class StackTrainingConfig:
     ``init``: weights to start from (2-D weights start a slice-context network's shared part) (a :func:`~monai_npc.networks.nets.load_pretrained` argument), ``None``: from
     scratch. ``resume``: a ``checkpoint.pt`` to continue (its network configuration wins). ``label_weight``: the
     3-D Dice term's weight; ``volume_weight``: the warped structures' relative volume error's
-    (:func:`~monai_npc.losses.stack.volume_error`; 0: none). ``minutes``: the run's wall-time budget, set-up included; ``max_epochs``: an optional
-    cap. ``timing_steps``: steps timed apart for the network's own step time. ``trainable``: one of :data:`TRAINABLE`:
+    (:func:`~monai_npc.losses.stack.volume_error`; 0: none). ``minutes``: the run's wall-time budget, set-up
+    included; ``max_epochs``: an optional cap. ``timing_steps``: steps timed apart for the network's own step time. ``trainable``: one of :data:`TRAINABLE`:
     ``"all"`` parameters, or ``"context"``: only a slice-context network's heads, its shared 2-D part frozen (what
     the through-plane context adds to given 2-D weights, apart from any change of their in-plane field). ``grad_clip``:
     the largest total gradient norm per step (``None``: not clipped; the log's ``grad_norm`` is the epoch's mean; 1

@@ -196,7 +196,8 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     def save() -> None:
         save_pretrained(net, best_path, {**meta, "training": {
             "script": "monai_npc.engines.through_plane_training", "init": config.init, "step": step, "val_dice": best,
-            "label_weight": config.label_weight, "volume_weight": config.volume_weight, "learning_rate": config.learning_rate, "draws": config.draws,
+            "label_weight": config.label_weight, "volume_weight": config.volume_weight,
+            "learning_rate": config.learning_rate, "draws": config.draws,
             "in_plane_settings": {"num_steps": config.num_steps, "flip_ensemble": config.flip_ensemble},
             "trained": "the through-plane head only; the 2-D network is init's"}})
 

@@ -13,8 +13,8 @@ from monai_npc.functional.warp import determinant_from_gradients, warp_image
 from .label import one_hot_labels, warped_masks
 from .registration import RegistrationLoss
 
-__all__ = ["CENTRAL_OFFSET", "StackDiceLoss", "StackRegistrationLoss", "central_stack_warp", "dice_loss", "group_overlap", "volume_error",
-           "PER_STACK_TERMS"]
+__all__ = ["CENTRAL_OFFSET", "PER_STACK_TERMS", "StackDiceLoss", "StackRegistrationLoss", "central_stack_warp", "dice_loss",
+           "group_overlap", "volume_error"]
 
 
 #: the terms of :class:`StackRegistrationLoss` that are means over stacks and structures (the others: over slices),
