@@ -228,13 +228,14 @@ def validate_stacks(model: nn.Module, data: DeviceStacks, labels: Tuple[int, ...
         with _autocast(batch.moving.device, amp_dtype):
             ddf = predict(model, batch).float()
         fixed = one_hot_labels(batch.fixed_label, labels)
-        sums = []
+        sums = []  # per stack and structure: the warped label's voxels, then the moving label's; the fixed label's
         for moving_label, out in ((warp_batch(batch.moving_label, ddf, batch, "nearest", "zeros"), dice), (batch.moving_label, initial)):
             inter, pred, target = group_overlap(one_hot_labels(moving_label, labels), fixed, batch.group, batch.n_groups)
             per = torch.where(pred + target > 0, 2 * inter / (pred + target).clamp(min=1), torch.nan)
             out.append(per.nanmean(1).view(2, -1))  # (direction, stack)
             sums.append(pred)
-        volumes.append(torch.stack([sums[1], sums[0], target]).view(3, 2, -1, len(labels)))
+        warped, moving = sums
+        volumes.append(torch.stack([moving, warped, target]).view(3, 2, -1, len(labels)))
     model.train(was_training)
     d, d0 = torch.cat(dice, 1).cpu(), torch.cat(initial, 1).cpu()
     out = {"val_dice": float(d.nanmean()), "val_dice_ed_es": float(d[0].nanmean()), "val_dice_es_ed": float(d[1].nanmean()),

@@ -112,7 +112,8 @@ class _StackSmoothnessFold(torch.autograd.Function):
             weight = grad_out * (lambda_reg * ddf.shape[1] / 2.0)
             grad = diffusion_gradient(ddf, weight).add_(_through_diffusion_gradient(ddf, following, weight))
         if kept:
-            grad.add_(_stack_fold_gradient(kept[:3], kept[3], following, previous, grad_out * lambda_jac))
+            *grads, det = kept
+            grad.add_(_stack_fold_gradient(grads, det, following, previous, grad_out * lambda_jac))
         return grad, None, None, None, None
 
 
