@@ -22,7 +22,7 @@ from monai_npc.engines.stack_distributed import EpochShares
 from monai_npc.engines.stack_training import StackTrainingConfig, export_weights, train_stacks, train_step, validate_stacks
 from monai_npc.losses import StackDiceLoss, StackRegistrationLoss, WarpedLabelDiceLoss
 from monai_npc.losses.stack import volume_error
-from monai_npc.networks.nets import NPCNet, load_pretrained
+from monai_npc.networks.nets import NPCNet, SliceContextNPC, ThroughPlaneNPC, load_pretrained
 from monai_npc.transforms.stack_augment import RandStackAugment, StackAugmentConfig, minmax_per_slice
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -277,15 +277,27 @@ def test_augment_settings_are_checked_by_name():
         StackTrainingConfig(pack="-", out_dir="-", augment={"rotation": 5})
 
 
-def test_bf16_is_refused_on_the_cpu_and_the_autocast_step_runs(pack_file, tmp_path):
+def test_bf16_is_refused_on_the_cpu(pack_file, tmp_path):
     with pytest.raises(ValueError, match="bf16=True needs a CUDA device"):
         train_stacks(_config(pack_file, tmp_path / "bf16", bf16=True), echo=False)
-    data = DeviceStacks(load_stack_pack(pack_file), [0], torch.device("cpu"))
-    net = NPCNet(**TINY)
-    terms = train_step(net, torch.optim.AdamW(net.parameters()), StackRegistrationLoss(), data.batch([0]), torch.bfloat16)
-    assert terms["loss"].dtype == torch.float32 and torch.isfinite(terms["loss"])
     with pytest.raises(ValueError, match="minutes"):
         _config(pack_file, tmp_path, minutes=0)
+
+
+@pytest.mark.parametrize("network", ["npc2d", "through_plane", "slice_context"])
+def test_a_bf16_autocast_step_and_validation_run_for_every_network(pack_file, network):
+    # what a GPU call runs with --bf16 (the CPU's autocast casts the same kinds of ops): every term in float32, finite
+    data = DeviceStacks(load_stack_pack(pack_file), [0, 1], torch.device("cpu"))
+    net = {"npc2d": lambda: NPCNet(**TINY), "through_plane": lambda: ThroughPlaneNPC(**TINY),
+           "slice_context": lambda: SliceContextNPC(context_channels=4, **TINY)}[network]()
+    loss = StackRegistrationLoss(label_weight=3.0, volume_weight=1.0)
+    terms = train_step(net, torch.optim.AdamW(net.parameters()), loss, data.batch([0, 1]), torch.bfloat16, grad_clip=1.0)
+    assert set(terms) >= {"loss", "similarity", "label", "volume", "grad_norm"}
+    for key, value in terms.items():
+        assert value.dtype == torch.float32 and torch.isfinite(value), key
+    assert float(terms["grad_norm"]) > 0
+    scores = validate_stacks(net, data, amp_dtype=torch.bfloat16)
+    assert 0.0 < scores["val_dice"] <= 1.0 and np.isfinite(scores["val_ef_error_lv"])
 
 
 def test_budget_run_writes_log_curve_and_resumes_where_it_stopped(pack_file, tmp_path):
