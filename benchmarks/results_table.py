@@ -31,7 +31,8 @@ Rows (``--methods``), each scored as 3-D Dice (RV/Myo/LV mean) against the fixed
   registration; ``demons+helpers`` uses the same.
 
 Rows go to ``OUT/rows.jsonl`` (reruns skip what is there; ``--shard i/n`` takes every n-th patient);
-``OUT/results.md`` holds the table by group and the EF table (ED->ES pairs).
+``OUT/results.md`` holds the table by group, the EF table (ED->ES pairs) and each row's Dice by slice position from the
+base (:func:`slice_profile`: where along the stack the carried label is right; the rows keep the counts as ``profile``).
 """
 
 from __future__ import annotations
@@ -92,6 +93,59 @@ def dice3(a: np.ndarray, b: np.ndarray) -> List[float]:
     return [float(2 * ((a == v) & (b == v)).sum() / max(int((a == v).sum() + (b == v).sum()), 1)) for v in (1, 2, 3)]
 
 
+#: slice positions of :func:`slice_profile`: the base, the next two slices towards the apex, then the rest together
+PROFILE_BINS = ("base", "base+1", "base+2", "rest")
+STRUCTURES = (("rv", 1), ("myo", 2), ("lv", 3))
+
+
+def slice_profile(label: np.ndarray, target: np.ndarray, reference: np.ndarray) -> Dict[str, List[List[int]]]:
+    """Where along the stack a carried label is right: for each structure, ``[carried, expert, overlap]`` voxel counts
+    of ``label`` against ``target`` (both ``(Z, H, W)`` on the fixed grid) in each of :data:`PROFILE_BINS`, the slices
+    counted from the base (:func:`~monai_npc.cardiac.through_plane.base_end` of ``reference``, the moving label on the
+    fixed grid, and ``target`` together, so every row of a pair shares it). The base slices are where the heart moves
+    through the plane (what the basal rules or a stack network's through-plane motion decide)."""
+    from monai_npc.cardiac.through_plane import base_end
+
+    base, step = base_end(np.maximum(reference, target))
+    position = np.clip((np.arange(label.shape[0]) - base) * step, 0, len(PROFILE_BINS) - 1)  # above the base: the base bin
+    out: Dict[str, List[List[int]]] = {}
+    for name, value in STRUCTURES:
+        a, b = label == value, target == value
+        counts = np.stack([a.sum((1, 2)), b.sum((1, 2)), (a & b).sum((1, 2))], 1)  # (Z, 3)
+        out[name] = [[int(c) for c in counts[position == i].sum(0)] for i in range(len(PROFILE_BINS))]
+    return out
+
+
+def profile_table(rows: List[Dict[str, Any]], methods: Sequence[str]) -> List[str]:
+    """Markdown lines: per method and direction, the pooled Dice of each structure in each of :data:`PROFILE_BINS`
+    (``2 sum(overlap) / (sum(carried) + sum(expert))`` over the pairs), from the rows' ``profile``."""
+    x = [r for r in rows if "profile" in r]
+    if not x:
+        return []
+    lines = ["", "| row | direction | " + " | ".join(f"{b} RV / Myo / LV" for b in PROFILE_BINS) + " |",
+             "|---|---|" + "---|" * len(PROFILE_BINS)]
+    for m in methods:
+        for direction in ("ED->ES", "ES->ED"):
+            y = [r["profile"][m] for r in x if m in r["profile"] and r["direction"] == direction]
+            if not y:
+                continue
+            cells = []
+            for i in range(len(PROFILE_BINS)):
+                sums = [np.sum([p[name][i] for p in y], 0) for name, _ in STRUCTURES]
+                cells.append(" / ".join(f"{2 * c[2] / (c[0] + c[1]):.3f}" if c[0] + c[1] else "-" for c in sums))
+            lines.append(f"| `{m}` | {direction} | " + " | ".join(cells) + " |")
+    lines += ["", "3-D Dice pooled over the pairs by slice position from the base (the moving and fixed labels' most basal "
+              f"slice; `rest`: from the fourth slice on towards the apex), {len(x)} pairs: where along the stack each row is right."]
+    return lines
+
+
+def moving_on_fixed(moving_label, fixed) -> np.ndarray:
+    """The moving label on the fixed grid, unregistered (nearest neighbour): ``(Z, H, W)``."""
+    import SimpleITK as sitk
+
+    return sitk.GetArrayFromImage(sitk.Resample(moving_label, fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
+
+
 def run_pair(moving, fixed, moving_label, direction: str, methods: Sequence[str], threads: int,
              model: str = "acdc") -> Dict[str, Tuple[np.ndarray, float]]:
     """``{method: (label on the fixed grid (Z, H, W), seconds)}``; the NPC rows register with ``model``."""
@@ -107,7 +161,7 @@ def run_pair(moving, fixed, moving_label, direction: str, methods: Sequence[str]
 
     arr = sitk.GetArrayFromImage
     out: Dict[str, Tuple[np.ndarray, float]] = {}
-    reference = arr(sitk.Resample(moving_label, fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
+    reference = moving_on_fixed(moving_label, fixed)
     out["initial"] = (reference, 0.0)
     kw = dict(model=model, threads=threads)
     prior = None
@@ -194,7 +248,7 @@ def table(rows: List[Dict[str, Any]], methods: Sequence[str], model: str = "acdc
             cells += [f"{np.nanmean(np.abs(err)):.1f}", f"{np.nanmean(err):+.1f}"]
         lines.append(f"| `{m}` | " + " | ".join(cells) + " |")
     lines += ["", f"EF in points, from the ED expert label and the carried ES label, against the expert ED + ES labels; {len(ed_es)} ED->ES pairs."]
-    return "\n".join(lines)
+    return "\n".join(lines + profile_table(rows, methods))
 
 
 def main(argv=None) -> int:
@@ -236,9 +290,11 @@ def main(argv=None) -> int:
             if (pt, direction) in done:
                 continue
             labels = run_pair(moving, fixed, moving_label, direction, methods, args.threads, args.model)
+            reference = moving_on_fixed(moving_label, fixed)
             row = {"patient": pt, "group": group, "direction": direction, "model": args.model,
                    "dice": {m: dice3(lab, target) for m, (lab, _) in labels.items()},
-                   "seconds": {m: s for m, (_, s) in labels.items()}}
+                   "seconds": {m: s for m, (_, s) in labels.items()},
+                   "profile": {m: slice_profile(lab, target, reference) for m, (lab, _) in labels.items()}}
             if direction == "ED->ES":
                 ed = sitk.GetArrayFromImage(moving_label)
                 row["ef"] = {m: {s: ejection_fraction(ed, lab, v) for s, v in (("lv", 3), ("rv", 1))} for m, (lab, _) in labels.items()}
