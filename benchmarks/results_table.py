@@ -146,9 +146,10 @@ def moving_on_fixed(moving_label, fixed) -> np.ndarray:
     return sitk.GetArrayFromImage(sitk.Resample(moving_label, fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
 
 
-def run_pair(moving, fixed, moving_label, direction: str, methods: Sequence[str], threads: int,
+def run_pair(moving, fixed, moving_label, reference: np.ndarray, direction: str, methods: Sequence[str], threads: int,
              model: str = "acdc") -> Dict[str, Tuple[np.ndarray, float]]:
-    """``{method: (label on the fixed grid (Z, H, W), seconds)}``; the NPC rows register with ``model``."""
+    """``{method: (label on the fixed grid (Z, H, W), seconds)}``; the NPC rows register with ``model``; ``reference``:
+    :func:`moving_on_fixed` of the pair (the ``initial`` row)."""
     import SimpleITK as sitk
 
     import monai_npc
@@ -161,7 +162,6 @@ def run_pair(moving, fixed, moving_label, direction: str, methods: Sequence[str]
 
     arr = sitk.GetArrayFromImage
     out: Dict[str, Tuple[np.ndarray, float]] = {}
-    reference = moving_on_fixed(moving_label, fixed)
     out["initial"] = (reference, 0.0)
     kw = dict(model=model, threads=threads)
     prior = None
@@ -289,8 +289,8 @@ def main(argv=None) -> int:
         for pt, group, direction, moving, fixed, moving_label, target in tqdm(pairs(data, args.data_dir is not None, (i, n)), desc="pairs", unit="pair"):
             if (pt, direction) in done:
                 continue
-            labels = run_pair(moving, fixed, moving_label, direction, methods, args.threads, args.model)
             reference = moving_on_fixed(moving_label, fixed)
+            labels = run_pair(moving, fixed, moving_label, reference, direction, methods, args.threads, args.model)
             row = {"patient": pt, "group": group, "direction": direction, "model": args.model,
                    "dice": {m: dice3(lab, target) for m, (lab, _) in labels.items()},
                    "seconds": {m: s for m, (_, s) in labels.items()},
