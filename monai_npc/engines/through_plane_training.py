@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from monai_npc.data.stack_pack import load_stack_pack
-from monai_npc.functional.through_plane_evidence import through_plane_evidence
+from monai_npc.functional.through_plane_evidence import label_evidence, through_plane_evidence
 from monai_npc.losses.stack import StackRegistrationLoss
 from monai_npc.networks.nets import ThroughPlaneNPC, load_pretrained, save_pretrained
 from monai_npc.networks.nets.npc import FLIP_ENSEMBLES
@@ -55,7 +55,10 @@ class ThroughPlaneTrainingConfig:
     that the head learns from the fields ``register`` gives it (``acdc``'s register settings: 6 and 2; ``None`` / 1:
     the weights' own steps, no ensemble). The written weights keep their own settings; ``register`` sets its own.
     ``label_weight`` / ``volume_weight``: the loss's soft 3-D Dice and relative volume terms
-    (:class:`~monai_npc.losses.StackRegistrationLoss`).
+    (:class:`~monai_npc.losses.StackRegistrationLoss`). ``label_evidence``: the head also reads the moving label
+    (:meth:`~monai_npc.networks.nets.ThroughPlaneNPC.with_label_evidence` of a head trained without it, or a new
+    head), given on a stack with probability ``label_prob`` per step (else images only, as ``register`` without a
+    label); validation then scores both and keeps the state with the best mean of the two.
     """
 
     pack: str
@@ -76,6 +79,8 @@ class ThroughPlaneTrainingConfig:
     num_steps: Optional[int] = None
     flip_ensemble: int = 1
     augment: StackAugmentConfig = field(default_factory=StackAugmentConfig)
+    label_evidence: bool = False
+    label_prob: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0 < self.minutes <= 600:
@@ -95,6 +100,8 @@ class ThroughPlaneTrainingConfig:
         unknown = set(self.head) - {"head_width", "head_pool", "evidence_window"}
         if unknown:
             raise ValueError(f"head: unknown settings {sorted(unknown)}; known: head_width, head_pool, evidence_window.")
+        if not 0 <= self.label_prob <= 1:
+            raise ValueError(f"label_prob must be in [0, 1], got {self.label_prob!r}.")
         if isinstance(self.augment, Mapping):
             self.augment = StackAugmentConfig.from_mapping(self.augment)
 
@@ -173,9 +180,9 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     if isinstance(npc, ThroughPlaneNPC):  # a trained state: its head continues, its 2-D part stays
         if config.head:
             raise ValueError(f"init={config.init!r} is a ThroughPlaneNPC; its head's settings cannot change (head={config.head}).")
-        net = npc
+        net = npc.with_label_evidence() if config.label_evidence and not npc.uses_label else npc
     else:
-        net = ThroughPlaneNPC.from_npc(npc, **config.head)
+        net = ThroughPlaneNPC.from_npc(npc, **config.head, label_evidence=config.label_evidence)
     net.npc.requires_grad_(False)
     net.npc.eval()  # the 2-D part's fields as register computes them (its flip ensemble acts in eval mode)
     net.set_flip_ensemble(config.flip_ensemble)
@@ -186,7 +193,16 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     log.message(f"cached {len(units)} stacks ({config.draws} draws of {len(train_data)}) in {time.monotonic() - start:.0f} s")
     loss = StackRegistrationLoss(config.loss_preset, label_weight=config.label_weight, volume_weight=config.volume_weight)
     optimizer = torch.optim.Adam(net.head.parameters(), lr=config.learning_rate)
-    first = validate_stacks(net, val_data)
+    def validate() -> Dict[str, float]:
+        val = validate_stacks(net, val_data)
+        if not net.uses_label:
+            return val
+        labelled = validate_stacks(net, val_data, with_label=True)
+        val.update({f"{k}_label": v for k, v in labelled.items() if k != "val_dice_initial"})
+        val["val_dice_images"], val["val_dice"] = val["val_dice"], 0.5 * (val["val_dice"] + labelled["val_dice"])
+        return val
+
+    first = validate()
     initial = first["val_dice"]
     best, best_step = initial, 0
     best_path = out / "best.pt"
@@ -202,6 +218,7 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             "trained": "the through-plane head only; the 2-D network is init's"}})
 
     step, order, curve, sums = 0, [], [], {}
+    label_draws = torch.Generator().manual_seed(config.seed + 2)
     save()
     log.message(f"step 0: validation mean 3-D Dice {initial:.4f}, EF error from the ED -> ES warp LV "
                 f"{first.get('val_ef_error_lv', float('nan')):+.1f} / RV {first.get('val_ef_error_rv', float('nan')):+.1f} "
@@ -212,7 +229,12 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             rng.shuffle(order)
         b = _joined([units[order.pop()] for _ in range(min(config.stacks_per_step, len(order)))])
         net.head.train()
-        through = net.head(b["evidence"], b["group"], b["n_groups"])
+        evidence = b["evidence"]
+        if net.uses_label:
+            given = (torch.rand(b["n_groups"], generator=label_draws) < config.label_prob).to(evidence.dtype)
+            labels = label_evidence(b["moving_label"], b["in_plane"], b["group"], b["n_groups"])
+            evidence = torch.cat([evidence, labels * given[b["group"]].view(-1, 1, 1, 1)], 1)
+        through = net.head(evidence, b["group"], b["n_groups"])
         ddf = torch.cat([through, b["in_plane"]], 1)
         terms = loss(b["moving"], b["fixed"], b["moving_label"], b["fixed_label"], ddf, b["group"], b["n_groups"])
         # the rate follows a cosine from learning_rate to 0 over the wall-time budget (or max_steps)
@@ -226,7 +248,7 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
         for k, v in terms.items():
             sums[k] = sums.get(k, 0.0) + float(v.detach())
         if step % config.val_every == 0:
-            val = validate_stacks(net, val_data)
+            val = validate()
             record = {"epoch": step * config.stacks_per_step / len(units), "step": step, "lr": optimizer.param_groups[0]["lr"],
                       **{k: v / config.val_every for k, v in sums.items()}, **val,
                       "elapsed_min": (time.monotonic() - start) / 60}

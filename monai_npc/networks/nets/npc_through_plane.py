@@ -3,11 +3,13 @@ each slice matches in its neighbours."""
 
 from __future__ import annotations
 
-from typing import Any, List
+import copy
+from typing import Any, List, Optional
 
 import torch
 
-from monai_npc.functional.through_plane_evidence import EVIDENCE_CHANNELS, REVERSED_CHANNELS, through_plane_evidence
+from monai_npc.functional.through_plane_evidence import (EVIDENCE_CHANNELS, LABEL_EVIDENCE_CHANNELS, LABEL_REVERSED_CHANNELS,
+                                                         REVERSED_CHANNELS, label_evidence, through_plane_evidence)
 from monai_npc.networks.blocks.through_plane_head import ThroughPlaneHead
 
 from .stack_npc import StackNPC
@@ -36,22 +38,52 @@ class ThroughPlaneNPC(StackNPC):
         head_width: channels of the head's first level.
         head_pool: the head's in-plane pooling (voxels).
         evidence_window: side of the evidence's local correlation window (voxels).
+        label_evidence: the head also reads the moving frame's label where one is given
+            (:func:`~monai_npc.functional.label_evidence`: RV / Myo / LV on each in-plane-warped slice and its
+            neighbours, and a flag; all 0 images only), so that with the user's label it can learn which basal slices
+            the structures leave or re-enter. ``register`` passes the moving label to such a network.
         architecture: must be ``"through_plane"``.
         npc_options: :class:`~monai_npc.networks.nets.NPCNet` arguments of the 2-D part (``spatial_dims`` 2, no
             ``phase_init``, ``flip_ensemble`` 1); ``refine_iterations`` / ``refine_options`` configure :attr:`refiner`.
 
-    ``forward(stack)``: one stack ``(Z, 2, H, W)`` (moving, fixed; slices in order) -> ``ddf`` ``(Z, 3, H, W)``;
-    ``forward_stacks(pair, group, n_groups)``: several stacks batched slice by slice -> ``(N, 3, H, W)``.
+    ``forward(stack, moving_label=None)``: one stack ``(Z, 2, H, W)`` (moving, fixed; slices in order) -> ``ddf``
+    ``(Z, 3, H, W)``; ``forward_stacks(pair, group, n_groups, moving_label=None)``: several stacks batched slice by
+    slice -> ``(N, 3, H, W)``; ``moving_label`` ``(N, 1, H, W)`` label values, read only with ``label_evidence``.
     """
 
     ARCHITECTURE = THROUGH_PLANE
 
-    def __init__(self, head_width: int = 16, head_pool: int = 4, evidence_window: int = 9,
+    def __init__(self, head_width: int = 16, head_pool: int = 4, evidence_window: int = 9, label_evidence: bool = False,
                  architecture: str = THROUGH_PLANE, **npc_options: Any) -> None:
-        super().__init__(architecture, {"head_width": int(head_width), "head_pool": int(head_pool),
-                                        "evidence_window": int(evidence_window)}, npc_options)
+        extra = {"head_width": int(head_width), "head_pool": int(head_pool), "evidence_window": int(evidence_window)}
+        super().__init__(architecture, {**extra, "label_evidence": True} if label_evidence else extra, npc_options)
         self.evidence_window = int(evidence_window)
-        self.head = ThroughPlaneHead(len(EVIDENCE_CHANNELS), REVERSED_CHANNELS, int(head_width), int(head_pool))
+        #: whether the head reads the moving label (``register`` then passes it)
+        self.uses_label = bool(label_evidence)
+        channels, reversed_channels = len(EVIDENCE_CHANNELS), list(REVERSED_CHANNELS)
+        if label_evidence:
+            reversed_channels += [channels + c for c in LABEL_REVERSED_CHANNELS]
+            channels += len(LABEL_EVIDENCE_CHANNELS)
+        self.head = ThroughPlaneHead(channels, reversed_channels, int(head_width), int(head_pool))
+
+    def with_label_evidence(self) -> "ThroughPlaneNPC":
+        """A copy whose head also reads the moving label (``label_evidence``), with this network's weights and the new
+        channels' first-layer weights at zero: the same field as this network until trained."""
+        if self.uses_label:
+            raise ValueError("this ThroughPlaneNPC already reads the moving label (label_evidence).")
+        config = {k: v for k, v in self.config.items() if k != "architecture"}
+        twin = type(self)(**{**config, "label_evidence": True, "init": "random"})
+        state = dict(self.state_dict())
+        first = "head.encoder.0.weight"
+        old = state[first]
+        state[first] = torch.cat([old, old.new_zeros((old.shape[0], len(LABEL_EVIDENCE_CHANNELS)) + tuple(old.shape[2:]))], 1)
+        twin.load_state_dict(state)
+        twin.config["init"] = self.config.get("init", "fourier")
+        twin.npc.ode.set_steps(list(self.npc.ode.steps_per_stage))
+        twin.npc.set_flip_ensemble(len(self.flip_codes))
+        twin.refiner = copy.deepcopy(self.refiner)
+        twin.meta = dict(getattr(self, "meta", {}) or {})
+        return twin.to(next(self.parameters()).device)
 
     def set_flip_ensemble(self, flip_ensemble: int) -> None:
         """Average each slice's in-plane field over ``flip_ensemble`` (1, 2, 4 or 8) in-plane symmetries of the pair
@@ -65,16 +97,26 @@ class ThroughPlaneNPC(StackNPC):
         """The in-plane symmetries the in-plane field averages (:attr:`NPCNet.flip_codes` of the 2-D part)."""
         return self.npc.flip_codes
 
+    def evidence(self, moving: torch.Tensor, fixed: torch.Tensor, in_plane: torch.Tensor, group: torch.Tensor,
+                 n_groups: int, moving_label: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The head's input ``(N, C, H, W)`` for the in-plane field ``in_plane`` ``(N, 2, H, W)`` of the slices
+        ``moving``, ``fixed`` ``(N, 1, H, W)`` (and, with ``label_evidence``, the moving label ``(N, 1, H, W)``)."""
+        evidence = through_plane_evidence(moving, fixed, in_plane, group, n_groups, self.evidence_window)
+        if not self.uses_label:
+            return evidence
+        return torch.cat([evidence, label_evidence(moving_label, in_plane, group, n_groups).to(evidence.dtype)], 1)
+
     def through_plane(self, moving: torch.Tensor, fixed: torch.Tensor, in_plane: torch.Tensor, group: torch.Tensor,
-                      n_groups: int) -> torch.Tensor:
+                      n_groups: int, moving_label: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``(N, 1, H, W)`` the through-plane component (slices) for the in-plane field ``in_plane`` ``(N, 2, H, W)``
         of the slices ``moving``, ``fixed`` ``(N, 1, H, W)``."""
-        evidence = through_plane_evidence(moving, fixed, in_plane, group, n_groups, self.evidence_window)
-        return self.head(evidence, group, n_groups)
+        return self.head(self.evidence(moving, fixed, in_plane, group, n_groups, moving_label), group, n_groups)
 
-    def forward_stacks(self, pair: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    def forward_stacks(self, pair: torch.Tensor, group: torch.Tensor, n_groups: int,
+                       moving_label: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Stacks batched slice by slice: ``pair`` ``(N, 2, H, W)``, ``group`` ``(N,)`` int64 (each stack's slices
         contiguous and in order) -> ``ddf`` ``(N, 3, H, W)``."""
         pair = self._checked(pair, group)
         in_plane = self.npc(pair)
-        return torch.cat([self.through_plane(pair[:, 0:1], pair[:, 1:2], in_plane, group, n_groups), in_plane], 1)
+        through = self.through_plane(pair[:, 0:1], pair[:, 1:2], in_plane, group, n_groups, moving_label)
+        return torch.cat([through, in_plane], 1)
