@@ -100,8 +100,18 @@ def test_training_a_label_reading_head_validates_with_and_without_the_label(pack
     assert isinstance(written, ThroughPlaneNPC) and written.uses_label
     head = written.head.encoder[0].weight.detach()
     assert head.shape[1] == 20 and (float(head[:, 10:].abs().max()) > 0 or summary["best_step"] == 0)
+    # the label channels' first-layer weights alone: the images-only network stays exactly as it was
+    only = train_through_plane(ThroughPlaneTrainingConfig(
+        pack=str(pack_file), out_dir=str(tmp_path / "only"), init=str(first["best"]), minutes=2, max_steps=3, draws=1,
+        val_every=3, learning_rate=1e-2, label_evidence=True, label_prob=1.0, label_only=True), echo=False)
+    before, after = load_pretrained(first["best"]).state_dict(), load_pretrained(only["best"]).state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items() if k != "head.encoder.0.weight")
+    assert torch.equal(after["head.encoder.0.weight"][:, :10], before["head.encoder.0.weight"])
+    assert float(after["head.encoder.0.weight"][:, 10:].abs().max()) > 0 or only["best_step"] == 0
     with pytest.raises(ValueError, match="label_prob"):
         ThroughPlaneTrainingConfig(pack="-", out_dir="-", label_prob=1.5)
+    with pytest.raises(ValueError, match="needs label_evidence"):
+        ThroughPlaneTrainingConfig(pack="-", out_dir="-", label_only=True)
 
 
 def test_register_gives_the_moving_label_to_a_network_that_reads_it():

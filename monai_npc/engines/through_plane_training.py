@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from monai_npc.data.stack_pack import load_stack_pack
-from monai_npc.functional.through_plane_evidence import label_evidence, through_plane_evidence
+from monai_npc.functional.through_plane_evidence import EVIDENCE_CHANNELS, label_evidence, through_plane_evidence
 from monai_npc.losses.stack import StackRegistrationLoss
 from monai_npc.networks.nets import ThroughPlaneNPC, load_pretrained, save_pretrained
 from monai_npc.networks.nets.npc import FLIP_ENSEMBLES
@@ -81,6 +81,7 @@ class ThroughPlaneTrainingConfig:
     augment: StackAugmentConfig = field(default_factory=StackAugmentConfig)
     label_evidence: bool = False
     label_prob: float = 0.5
+    label_only: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.minutes <= 600:
@@ -100,6 +101,8 @@ class ThroughPlaneTrainingConfig:
         unknown = set(self.head) - {"head_width", "head_pool", "evidence_window"}
         if unknown:
             raise ValueError(f"head: unknown settings {sorted(unknown)}; known: head_width, head_pool, evidence_window.")
+        if self.label_only and not self.label_evidence:
+            raise ValueError("label_only trains the head's label channels: it needs label_evidence=True.")
         if not 0 <= self.label_prob <= 1:
             raise ValueError(f"label_prob must be in [0, 1], got {self.label_prob!r}.")
         if isinstance(self.augment, Mapping):
@@ -192,7 +195,15 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     units = cache_stacks(net, train_data, config.draws, augment, progress=echo)
     log.message(f"cached {len(units)} stacks ({config.draws} draws of {len(train_data)}) in {time.monotonic() - start:.0f} s")
     loss = StackRegistrationLoss(config.loss_preset, label_weight=config.label_weight, volume_weight=config.volume_weight)
-    optimizer = torch.optim.Adam(net.head.parameters(), lr=config.learning_rate)
+    trained = list(net.head.parameters())
+    if config.label_only:  # the label channels' first-layer weights alone; the images' stay as they are
+        first = net.head.encoder[0].weight
+        label_part = torch.zeros_like(first)
+        label_part[:, len(EVIDENCE_CHANNELS):] = 1
+        first.register_hook(lambda grad: grad * label_part)
+        trained = [first]
+    optimizer = torch.optim.Adam(trained, lr=config.learning_rate)
+
     def validate() -> Dict[str, float]:
         val = validate_stacks(net, val_data)
         if not net.uses_label:
@@ -242,7 +253,7 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             g["lr"] = config.learning_rate * 0.5 * (1 + math.cos(math.pi * min(1.0, _progress(config, start, step))))
         optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(net.head.parameters(), config.grad_clip)
+        torch.nn.utils.clip_grad_norm_(trained, config.grad_clip)
         optimizer.step()
         step += 1
         for k, v in terms.items():
