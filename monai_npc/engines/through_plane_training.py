@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from monai_npc.data.stack_pack import load_stack_pack
-from monai_npc.functional.through_plane_evidence import EVIDENCE_CHANNELS, label_evidence, through_plane_evidence
+from monai_npc.functional.through_plane_evidence import label_evidence, through_plane_evidence
 from monai_npc.losses.stack import StackRegistrationLoss
 from monai_npc.networks.nets import ThroughPlaneNPC, load_pretrained, save_pretrained
 from monai_npc.networks.nets.npc import FLIP_ENSEMBLES
@@ -55,10 +55,10 @@ class ThroughPlaneTrainingConfig:
     that the head learns from the fields ``register`` gives it (``acdc``'s register settings: 6 and 2; ``None`` / 1:
     the weights' own steps, no ensemble). The written weights keep their own settings; ``register`` sets its own.
     ``label_weight`` / ``volume_weight``: the loss's soft 3-D Dice and relative volume terms
-    (:class:`~monai_npc.losses.StackRegistrationLoss`). ``label_evidence``: the head also reads the moving label
-    (:meth:`~monai_npc.networks.nets.ThroughPlaneNPC.with_label_evidence` of a head trained without it, or a new
-    head), given on a stack with probability ``label_prob`` per step (else images only, as ``register`` without a
-    label); validation then scores both and keeps the state with the best mean of the two.
+    (:class:`~monai_npc.losses.StackRegistrationLoss`). ``label_evidence``: train the label head of ``init``'s
+    :meth:`~monai_npc.networks.nets.ThroughPlaneNPC.with_label_evidence` (``init`` a trained ``ThroughPlaneNPC``),
+    every stack with its moving label; the images' head stays as it is, so the images-only field does too, and
+    validation scores the field with the label.
     """
 
     pack: str
@@ -80,8 +80,6 @@ class ThroughPlaneTrainingConfig:
     flip_ensemble: int = 1
     augment: StackAugmentConfig = field(default_factory=StackAugmentConfig)
     label_evidence: bool = False
-    label_prob: float = 0.5
-    label_only: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.minutes <= 600:
@@ -101,10 +99,6 @@ class ThroughPlaneTrainingConfig:
         unknown = set(self.head) - {"head_width", "head_pool", "evidence_window"}
         if unknown:
             raise ValueError(f"head: unknown settings {sorted(unknown)}; known: head_width, head_pool, evidence_window.")
-        if self.label_only and not self.label_evidence:
-            raise ValueError("label_only trains the head's label channels: it needs label_evidence=True.")
-        if not 0 <= self.label_prob <= 1:
-            raise ValueError(f"label_prob must be in [0, 1], got {self.label_prob!r}.")
         if isinstance(self.augment, Mapping):
             self.augment = StackAugmentConfig.from_mapping(self.augment)
 
@@ -184,8 +178,11 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
         if config.head:
             raise ValueError(f"init={config.init!r} is a ThroughPlaneNPC; its head's settings cannot change (head={config.head}).")
         net = npc.with_label_evidence() if config.label_evidence and not npc.uses_label else npc
+    elif config.label_evidence:
+        raise ValueError(f"label_evidence trains a label head beside a trained images' head: init must be a ThroughPlaneNPC "
+                         f"(e.g. acdc_through_plane), got {config.init!r}.")
     else:
-        net = ThroughPlaneNPC.from_npc(npc, **config.head, label_evidence=config.label_evidence)
+        net = ThroughPlaneNPC.from_npc(npc, **config.head)
     net.npc.requires_grad_(False)
     net.npc.eval()  # the 2-D part's fields as register computes them (its flip ensemble acts in eval mode)
     net.set_flip_ensemble(config.flip_ensemble)
@@ -195,23 +192,12 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     units = cache_stacks(net, train_data, config.draws, augment, progress=echo)
     log.message(f"cached {len(units)} stacks ({config.draws} draws of {len(train_data)}) in {time.monotonic() - start:.0f} s")
     loss = StackRegistrationLoss(config.loss_preset, label_weight=config.label_weight, volume_weight=config.volume_weight)
-    trained = list(net.head.parameters())
-    if config.label_only:  # the label channels' first-layer weights alone; the images' stay as they are
-        first = net.head.encoder[0].weight
-        label_part = torch.zeros_like(first)
-        label_part[:, len(EVIDENCE_CHANNELS):] = 1
-        first.register_hook(lambda grad: grad * label_part)
-        trained = [first]
-    optimizer = torch.optim.Adam(trained, lr=config.learning_rate)
+    trained = net.label_head if config.label_evidence else net.head
+    net.head.requires_grad_(not config.label_evidence)
+    optimizer = torch.optim.Adam(trained.parameters(), lr=config.learning_rate)
 
     def validate() -> Dict[str, float]:
-        val = validate_stacks(net, val_data)
-        if not net.uses_label:
-            return val
-        labelled = validate_stacks(net, val_data, with_label=True)
-        val.update({f"{k}_label": v for k, v in labelled.items() if k != "val_dice_initial"})
-        val["val_dice_images"], val["val_dice"] = val["val_dice"], 0.5 * (val["val_dice"] + labelled["val_dice"])
-        return val
+        return validate_stacks(net, val_data, with_label=config.label_evidence)
 
     first = validate()
     initial = first["val_dice"]
@@ -226,10 +212,10 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             "label_weight": config.label_weight, "volume_weight": config.volume_weight,
             "learning_rate": config.learning_rate, "draws": config.draws,
             "in_plane_settings": {"num_steps": config.num_steps, "flip_ensemble": config.flip_ensemble},
-            "trained": "the through-plane head only; the 2-D network is init's"}})
+            "trained": "the label head only; the images' head and the 2-D network are init's" if config.label_evidence
+            else "the through-plane head only; the 2-D network is init's"}})
 
     step, order, curve, sums = 0, [], [], {}
-    label_draws = torch.Generator().manual_seed(config.seed + 2)
     save()
     log.message(f"step 0: validation mean 3-D Dice {initial:.4f}, EF error from the ED -> ES warp LV "
                 f"{first.get('val_ef_error_lv', float('nan')):+.1f} / RV {first.get('val_ef_error_rv', float('nan')):+.1f} "
@@ -239,13 +225,11 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             order = list(range(len(units)))
             rng.shuffle(order)
         b = _joined([units[order.pop()] for _ in range(min(config.stacks_per_step, len(order)))])
-        net.head.train()
-        evidence = b["evidence"]
-        if net.uses_label:
-            given = (torch.rand(b["n_groups"], generator=label_draws) < config.label_prob).to(evidence.dtype)
+        trained.train()
+        through = net.head(b["evidence"], b["group"], b["n_groups"])
+        if config.label_evidence:  # the images' head as it is, plus the label head
             labels = label_evidence(b["moving_label"], b["in_plane"], b["group"], b["n_groups"])
-            evidence = torch.cat([evidence, labels * given[b["group"]].view(-1, 1, 1, 1)], 1)
-        through = net.head(evidence, b["group"], b["n_groups"])
+            through = through + net.label_head(torch.cat([b["evidence"], labels], 1), b["group"], b["n_groups"])
         ddf = torch.cat([through, b["in_plane"]], 1)
         terms = loss(b["moving"], b["fixed"], b["moving_label"], b["fixed_label"], ddf, b["group"], b["n_groups"])
         # the rate follows a cosine from learning_rate to 0 over the wall-time budget (or max_steps)
@@ -253,7 +237,7 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             g["lr"] = config.learning_rate * 0.5 * (1 + math.cos(math.pi * min(1.0, _progress(config, start, step))))
         optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(trained, config.grad_clip)
+        torch.nn.utils.clip_grad_norm_(trained.parameters(), config.grad_clip)
         optimizer.step()
         step += 1
         for k, v in terms.items():

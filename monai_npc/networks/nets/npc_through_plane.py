@@ -38,10 +38,11 @@ class ThroughPlaneNPC(StackNPC):
         head_width: channels of the head's first level.
         head_pool: the head's in-plane pooling (voxels).
         evidence_window: side of the evidence's local correlation window (voxels).
-        label_evidence: the head also reads the moving frame's label where one is given
+        label_evidence: a second head (:attr:`label_head`) also reads the moving frame's label where one is given
             (:func:`~monai_npc.functional.label_evidence`: RV / Myo / LV on each in-plane-warped slice and its
-            neighbours, and a flag; all 0 images only), so that with the user's label it can learn which basal slices
-            the structures leave or re-enter. ``register`` passes the moving label to such a network.
+            neighbours), and its output is added to the first head's: with the user's label it can learn which basal
+            slices the structures leave or re-enter; without one the field is the first head's alone. ``register``
+            passes the moving label to such a network.
         architecture: must be ``"through_plane"``.
         npc_options: :class:`~monai_npc.networks.nets.NPCNet` arguments of the 2-D part (``spatial_dims`` 2, no
             ``phase_init``, ``flip_ensemble`` 1); ``refine_iterations`` / ``refine_options`` configure :attr:`refiner`.
@@ -58,25 +59,32 @@ class ThroughPlaneNPC(StackNPC):
         extra = {"head_width": int(head_width), "head_pool": int(head_pool), "evidence_window": int(evidence_window)}
         super().__init__(architecture, {**extra, "label_evidence": True} if label_evidence else extra, npc_options)
         self.evidence_window = int(evidence_window)
-        #: whether the head reads the moving label (``register`` then passes it)
+        #: whether the network reads the moving label (``register`` then passes it)
         self.uses_label = bool(label_evidence)
-        channels, reversed_channels = len(EVIDENCE_CHANNELS), list(REVERSED_CHANNELS)
-        if label_evidence:
-            reversed_channels += [channels + c for c in LABEL_REVERSED_CHANNELS]
-            channels += len(LABEL_EVIDENCE_CHANNELS)
-        self.head = ThroughPlaneHead(channels, reversed_channels, int(head_width), int(head_pool))
+        self.head = ThroughPlaneHead(len(EVIDENCE_CHANNELS), REVERSED_CHANNELS, int(head_width), int(head_pool))
+        #: with ``label_evidence``: a second head, reading the images' evidence and the label's, whose output is added to
+        #: :attr:`head`'s when a label is given (so the images-only field is :attr:`head`'s alone)
+        self.label_head = ThroughPlaneHead(
+            len(EVIDENCE_CHANNELS) + len(LABEL_EVIDENCE_CHANNELS),
+            list(REVERSED_CHANNELS) + [len(EVIDENCE_CHANNELS) + c for c in LABEL_REVERSED_CHANNELS],
+            int(head_width), int(head_pool)) if label_evidence else None
 
     def with_label_evidence(self) -> "ThroughPlaneNPC":
-        """A copy whose head also reads the moving label (``label_evidence``), with this network's weights and the new
-        channels' first-layer weights at zero: the same field as this network until trained."""
+        """A copy that also reads the moving label (``label_evidence``): this network's weights, and a
+        :attr:`label_head` that starts as a copy of :attr:`head` (the label channels' first-layer weights and the output
+        layer at zero), so the same field as this network, with or without a label, until the label head is trained."""
         if self.uses_label:
             raise ValueError("this ThroughPlaneNPC already reads the moving label (label_evidence).")
         config = {k: v for k, v in self.config.items() if k != "architecture"}
         twin = type(self)(**{**config, "label_evidence": True, "init": "random"})
         state = dict(self.state_dict())
-        first = "head.encoder.0.weight"
-        old = state[first]
-        state[first] = torch.cat([old, old.new_zeros((old.shape[0], len(LABEL_EVIDENCE_CHANNELS)) + tuple(old.shape[2:]))], 1)
+        for name, value in self.head.state_dict().items():
+            state[f"label_head.{name}"] = value.clone()
+        first = state["label_head.encoder.0.weight"]
+        state["label_head.encoder.0.weight"] = torch.cat(
+            [first, first.new_zeros((first.shape[0], len(LABEL_EVIDENCE_CHANNELS)) + tuple(first.shape[2:]))], 1)
+        for name in ("label_head.decoder.2.weight", "label_head.decoder.2.bias"):
+            state[name] = torch.zeros_like(state[name])
         twin.load_state_dict(state)
         twin.config["init"] = self.config.get("init", "fourier")
         twin.npc.ode.set_steps(list(self.npc.ode.steps_per_stage))
@@ -97,20 +105,17 @@ class ThroughPlaneNPC(StackNPC):
         """The in-plane symmetries the in-plane field averages (:attr:`NPCNet.flip_codes` of the 2-D part)."""
         return self.npc.flip_codes
 
-    def evidence(self, moving: torch.Tensor, fixed: torch.Tensor, in_plane: torch.Tensor, group: torch.Tensor,
-                 n_groups: int, moving_label: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The head's input ``(N, C, H, W)`` for the in-plane field ``in_plane`` ``(N, 2, H, W)`` of the slices
-        ``moving``, ``fixed`` ``(N, 1, H, W)`` (and, with ``label_evidence``, the moving label ``(N, 1, H, W)``)."""
-        evidence = through_plane_evidence(moving, fixed, in_plane, group, n_groups, self.evidence_window)
-        if not self.uses_label:
-            return evidence
-        return torch.cat([evidence, label_evidence(moving_label, in_plane, group, n_groups).to(evidence.dtype)], 1)
-
     def through_plane(self, moving: torch.Tensor, fixed: torch.Tensor, in_plane: torch.Tensor, group: torch.Tensor,
                       n_groups: int, moving_label: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``(N, 1, H, W)`` the through-plane component (slices) for the in-plane field ``in_plane`` ``(N, 2, H, W)``
-        of the slices ``moving``, ``fixed`` ``(N, 1, H, W)``."""
-        return self.head(self.evidence(moving, fixed, in_plane, group, n_groups, moving_label), group, n_groups)
+        of the slices ``moving``, ``fixed`` ``(N, 1, H, W)``; with ``label_evidence`` and the moving label
+        ``(N, 1, H, W)``, :attr:`label_head`'s output on the images' and the label's evidence is added."""
+        evidence = through_plane_evidence(moving, fixed, in_plane, group, n_groups, self.evidence_window)
+        through = self.head(evidence, group, n_groups)
+        if moving_label is None or self.label_head is None:
+            return through
+        labels = label_evidence(moving_label, in_plane, group, n_groups).to(evidence.dtype)
+        return through + self.label_head(torch.cat([evidence, labels], 1), group, n_groups)
 
     def forward_stacks(self, pair: torch.Tensor, group: torch.Tensor, n_groups: int,
                        moving_label: Optional[torch.Tensor] = None) -> torch.Tensor:
