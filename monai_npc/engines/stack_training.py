@@ -155,14 +155,18 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def predict(model: nn.Module, batch: StackBatch) -> torch.Tensor:
+def predict(model: nn.Module, batch: StackBatch, with_label: bool = False) -> torch.Tensor:
     """``ddf`` ``(N, 2, H, W)`` (in-plane) or ``(N, 3, H, W)`` (a 3-D field per stack, channel 0 in slices), voxels,
     of the batch's registrations: ``model.forward_stacks(pair, group, n_groups)`` when the model has it (a
     slice-context network), else ``model(pair)`` slice by slice; a
     :class:`~torch.nn.parallel.DistributedDataParallel` of :class:`~monai_npc.engines.stack_distributed.StackForward`
-    as ``model(pair, group, n_groups)``."""
-    forward = model if isinstance(model, DistributedDataParallel) else partial(stack_forward, model)
-    ddf = forward(batch.pair, batch.group, batch.n_groups)
+    as ``model(pair, group, n_groups)``. ``with_label``: a network that reads the moving label
+    (``model.uses_label``) gets the batch's."""
+    if with_label and getattr(model, "uses_label", False):
+        ddf = model.forward_stacks(batch.pair, batch.group, batch.n_groups, moving_label=batch.moving_label)
+    else:
+        forward = model if isinstance(model, DistributedDataParallel) else partial(stack_forward, model)
+        ddf = forward(batch.pair, batch.group, batch.n_groups)
     n, size = batch.moving.shape[0], tuple(batch.moving.shape[2:])
     if ddf.shape not in ((n, 2) + size, (n, 3) + size):
         raise ValueError(f"the network returned a field of shape {tuple(ddf.shape)}; the whole-stack loop warps in-plane "
@@ -209,7 +213,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: StackRe
 
 @torch.no_grad()
 def validate_stacks(model: nn.Module, data: DeviceStacks, labels: Tuple[int, ...] = (1, 2, 3), stacks_per_batch: int = 6,
-                    amp_dtype: Optional[torch.dtype] = None) -> Dict[str, float]:
+                    amp_dtype: Optional[torch.dtype] = None, with_label: bool = False) -> Dict[str, float]:
     """Mean 3-D Dice (the structures of ``labels`` present in either stack, averaged) of the moving labels warped
     by the network's field (nearest neighbour; background beyond a stack's ends, as ``register``'s written transform
     carries them), both directions of every stack of ``data``, no augmentation.
@@ -217,7 +221,8 @@ def validate_stacks(model: nn.Module, data: DeviceStacks, labels: Tuple[int, ...
     Returns ``val_dice`` (all registrations), ``val_dice_ed_es``, ``val_dice_es_ed``, ``val_dice_initial``
     (no registration), and the ejection fractions read from the ED -> ES registrations (the ED label and its warp
     onto ES, in voxels), their error against the expert's ES label in points: ``val_ef_error_{name}`` (mean) and
-    ``val_ef_mae_{name}`` for LV (value 3) and RV (value 1) when ``labels`` hold them."""
+    ``val_ef_mae_{name}`` for LV (value 3) and RV (value 1) when ``labels`` hold them. ``with_label``: a network that
+    reads the moving label gets it (:func:`predict`)."""
     was_training = model.training
     model.eval()
     dice: List[torch.Tensor] = []
@@ -226,7 +231,7 @@ def validate_stacks(model: nn.Module, data: DeviceStacks, labels: Tuple[int, ...
     for stacks in data.batches(range(len(data)), stacks_per_batch):
         batch = data.batch(stacks)
         with _autocast(batch.moving.device, amp_dtype):
-            ddf = predict(model, batch).float()
+            ddf = predict(model, batch, with_label).float()
         fixed = one_hot_labels(batch.fixed_label, labels)
         sums = []  # per stack and structure: the warped label's voxels, then the moving label's; the fixed label's
         for moving_label, out in ((warp_batch(batch.moving_label, ddf, batch, "nearest", "zeros"), dice), (batch.moving_label, initial)):

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from monai_npc.data.stack_pack import load_stack_pack
-from monai_npc.functional.through_plane_evidence import through_plane_evidence
+from monai_npc.functional.through_plane_evidence import label_evidence, through_plane_evidence
 from monai_npc.losses.stack import StackRegistrationLoss
 from monai_npc.networks.nets import ThroughPlaneNPC, load_pretrained, save_pretrained
 from monai_npc.networks.nets.npc import FLIP_ENSEMBLES
@@ -55,7 +55,10 @@ class ThroughPlaneTrainingConfig:
     that the head learns from the fields ``register`` gives it (``acdc``'s register settings: 6 and 2; ``None`` / 1:
     the weights' own steps, no ensemble). The written weights keep their own settings; ``register`` sets its own.
     ``label_weight`` / ``volume_weight``: the loss's soft 3-D Dice and relative volume terms
-    (:class:`~monai_npc.losses.StackRegistrationLoss`).
+    (:class:`~monai_npc.losses.StackRegistrationLoss`). ``label_evidence``: train the label head of ``init``'s
+    :meth:`~monai_npc.networks.nets.ThroughPlaneNPC.with_label_evidence` (``init`` a trained ``ThroughPlaneNPC``),
+    every stack with its moving label; the images' head stays as it is, so the images-only field does too, and
+    validation scores the field with the label.
     """
 
     pack: str
@@ -76,6 +79,7 @@ class ThroughPlaneTrainingConfig:
     num_steps: Optional[int] = None
     flip_ensemble: int = 1
     augment: StackAugmentConfig = field(default_factory=StackAugmentConfig)
+    label_evidence: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.minutes <= 600:
@@ -173,7 +177,10 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     if isinstance(npc, ThroughPlaneNPC):  # a trained state: its head continues, its 2-D part stays
         if config.head:
             raise ValueError(f"init={config.init!r} is a ThroughPlaneNPC; its head's settings cannot change (head={config.head}).")
-        net = npc
+        net = npc.with_label_evidence() if config.label_evidence and not npc.uses_label else npc
+    elif config.label_evidence:
+        raise ValueError(f"label_evidence trains a label head beside a trained images' head: init must be a ThroughPlaneNPC "
+                         f"(e.g. acdc_through_plane), got {config.init!r}.")
     else:
         net = ThroughPlaneNPC.from_npc(npc, **config.head)
     net.npc.requires_grad_(False)
@@ -185,8 +192,14 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     units = cache_stacks(net, train_data, config.draws, augment, progress=echo)
     log.message(f"cached {len(units)} stacks ({config.draws} draws of {len(train_data)}) in {time.monotonic() - start:.0f} s")
     loss = StackRegistrationLoss(config.loss_preset, label_weight=config.label_weight, volume_weight=config.volume_weight)
-    optimizer = torch.optim.Adam(net.head.parameters(), lr=config.learning_rate)
-    first = validate_stacks(net, val_data)
+    trained = net.label_head if config.label_evidence else net.head
+    net.head.requires_grad_(not config.label_evidence)
+    optimizer = torch.optim.Adam(trained.parameters(), lr=config.learning_rate)
+
+    def validate() -> Dict[str, float]:
+        return validate_stacks(net, val_data, with_label=config.label_evidence)
+
+    first = validate()
     initial = first["val_dice"]
     best, best_step = initial, 0
     best_path = out / "best.pt"
@@ -199,7 +212,8 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             "label_weight": config.label_weight, "volume_weight": config.volume_weight,
             "learning_rate": config.learning_rate, "draws": config.draws,
             "in_plane_settings": {"num_steps": config.num_steps, "flip_ensemble": config.flip_ensemble},
-            "trained": "the through-plane head only; the 2-D network is init's"}})
+            "trained": "the label head only; the images' head and the 2-D network are init's" if config.label_evidence
+            else "the through-plane head only; the 2-D network is init's"}})
 
     step, order, curve, sums = 0, [], [], {}
     save()
@@ -211,8 +225,11 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             order = list(range(len(units)))
             rng.shuffle(order)
         b = _joined([units[order.pop()] for _ in range(min(config.stacks_per_step, len(order)))])
-        net.head.train()
+        trained.train()
         through = net.head(b["evidence"], b["group"], b["n_groups"])
+        if config.label_evidence:  # the images' head as it is, plus the label head
+            labels = label_evidence(b["moving_label"], b["in_plane"], b["group"], b["n_groups"])
+            through = through + net.label_head(torch.cat([b["evidence"], labels], 1), b["group"], b["n_groups"])
         ddf = torch.cat([through, b["in_plane"]], 1)
         terms = loss(b["moving"], b["fixed"], b["moving_label"], b["fixed_label"], ddf, b["group"], b["n_groups"])
         # the rate follows a cosine from learning_rate to 0 over the wall-time budget (or max_steps)
@@ -220,13 +237,13 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             g["lr"] = config.learning_rate * 0.5 * (1 + math.cos(math.pi * min(1.0, _progress(config, start, step))))
         optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(net.head.parameters(), config.grad_clip)
+        torch.nn.utils.clip_grad_norm_(trained.parameters(), config.grad_clip)
         optimizer.step()
         step += 1
         for k, v in terms.items():
             sums[k] = sums.get(k, 0.0) + float(v.detach())
         if step % config.val_every == 0:
-            val = validate_stacks(net, val_data)
+            val = validate()
             record = {"epoch": step * config.stacks_per_step / len(units), "step": step, "lr": optimizer.param_groups[0]["lr"],
                       **{k: v / config.val_every for k, v in sums.items()}, **val,
                       "elapsed_min": (time.monotonic() - start) / 60}

@@ -12,7 +12,7 @@ cavity at end-systole: which frame is systolic, hence which way the base has mov
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -21,7 +21,8 @@ from .similarity import local_ncc
 from .stack_field import stack_neighbours, stack_positions
 from .warp import warp_image
 
-__all__ = ["EVIDENCE_CHANNELS", "REVERSED_CHANNELS", "in_plane_divergence", "through_plane_evidence"]
+__all__ = ["EVIDENCE_CHANNELS", "REVERSED_CHANNELS", "LABEL_EVIDENCE_CHANNELS", "LABEL_REVERSED_CHANNELS", "LABEL_VALUES",
+           "in_plane_divergence", "through_plane_evidence", "label_evidence", "reads_label"]
 
 #: the channels of :func:`through_plane_evidence`, in order
 EVIDENCE_CHANNELS: Tuple[str, ...] = ("fixed", "warped", "warped_previous", "warped_next", "correlation",
@@ -29,6 +30,14 @@ EVIDENCE_CHANNELS: Tuple[str, ...] = ("fixed", "warped", "warped_previous", "war
 #: the channel order that gives the evidence of the same stack with its slices reversed (after reversing the rows):
 #: previous and next swap, the rest stays
 REVERSED_CHANNELS: Tuple[int, ...] = (0, 1, 3, 2, 4, 6, 5, 7, 9, 8)
+#: the label values :func:`label_evidence` reads (ACDC's RV, myocardium, LV)
+LABEL_VALUES: Tuple[int, ...] = (1, 2, 3)
+#: the channels of :func:`label_evidence`, in order: per structure the in-plane-warped moving label on the slice and
+#: its two neighbours, then whether a label was given
+LABEL_EVIDENCE_CHANNELS: Tuple[str, ...] = tuple(f"label{v}_{where}" for v in LABEL_VALUES
+                                                 for where in ("slice", "previous", "next")) + ("has_label",)
+#: :data:`REVERSED_CHANNELS` for :func:`label_evidence`: each structure's previous and next swap
+LABEL_REVERSED_CHANNELS: Tuple[int, ...] = tuple(3 * k + j for k in range(len(LABEL_VALUES)) for j in (0, 2, 1)) + (3 * len(LABEL_VALUES),)
 
 
 def in_plane_divergence(ddf: torch.Tensor) -> torch.Tensor:
@@ -76,3 +85,43 @@ def through_plane_evidence(moving: torch.Tensor, fixed: torch.Tensor, ddf: torch
         ones = torch.ones_like(fixed)
         return torch.cat([fixed, warped, previous, following, correlation[0], correlation[1] * has_previous,
                           correlation[2] * has_next, in_plane_divergence(ddf), ones * has_previous, ones * has_next], 1)
+
+
+def label_evidence(moving_label: Optional[torch.Tensor], ddf: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """``(N, 10, H, W)`` evidence from the moving frame's label (:data:`LABEL_EVIDENCE_CHANNELS`): where each structure
+    of :data:`LABEL_VALUES` lies on the in-plane-warped moving slice and on its two neighbours in the stack (one-hot,
+    warped bilinearly by ``ddf``; 0 beyond the stack's ends), and ``has_label`` 1. With ``moving_label`` ``None``
+    every channel is 0 (images only).
+
+    Args:
+        moving_label: ``(N, 1, H, W)`` label values of the moving slices (others than :data:`LABEL_VALUES` read as
+            background), or ``None``.
+        ddf: ``(N, 2, H, W)`` the in-plane field (voxels, MONAI ``Warp`` convention).
+        group: ``(N,)`` int64 stack index of each slice (contiguous stacks, slices in order); ``n_groups`` stacks.
+
+    No gradient flows to ``ddf`` (the evidence is an input)."""
+    n, size = ddf.shape[0], tuple(ddf.shape[2:])
+    if ddf.dim() != 4 or ddf.shape[1] != 2:
+        raise ValueError(f"ddf must be the in-plane field (N, 2, H, W), got {tuple(ddf.shape)}.")
+    if moving_label is None:
+        return ddf.new_zeros((n, len(LABEL_EVIDENCE_CHANNELS)) + size)
+    if tuple(moving_label.shape) != (n, 1) + size:
+        raise ValueError(f"moving_label must be (N, 1, H, W) = {(n, 1, *size)} like ddf, got {tuple(moving_label.shape)}.")
+    with torch.no_grad():
+        one_hot = torch.cat([(moving_label == v).to(ddf.dtype) for v in LABEL_VALUES], 1)
+        warped = warp_image(one_hot, ddf.detach(), "bilinear", "zeros")
+        position, _, count = stack_positions(group, n_groups)
+        has_previous = (position > 0).to(ddf.dtype).view(-1, 1, 1, 1)
+        has_next = (position < count - 1).to(ddf.dtype).view(-1, 1, 1, 1)
+        rows_before, rows_after = stack_neighbours(group, n_groups)
+        parts = [torch.stack([warped, warped[rows_before] * has_previous, warped[rows_after] * has_next], 2).flatten(1, 2)]
+        return torch.cat(parts + [ddf.new_ones((n, 1) + size)], 1)
+
+
+def reads_label(label: torch.Tensor) -> bool:
+    """Whether :func:`label_evidence` can read ``label`` as it was trained to: some voxel labelled, and every value 0
+    or one of :data:`LABEL_VALUES` (ACDC's coding). A label coded otherwise (a single mask valued 255, more
+    structures) is not misread as RV / Myo / LV: a network then registers the images alone."""
+    values = torch.unique(label)
+    allowed = torch.tensor((0,) + LABEL_VALUES, dtype=values.dtype, device=values.device)
+    return bool((values != 0).any()) and bool(torch.isin(values, allowed).all())

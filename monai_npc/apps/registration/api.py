@@ -224,12 +224,15 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
         from monai_npc.networks.nets.label_prior import load_label_prior
 
         prior_net = load_label_prior(settings.label_prior, device)
+    # a stack network that reads the moving label gets it whenever the label may guide (label_guidance > 0), refined or not
+    reads = inputs.moving_label is not None and settings.label_guidance > 0 and getattr(net, "uses_label", False)
     result = run_pipeline(net, inputs.moving, inputs.fixed, profile, settings.keep_aspect, device, moving_label=inputs.moving_label,
-                          label_guidance=guidance, heart_centre=heart_centre, align=wants_rigid(settings.align, inputs.moving, inputs.fixed),
+                          label_guidance=guidance or (settings.label_guidance if reads else 0.0), heart_centre=heart_centre, align=wants_rigid(settings.align, inputs.moving, inputs.fixed),
                           label_prior=prior_net, prior_weight=prior_weight)
     prior = _prior_summary(result, settings.label_prior, prior_weight, inputs, notes)
     _check_result(result, inputs, settings, notes)
-    stack = _stack_record(settings, inputs, notes, refines, len(getattr(net, "flip_codes", [0]))) if is_stack_network(net) else None
+    stack = _stack_record(settings, inputs, notes, refines, len(getattr(net, "flip_codes", [0])),
+                          result.network_read_label) if is_stack_network(net) else None
     return _Run(result, guidance, prior, notes, stack)
 
 
@@ -248,18 +251,20 @@ STACK_NOT_APPLIED = {
 STACK_REFINED = ("refinement", "label_guidance", "label_prior")
 
 
-def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str], refines: bool, flips: int) -> Dict[str, Any]:
+def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str], refines: bool, flips: int,
+                  read_label: bool = False) -> Dict[str, Any]:
     """``summary["stack_network"]``: the field's through-plane channel comes from the network, ``refined_3d`` whether the
     whole 3-D field was refined (``refines``), ``in_plane_flip_ensemble`` how many in-plane symmetries its in-plane
-    field averaged (``flips``), and which 2-D steps did not apply (:data:`STACK_NOT_APPLIED`); without a refinement, a
-    label term the caller asked for is warned about."""
+    field averaged (``flips``), ``network_read_label`` whether the network itself read the moving label (a
+    ``label_evidence`` network, ``read_label``), and which 2-D steps did not apply (:data:`STACK_NOT_APPLIED`); without
+    a refinement, a label term the caller asked for is warned about."""
     asked = settings.label_terms_asked()
     if asked and inputs.moving_label is not None and not refines:
         _warn(notes, f"{' and '.join(asked)} ignored: this stack network's field has no test-time refinement to steer "
                      "(refiner.iterations 0).")
     return {"through_plane": "network", "refined_3d": bool(refines),
             "refined_channels": "in-plane (the network's through-plane channel kept)" if refines else None,
-            "in_plane_flip_ensemble": int(flips),
+            "in_plane_flip_ensemble": int(flips), "network_read_label": bool(read_label),
             "not_applied": {k: v for k, v in STACK_NOT_APPLIED.items()
                             if not (refines and k in STACK_REFINED) and not (flips > 1 and k == "flip_ensemble")}}
 

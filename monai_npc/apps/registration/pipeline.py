@@ -28,6 +28,7 @@ from torch import nn
 from monai_npc.functional import reliability_map, warp_image
 from monai_npc.functional.stack_field import warp_stack_slices
 from monai_npc.functional.taper import taper_window
+from monai_npc.functional.through_plane_evidence import reads_label
 from monai_npc.interop.images import model_grid, resample, resample_model_field
 from monai_npc.interop.transforms import displacement_field_transform
 
@@ -94,7 +95,7 @@ def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: i
 @torch.inference_mode()
 def _predict_stack(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, still: np.ndarray, moving_label: Optional[torch.Tensor] = None,
                    label_guidance: float = 0.0, fixed_prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0,
-                   prior_agreement: Optional[float] = None):
+                   prior_agreement: Optional[float] = None, network_label: Optional[torch.Tensor] = None):
     """A stack network's field: ``moving``, ``fixed`` ``(Z, 1, h, w)``, the grid's slices in order, go through ``net``
     as ONE stack ``(Z, 2, h, w)`` -> ``ddf`` ``(Z, 3, h, w)`` float32 on the CPU (model voxels; channel 0 through the
     plane in slices, MONAI ``Warp`` convention), the moving stack warped by it in 3-D ``(Z, 1, h, w)``
@@ -106,11 +107,13 @@ def _predict_stack(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, st
     ``label_guidance`` > 0 in its label-guided term, and there ``fixed_prior`` ``(Z, K, h, w)`` weighted by
     ``prior_weight`` unless :func:`carried_prior_check` (given ``prior_agreement``, on the network's 3-D field) says why
     not. ``still`` ``(Z,)`` slices (constant in either image) are left at the identity, as for 2-D models; with every
-    slice still the network is not run."""
+    slice still the network is not run. ``network_label`` ``(Z, 1, h, w)``: the moving label for a network that reads
+    it (``net.uses_label``; :func:`_label_for_network`)."""
     z, _, h, w = moving.shape
     if still.all():
         return torch.zeros(z, 3, h, w), moving.float().cpu().clone(), None, None
-    ddf = net(torch.cat([moving, fixed], 1)).float()
+    pair = torch.cat([moving, fixed], 1)
+    ddf = (net(pair) if network_label is None else net(pair, moving_label=network_label.to(moving.dtype))).float()
     if tuple(ddf.shape) != (z, 3, h, w):
         raise ValueError(f"a stack network must return ddf (Z, 3, h, w) = ({z}, 3, {h}, {w}) for a stack (Z, 2, h, w); "
                          f"{type(net).__name__} returned {tuple(ddf.shape)}.")
@@ -163,6 +166,7 @@ class PipelineResult:
         prior_carried_agreement: mean Dice of its segmentation of the fixed image against the moving label carried by
             the network's field (:func:`~monai_npc.apps.registration.label_prior.carried_prior_check`), or ``None``.
         prior_note: why a given prior did not act (:func:`~monai_npc.apps.registration.label_prior.fixed_prior`), else ``None``.
+        network_read_label: whether a stack network that reads the moving label got it (:func:`_label_for_network`).
     """
 
     ddf: np.ndarray
@@ -185,6 +189,14 @@ class PipelineResult:
     prior_fixed_agreement: Optional[float] = None
     prior_note: Optional[str] = None
     prior_carried_agreement: Optional[float] = None
+    network_read_label: bool = False
+
+
+def _label_for_network(net: nn.Module, label: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """The moving label ``(Z, 1, h, w)`` a stack network that reads it (``net.uses_label``) gets: the label-guided
+    term's (given only with ``label_guidance`` > 0), when coded as the network was trained (:func:`reads_label`),
+    else ``None`` (the images alone)."""
+    return label if getattr(net, "uses_label", False) and label is not None and reads_label(label) else None
 
 
 def run_pipeline(
@@ -286,7 +298,7 @@ def run_pipeline(
         centre=centres[mid] if centres else None, seconds_network=sum(r.seconds_network for r in runs),
         alignment=alignment, aligned_label=aligned_label, prior_label=rated.prior_label, prior_agreement=rated.prior_agreement,
         prior_fixed_agreement=rated.prior_fixed_agreement, prior_note=rated.prior_note,
-        prior_carried_agreement=rated.prior_carried_agreement,
+        prior_carried_agreement=rated.prior_carried_agreement, network_read_label=main.network_read_label,
     )
 
 
@@ -340,6 +352,7 @@ class _GridRun:
     prior_fixed_agreement: Optional[float] = None  # its fixed-image segmentation against the moving label, unregistered
     prior_note: Optional[str] = None  # why a prior that was given did not act (None: it acted, or had nothing to steer)
     prior_carried_agreement: Optional[float] = None  # its fixed-image segmentation against the label the network's field carries
+    network_read_label: bool = False  # a stack network that reads the moving label got it
 
 
 def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image]], window: bool, profile: ModelProfile, device,
@@ -362,9 +375,8 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     f_t = torch.from_numpy(np.ascontiguousarray(fixed_m))[:, None].to(device=device, dtype=dtype)
     z, h, w = moving_m.shape
     ddf_m, warped_m = torch.zeros(z, 2, h, w), m_t.detach().float().cpu().clone()
-    rel_m: Optional[torch.Tensor] = None
     active = np.flatnonzero(~still)
-    lab_t = prior_t = agreement = fixed_agreement = prior_note = carried_agreement = None
+    lab_t = prior_t = agreement = fixed_agreement = prior_note = carried_agreement = network_label = rel_m = None
     stack = is_stack_network(net)
     if stack:  # the whole stack is refined together: the label term and the prior see every slice
         active = np.arange(z) if active.size else active
@@ -374,7 +386,8 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
         if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
             prior_t, agreement, fixed_agreement, prior_note = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
     if stack:
-        ddf_m, warped_m, carried_agreement, aside = _predict_stack(net, m_t, f_t, still, lab_t, label_guidance, prior_t, prior_weight, agreement)
+        network_label = _label_for_network(net, lab_t)
+        ddf_m, warped_m, carried_agreement, aside = _predict_stack(net, m_t, f_t, still, lab_t, label_guidance, prior_t, prior_weight, agreement, network_label)
         if aside:
             prior_t, prior_note = None, aside
     elif active.size:
@@ -424,4 +437,4 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     seen_fixed = np.concatenate(seen) if window else np.ones((ddf_fixed.shape[0],) + tuple(ddf_fixed.shape[2:]), bool)
     return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, ddf_fixed, torch.cat(weights) if window else None,
                     rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None, agreement, fixed_agreement, prior_note,
-                    carried_agreement)
+                    carried_agreement, network_label is not None)

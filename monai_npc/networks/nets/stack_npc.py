@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 from torch import nn
@@ -41,6 +41,8 @@ class StackNPC(nn.Module):
     stack_network = True
     #: the ``architecture`` entry of the subclass's configuration
     ARCHITECTURE = ""
+    #: whether ``forward`` reads the moving label (``register`` then passes it as ``moving_label``)
+    uses_label = False
 
     def __init__(self, architecture: str, extra: Mapping[str, Any], npc_options: Mapping[str, Any]) -> None:
         super().__init__()
@@ -82,9 +84,12 @@ class StackNPC(nn.Module):
         ``net.ode.set_steps(n)``, as ``register(num_steps=n)`` sets them)."""
         return self.npc.ode
 
-    def forward(self, stack: torch.Tensor) -> torch.Tensor:
-        """One stack ``(Z, 2, H, W)`` (moving, fixed) -> ``ddf`` ``(Z, 3, H, W)`` (voxels; channel 0 in slices)."""
+    def forward(self, stack: torch.Tensor, moving_label: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """One stack ``(Z, 2, H, W)`` (moving, fixed) -> ``ddf`` ``(Z, 3, H, W)`` (voxels; channel 0 in slices);
+        ``moving_label`` ``(Z, 1, H, W)``, read only by a network that :attr:`uses_label`."""
         group = torch.zeros(stack.shape[0], dtype=torch.int64, device=stack.device)
+        if self.uses_label:
+            return self.forward_stacks(stack, group, 1, moving_label=moving_label)
         return self.forward_stacks(stack, group, 1)
 
     def forward_stacks(self, pair: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
