@@ -227,8 +227,8 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
     # a stack network that reads the moving label gets it whenever the label may guide (label_guidance > 0), refined or not
     reads = inputs.moving_label is not None and settings.label_guidance > 0 and getattr(net, "uses_label", False)
     result = run_pipeline(net, inputs.moving, inputs.fixed, profile, settings.keep_aspect, device, moving_label=inputs.moving_label,
-                          label_guidance=guidance or (settings.label_guidance if reads else 0.0), heart_centre=heart_centre, align=wants_rigid(settings.align, inputs.moving, inputs.fixed),
-                          label_prior=prior_net, prior_weight=prior_weight)
+                          label_guidance=guidance or (settings.label_guidance if reads else 0.0), heart_centre=heart_centre,
+                          align=wants_rigid(settings.align, inputs.moving, inputs.fixed), label_prior=prior_net, prior_weight=prior_weight)
     prior = _prior_summary(result, settings.label_prior, prior_weight, inputs, notes)
     _check_result(result, inputs, settings, notes)
     stack = _stack_record(settings, inputs, notes, refines, len(getattr(net, "flip_codes", [0])),
