@@ -49,6 +49,17 @@ def in_plane_divergence(ddf: torch.Tensor) -> torch.Tensor:
     return (torch.gradient(ddf[:, 0], dim=1)[0] + torch.gradient(ddf[:, 1], dim=2)[0]).unsqueeze(1)
 
 
+def _neighbours_in_stack(x: torch.Tensor, group: torch.Tensor, n_groups: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(previous, next, has_previous, has_next)`` of slices ``x`` ``(N, C, H, W)`` of whole stacks: each slice's
+    neighbours ``z - 1`` / ``z + 1`` in its own stack (0 beyond the stack's ends) and ``(N, 1, 1, 1)`` flags, 1 where
+    that neighbour exists."""
+    position, _, count = stack_positions(group, n_groups)
+    has_previous = (position > 0).to(x.dtype).view(-1, 1, 1, 1)
+    has_next = (position < count - 1).to(x.dtype).view(-1, 1, 1, 1)
+    rows_before, rows_after = stack_neighbours(group, n_groups)  # an end slice is its own neighbour: zeroed here
+    return x[rows_before] * has_previous, x[rows_after] * has_next, has_previous, has_next
+
+
 def through_plane_evidence(moving: torch.Tensor, fixed: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor,
                            n_groups: int, window: int = 9) -> torch.Tensor:
     """``(N, 10, H, W)`` evidence (:data:`EVIDENCE_CHANNELS`) for whole stacks batched slice by slice.
@@ -74,12 +85,7 @@ def through_plane_evidence(moving: torch.Tensor, fixed: torch.Tensor, ddf: torch
     with torch.no_grad():
         ddf = ddf.detach()
         warped = matched_contrast(warp_image(moving, ddf, "bilinear", "border"), fixed)
-        position, _, count = stack_positions(group, n_groups)
-        has_previous = (position > 0).to(moving.dtype).view(-1, 1, 1, 1)
-        has_next = (position < count - 1).to(moving.dtype).view(-1, 1, 1, 1)
-        rows_before, rows_after = stack_neighbours(group, n_groups)  # an end slice is its own neighbour: zeroed here
-        previous = warped[rows_before] * has_previous
-        following = warped[rows_after] * has_next
+        previous, following, has_previous, has_next = _neighbours_in_stack(warped, group, n_groups)
         pairs = torch.cat([warped, previous, following])
         correlation = local_ncc(pairs, fixed.repeat(3, 1, 1, 1), window).split(moving.shape[0])
         ones = torch.ones_like(fixed)
@@ -100,9 +106,9 @@ def label_evidence(moving_label: Optional[torch.Tensor], ddf: torch.Tensor, grou
         group: ``(N,)`` int64 stack index of each slice (contiguous stacks, slices in order); ``n_groups`` stacks.
 
     No gradient flows to ``ddf`` (the evidence is an input)."""
-    n, size = ddf.shape[0], tuple(ddf.shape[2:])
     if ddf.dim() != 4 or ddf.shape[1] != 2:
         raise ValueError(f"ddf must be the in-plane field (N, 2, H, W), got {tuple(ddf.shape)}.")
+    n, size = ddf.shape[0], tuple(ddf.shape[2:])
     if moving_label is None:
         return ddf.new_zeros((n, len(LABEL_EVIDENCE_CHANNELS)) + size)
     if tuple(moving_label.shape) != (n, 1) + size:
@@ -110,12 +116,9 @@ def label_evidence(moving_label: Optional[torch.Tensor], ddf: torch.Tensor, grou
     with torch.no_grad():
         one_hot = torch.cat([(moving_label == v).to(ddf.dtype) for v in LABEL_VALUES], 1)
         warped = warp_image(one_hot, ddf.detach(), "bilinear", "zeros")
-        position, _, count = stack_positions(group, n_groups)
-        has_previous = (position > 0).to(ddf.dtype).view(-1, 1, 1, 1)
-        has_next = (position < count - 1).to(ddf.dtype).view(-1, 1, 1, 1)
-        rows_before, rows_after = stack_neighbours(group, n_groups)
-        parts = [torch.stack([warped, warped[rows_before] * has_previous, warped[rows_after] * has_next], 2).flatten(1, 2)]
-        return torch.cat(parts + [ddf.new_ones((n, 1) + size)], 1)
+        previous, following, _, _ = _neighbours_in_stack(warped, group, n_groups)
+        per_structure = torch.stack([warped, previous, following], 2).flatten(1, 2)  # (N, 3 K): slice, previous, next
+        return torch.cat([per_structure, ddf.new_ones((n, 1) + size)], 1)
 
 
 def reads_label(label: torch.Tensor) -> bool:
