@@ -268,6 +268,62 @@ def test_through_plane_field_makes_the_transform_do_what_the_rule_did():
         through_plane_field(np.where(carried == 3, 1, carried), carried, es, np.zeros_like(ddf))
 
 
+def test_through_plane_field_keeps_the_slices_in_order_where_rules_act_over_several_slices():
+    """Fills chained over two basal slices (ES->ED) and clearings on two slices (the RV on the basal one, the LV below
+    it): the written label is the rules' (ITK label-linear), and the full 3-D Jacobian of the written field is positive
+    everywhere (a one-slice copy, as a fill that reads its source slice exactly, would give det J = 0 there). A voxel
+    to clear under a structure the basal slice keeps cannot be cleared without reversing the slices: it is left."""
+    import SimpleITK as sitk
+
+    from monai_npc.apps.registration.result import field_jacobian
+    from monai_npc.cardiac.through_plane import RULE_SLICE_MARGIN, base_end, through_plane_field
+    from monai_npc.interop.transforms import displacement_field_transform
+
+    es = np.zeros((6, 24, 24), np.int32)
+    es[2:6, 8:18, 10:18] = 3
+    es[2:5, 6:12, 4:10] = 1
+    ddf = np.zeros((3, 6, 24, 24))
+    ddf[1] = np.linspace(-0.3, 0.3, 6)[:, None, None]  # in-plane shifts that differ from slice to slice
+    image = sitk.GetImageFromArray(es.astype(np.float32))
+    image.SetSpacing((1.5, 1.5, 10.0))
+
+    def carry(label, field):
+        source = sitk.GetImageFromArray(label.astype(np.int32))
+        source.CopyInformation(image)
+        return sitk.GetArrayFromImage(sitk.Resample(source, image, displacement_field_transform(field, image), sitk.sitkLabelLinear, 0))
+
+    carried = carry(es, ddf)
+    filled = carried.copy()
+    filled[0:2] = np.where(carried[2] == 3, 3, 0)[None]  # the LV re-enters both basal slices
+    field = through_plane_field(filled, carried, es, ddf)
+    np.testing.assert_array_equal(carry(es, field), filled)
+    np.testing.assert_allclose(field[0, 1][filled[1] == 3], 1 - RULE_SLICE_MARGIN)  # slice 1 reads slice 2, 0.1 short
+    np.testing.assert_allclose(field[0, 0][filled[0] == 3], 2 - 2 * RULE_SLICE_MARGIN)  # slice 0 reads slice 1's point
+    assert field_jacobian(field).min() > 0
+
+    ed = np.zeros((6, 24, 24), np.int32)
+    ed[1:5, 8:18, 10:18] = 3
+    ed[0:3, 2:12, 2:10] = 1  # the RV, widest at the base
+    assert base_end(ed) == (0, 1)
+    carried = carry(ed, ddf)
+    cleared = carried.copy()
+    cleared[0][carried[0] == 1] = 0  # the basal RV slice
+    cleared[1][carried[1] == 3] = 0  # the LV's basal slice, under slice 0's background
+    field = through_plane_field(cleared, carried, ed, ddf)
+    np.testing.assert_array_equal(carry(ed, field), cleared)
+    assert field_jacobian(field).min() > 0
+    under = np.zeros_like(carried, bool)
+    under[1] = carried[1] == 1  # the RV of slice 1, mostly under slice 0's RV, which stays
+    asked = carried.copy()
+    asked[under] = 0
+    written = carry(ed, through_plane_field(asked, carried, ed, ddf))
+    kept = under & (carried[0] != 0)[None]
+    assert kept.sum() > 0.9 * under.sum()
+    np.testing.assert_array_equal(written[kept], carried[kept])  # nothing to read there but the RV: left as carried
+    np.testing.assert_array_equal(written[under & ~kept], 0)
+    np.testing.assert_array_equal(written[~under], carried[~under])
+
+
 def test_summary_and_jacobian_describe_the_written_field_with_through_plane_motion(tmp_path):
     """A stack whose basal RV slice the rules clear (ED->ES): the field then has a through-plane part. The summary's
     folding and Jacobian range, and ``jacobian.nii.gz``, are those of the field written to ``displacement.nii.gz``

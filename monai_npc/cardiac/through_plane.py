@@ -48,14 +48,14 @@ Pure numpy; label maps ``(Z, H, W)`` with the slice axis first (as :mod:`monai_n
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
 from .function import ACDC_STRUCTURES
 
 __all__ = [
-    "BASAL_DESCENT_MM", "BASAL_ASCENT_MM", "PRIOR_LEFT_SHARE", "base_end", "basal_left_by_prior", "clear_basal_by_prior", "slab_fractions", "apply_basal_descent", "ascent_fractions",
+    "BASAL_DESCENT_MM", "BASAL_ASCENT_MM", "PRIOR_LEFT_SHARE", "RULE_SLICE_MARGIN", "base_end", "basal_left_by_prior", "clear_basal_by_prior", "slab_fractions", "apply_basal_descent", "ascent_fractions",
     "apply_basal_ascent", "systolic_phase", "diastolic_phase", "volume_error_by_position", "through_plane_field", "basal_rules",
 ]
 
@@ -68,6 +68,10 @@ BASAL_ASCENT_MM: Dict[str, float] = {"rv": 12.0, "myo": 12.0, "lv": 12.0}
 #: :func:`basal_left_by_prior`: the LV has left the most basal slice when the label prior finds less than this
 #: share of the reference label's LV area there (chosen on the ACDC validation patients, module docstring)
 PRIOR_LEFT_SHARE = 0.3
+#: :func:`through_plane_field`: a voxel a rule changed reads this share of a slice short of the slice it takes its value
+#: from (towards its own), so that the written field keeps the slices in order (det J > 0) and label-linear
+#: interpolation still takes that slice's value (weight 0.9)
+RULE_SLICE_MARGIN = 0.1
 
 
 def base_end(reference_label: np.ndarray) -> Tuple[int, int]:
@@ -302,7 +306,20 @@ def volume_error_by_position(reference_label: np.ndarray, carried: np.ndarray, t
 
 def through_plane_field(edited: np.ndarray, carried: np.ndarray, reference_label: np.ndarray, ddf: np.ndarray) -> np.ndarray:
     """The displacement that carries the moving label to ``edited``: the in-plane field ``ddf`` with a through-plane
-    component where a basal rule changed the carried label, so that the transform itself does what the rule did.
+    component where a basal rule changed the carried label, so that the transform itself does what the rule did, and
+    keeps the slices in their order (no fixed slice reads beyond its neighbour: the field does not fold where it
+    changed).
+
+    A cleared voxel reads where the slice next to it towards the base reads (that slice's whole displacement), moved
+    :data:`RULE_SLICE_MARGIN` of a slice towards its own: that slice's written label is background there (carried so,
+    or cleared before it: the slices are done from the base on); at the stack's basal end it reads one slice beyond the
+    image. A filled voxel reads where the slice next to it towards the apex reads, :data:`RULE_SLICE_MARGIN` short of it,
+    when that slice's written label there is the fill's value (slices done from the apex on, so a fill can chain over
+    several slices). Label-linear resampling then takes the value read (weight ``1 - margin`` per chained slice), and the
+    through-plane map rises by at least the margin from slice to slice where a rule acted (``det J`` > 0 along the
+    slices; a one-slice copy would give 0). A change that no neighbouring slice can give without reversing the slices'
+    order (a voxel to clear whose basal neighbour keeps a structure, a fill whose apical neighbour lacks the value) is
+    left out: the label written is the field's, and ``basal_through_plane``'s ``rule_agreement`` counts it.
 
     Args:
         edited: ``(Z, H, W)`` the carried label after the basal rules (:func:`apply_basal_descent`,
@@ -312,11 +329,7 @@ def through_plane_field(edited: np.ndarray, carried: np.ndarray, reference_label
         ddf: ``(3, Z, H, W)`` fixed voxels, MONAI ``Warp`` convention (``label(x + ddf(x))``); channel 0, through-plane, 0.
 
     Returns:
-        ``(3, Z, H, W)`` (a copy): at a voxel a rule cleared, the field points one slice beyond the labelled stack on
-        the basal side (where the moving label has no structure, or outside the image); at a voxel a rule filled with
-        value ``v``, it points where the nearest slice towards the apex that carries ``v`` there takes it from (that
-        slice's whole displacement, through-plane offset added); elsewhere it is ``ddf``. Resampling the moving label
-        through it (label-linear) gives ``edited``.
+        ``(3, Z, H, W)`` float64 (a copy); ``ddf`` where no rule acted.
 
     Raises:
         ValueError: arrays of other shapes, or a change that is neither a clearing nor a filling.
@@ -331,19 +344,31 @@ def through_plane_field(edited: np.ndarray, carried: np.ndarray, reference_label
         return field
     if (changed & (edited != 0) & (carried != 0)).any():
         raise ValueError("a basal rule may only clear a carried structure or fill background; this one changed one structure into another.")
-    base, step = base_end(reference)
-    cleared = changed & (edited == 0)
-    z = np.arange(field.shape[1], dtype=np.float64)[:, None, None]
-    field[0][cleared] = ((base - step) - z * np.ones(edited.shape))[cleared]  # one slice beyond the base: no label there
-    filled = np.argwhere(changed & (edited != 0))
-    for k, y, x in filled:
-        value = edited[k, y, x]
-        source = next((j for j in range(k + step, edited.shape[0] if step > 0 else -1, step) if carried[j, y, x] == value), None)
-        if source is None:
-            raise ValueError(f"voxel {(int(k), int(y), int(x))} was filled with {int(value)}, which no slice towards the apex carries there.")
-        field[:, k, y, x] = field[:, source, y, x]
-        field[0, k, y, x] += source - k
+    _, step = base_end(reference)
+    slices = edited.shape[0]
+    written = carried.copy()  # the label the field carries so far
+    base_first = list(range(slices)) if step > 0 else list(range(slices - 1, -1, -1))
+    for k in base_first:  # clearings, from the base on
+        _read_beside(field, written, k, k - step, changed[k] & (edited[k] == 0), 0, step * RULE_SLICE_MARGIN)
+    for k in reversed(base_first):  # fillings, from the apex on
+        _read_beside(field, written, k, k + step, changed[k] & (edited[k] != 0), edited[k], -step * RULE_SLICE_MARGIN)
     return field
+
+
+def _read_beside(field: np.ndarray, written: np.ndarray, k: int, j: int, where: np.ndarray, value: Any, margin: float) -> None:
+    """In place: voxels ``where`` of slice ``k`` read where slice ``j`` reads, ``margin`` slices towards ``k``, where
+    ``j``'s written label is ``value`` (``value`` an int or a ``(H, W)`` map); ``j`` outside the stack (clearing only):
+    one slice beyond it (no label there). ``written`` is updated to what the field now carries."""
+    if not where.any():
+        return
+    if not 0 <= j < field.shape[1]:
+        field[0, k][where] += j - k
+        written[k][where] = 0
+        return
+    ok = where & (written[j] == value)
+    field[:, k][:, ok] = field[:, j][:, ok]
+    field[0, k][ok] += (j - k) + margin
+    written[k][ok] = np.broadcast_to(value, ok.shape)[ok]
 
 
 def basal_rules(direction: str, carried: np.ndarray, reference_label: np.ndarray, slice_spacing_mm: float,
