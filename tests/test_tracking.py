@@ -387,8 +387,11 @@ def test_a_two_frame_cine_is_register():
         assert r.labels[0].tolist() == c["label"][0].tolist() and float(r.ddf[0].abs().max()) == 0.0
     ruled = track_schemes(pair, c["label"][0], 0, ("anchored",), spacing=c["spacing"], threads=1, progress=False)["anchored"]
     info = ruled.settings["pair"]["basal_descent"]
-    if info is not None:  # the rules changed something: a through-plane field that does exactly that
-        assert info["in_transform"] and info["rule_agreement"] == 1.0 and float(ruled.ddf[1][0].abs().max()) >= 1.0
+    if info is not None:  # the rules changed something: a through-plane field that does it where it can without folding
+        assert info["in_transform"] and info["rule_agreement"] > 0.95 and float(ruled.ddf[1][0].abs().max()) >= 1.0
+        from monai_npc.functional.fold_repair import field_determinant
+
+        assert (field_determinant(ruled.ddf[1].double().numpy()) <= 0).mean() < 5e-4  # under 0.05 % of the voxels fold
     assert ruled.strain.peak["circumferential"] < 0
 
 

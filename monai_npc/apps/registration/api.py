@@ -51,6 +51,7 @@ import torch
 from torch import nn
 
 from monai_npc.functional import warp_image
+from monai_npc.functional.fold_repair import repair_folds
 from monai_npc.interop.checks import label_sigma_warning
 from monai_npc.interop.images import resample
 from monai_npc.interop.inputs import ImageLike, PathLike, image_like
@@ -201,6 +202,7 @@ class _Run:
     prior: Optional[Dict[str, Any]]  # summary["label_prior"]
     notes: List[str]  # warnings, in the order they were given
     stack: Optional[Dict[str, Any]] = None  # summary["stack_network"]: a stack network's field, and what did not apply to it
+    fold_repair: Optional[Dict[str, Any]] = None  # summary["fold_repair"]: the folds smoothed away before writing
 
 
 def _warn(notes: List[str], note: str, shown: Optional[str] = None) -> None:
@@ -234,6 +236,11 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
     stack = _stack_record(settings, inputs, notes, refines, len(getattr(net, "flip_codes", [0])),
                           result.network_read_label) if is_stack_network(net) else None
     return _Run(result, guidance, prior, notes, stack)
+
+
+#: a field that folded on more than this share of its voxels (%) before :func:`repair_folds` is warned about: trained
+#: models leave under 0.2 % (docs/design_notes.md, "functional/fold_repair.py")
+FOLD_WARN_PERCENT = 1.0
 
 
 #: why a 2-D test-time step does not apply to a stack network's field (``summary["stack_network"]["not_applied"]``); the
@@ -313,13 +320,19 @@ def _check_result(result: PipelineResult, inputs: Inputs, settings: RegisterSett
 
 
 def _registration(run: _Run, inputs: Inputs, settings: RegisterSettings) -> Registration:
-    """The :class:`Registration` on the fixed grid; its ITK transform, warped image and label (what ITK, ANTs and Slicer
-    compute) are built on first use."""
+    """The :class:`Registration` on the fixed grid, its field's few folds smoothed away
+    (:func:`~monai_npc.functional.fold_repair.repair_folds`, recorded in ``run.fold_repair``); its ITK transform, warped
+    image and label (what ITK, ANTs and Slicer compute) are built on first use."""
     result, fixed = run.result, inputs.fixed
     rel_img = None if result.reliability is None else image_like(result.reliability, fixed)
+    ddf, run.fold_repair = repair_folds(result.ddf)  # the written transform is invertible (det J > 0)
+    if run.fold_repair["folding_percent_before"] > FOLD_WARN_PERCENT:
+        _warn(run.notes, f"the registration's field folded on {run.fold_repair['folding_percent_before']:.2f} % of the "
+              f"voxels (det J <= 0), smoothed away before writing ({run.fold_repair['voxels_changed']} voxels changed, "
+              "summary fold_repair): far more than a trained model gives; check the model and the inputs.")
     return Registration(
-        ddf=torch.from_numpy(result.ddf).float(), reliability=rel_img, summary={}, fixed=fixed,
-        moving=inputs.moving, moving_label=inputs.moving_label, ddf_array=result.ddf,
+        ddf=torch.from_numpy(ddf).float(), reliability=rel_img, summary={}, fixed=fixed,
+        moving=inputs.moving, moving_label=inputs.moving_label, ddf_array=ddf,
         label_sigma=settings.label_sigma,
         prior_label=None if result.prior_label is None else image_like(result.prior_label, fixed, np.uint8),
     )

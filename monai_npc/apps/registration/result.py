@@ -16,7 +16,7 @@ import torch
 from monai_npc.functional.label_fusion import FUSION_MIN_AGREEMENT, FUSION_MIN_PRIOR_AGREEMENT, fuse_by_slice
 from monai_npc.interop.inputs import image_like
 from monai_npc.interop.label_resample import resample_label
-from monai_npc.functional import jacobian_determinant
+from monai_npc.functional.fold_repair import field_determinant as field_jacobian  # the written field's det J (re-exported)
 from monai_npc.interop.transforms import ddf_to_physical, displacement_field_transform, write_ants_warp, write_slicer_transform
 from monai_npc.io_safety import HDF5_LOCK, RunFolder
 
@@ -238,16 +238,6 @@ class Registration:
             captions=["", "", dice, "", f"folding {s['folding_percent']:.2f} %"],
             context=None if f.get("window") is None else _window_outline(self.fixed, *f["window"]),
         )
-
-
-def field_jacobian(ddf: np.ndarray) -> np.ndarray:
-    """``det(I + grad u)`` of a ``(D, *S)`` field in voxels (MONAI ``Warp`` convention; 3-D: channel 0 through-plane),
-    as ``(Z, H, W)`` float32 (2-D: ``Z`` = 1): the in-plane determinant of every slice when the through-plane component is 0 (2-D models),
-    else the full 3-D determinant (central differences, :func:`monai_npc.functional.jacobian_determinant`)."""
-    if ddf.shape[0] == 3 and np.any(ddf[0]):
-        return jacobian_determinant(torch.from_numpy(np.asarray(ddf))[None])[0].float().numpy()
-    ddf_f = torch.from_numpy(ddf[1:] if ddf.shape[0] == 3 else ddf[:, None]).permute(1, 0, 2, 3)  # (Z, 2, H, W)
-    return jacobian_determinant(ddf_f).float().numpy()
 
 
 def compact_label(label: sitk.Image) -> sitk.Image:

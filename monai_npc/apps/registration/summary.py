@@ -88,6 +88,8 @@ def registration_summary(run: Any, inputs: Inputs, settings: RegisterSettings, n
     if getattr(run, "stack", None) is not None:  # a stack network's field: its through-plane channel, no 2-D test-time step
         summary["stack_network"] = run.stack
     summary.update(reg.field_summary())
+    if getattr(run, "fold_repair", None) is not None:  # what repair_folds did to the field before it was written
+        summary["fold_repair"] = {**run.fold_repair, "module": "monai_npc.functional.fold_repair"}
     summary.update(
         identity_slices=np.flatnonzero(result.still).tolist(),
         opposite_contrast_slices=opposite_contrast_slices(result.moving_model, result.fixed_model),

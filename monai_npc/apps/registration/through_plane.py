@@ -28,7 +28,9 @@ def basal_through_plane(reg: Registration, direction: str) -> Optional[Dict[str,
     ``reg.summary["basal_descent"]`` says so (``{"applied": False, "reason": ...}``, also returned).
 
     The summary gives the voxels cleared or filled, the slice the label prior found the LV gone from (``ED->ES`` with
-    a prior) and ``rule_agreement``: the share of the labelled voxels on which the transform's label equals the rules'.
+    a prior) and ``rule_agreement``: the share of the labelled voxels on which the transform's label equals the rules'
+    (below 1 where a rule could act only by folding the field, e.g. a voxel to clear under a structure the slice beside
+    it towards the base keeps: :func:`~monai_npc.cardiac.through_plane.through_plane_field` leaves those out).
     """
     stack = reg.summary.get("stack_network")
     if stack is not None:
