@@ -7,8 +7,8 @@ pulls hard. :func:`repair_folds` smooths the field in-plane (a Gaussian of ``sig
 their in-plane neighbours only, and repeats on what still folds, up to ``max_rounds`` rounds: elsewhere the field is
 untouched (bit for bit).
 
-Numpy only (:func:`~monai_npc.functional.gaussian.gaussian_filter_nearest`; the determinant through
-:func:`~monai_npc.functional.warp.jacobian_determinant`). Fields ``(D, *S)`` in voxels, MONAI ``Warp`` convention: a
+The smoothing is numpy (:func:`~monai_npc.functional.gaussian.gaussian_filter_nearest`, on a crop around the folds),
+the determinant torch (:func:`~monai_npc.functional.warp.jacobian_determinant`). Fields ``(D, *S)`` in voxels, MONAI ``Warp`` convention: a
 2-D field ``(2, H, W)``, or a stack's ``(3, Z, H, W)`` with channel 0 through the slices.
 """
 
