@@ -39,15 +39,28 @@ def test_a_field_without_folds_comes_back_as_it_is():
 
 
 def test_a_stack_field_with_a_through_plane_channel():
-    """(3, Z, H, W): the 3-D determinant is used once channel 0 moves; the fold on slice 2 is repaired, the other
-    slices keep their field bit for bit."""
+    """(3, Z, H, W): the 3-D determinant is used once channel 0 moves; the fold on slice 2 is repaired (smoothed across
+    the slices too: its neighbour slices may change), the slices beyond keep their field bit for bit. Without a
+    through-plane part only the folded slice changes."""
     stack = np.zeros((3, 5, 64, 64))
     stack[2, 2] = _folded_2d()[1]
     stack[0] = 0.05  # a small uniform through-plane shift: the full 3-D determinant applies
     assert (field_determinant(stack) <= 0).any()
     out, info = repair_folds(stack)
     assert field_determinant(out).min() > 0 and info["folding_percent_after"] == 0.0
+    np.testing.assert_array_equal(out[:, [0, 4]], stack[:, [0, 4]])
+    stack[0] = 0.0
+    out, _ = repair_folds(stack)
+    assert field_determinant(out).min() > 0
     np.testing.assert_array_equal(out[:, [0, 1, 3, 4]], stack[:, [0, 1, 3, 4]])
+
+
+def test_a_repair_cut_short_reports_what_it_returns():
+    """One round is not enough for this fold: the folding reported is the returned field's, and no more than before."""
+    ddf = _folded_2d(amplitude=8.0)
+    out, info = repair_folds(ddf, max_rounds=1)
+    assert info["folding_percent_after"] <= info["folding_percent_before"]
+    assert 100 * (field_determinant(out) <= 0).mean() == pytest.approx(info["folding_percent_after"])
 
 
 def test_max_rounds_zero_and_bad_input():
