@@ -53,6 +53,16 @@ def _grow(mask: np.ndarray, through_plane: bool) -> np.ndarray:
     return out
 
 
+def _refresh(bad: np.ndarray, stack: np.ndarray, is_stack: bool, first: int, last: int) -> np.ndarray:
+    """``bad`` ``(Z, H, W)`` with slices ``first..last`` recomputed from ``stack`` ``(C, Z, H, W)`` (the field's
+    determinant there needs the slices beside them too: central differences)."""
+    lo, hi = max(first - 1, 0), min(last + 2, stack.shape[1])
+    part = stack[:, lo:hi] if is_stack else stack[:, 0]
+    bad = bad.copy()
+    bad[first:last + 1] = (field_determinant(part) <= 0)[first - lo:last + 1 - lo]
+    return bad
+
+
 def repair_folds(ddf: np.ndarray, sigma: float = 1.5, max_rounds: int = 30,
                  sigma_through: float = 0.5) -> Tuple[np.ndarray, Dict[str, Any]]:
     """``(the field with its folds smoothed away, what was done)``.
@@ -111,7 +121,7 @@ def repair_folds(ddf: np.ndarray, sigma: float = 1.5, max_rounds: int = 30,
         for z, box, m, values in updates:  # written after all are computed: the slices' order does not matter
             stack[:, z, box[1], box[2]][:, m] = values
         touched |= where
-        bad = field_determinant(field) <= 0
+        bad = _refresh(bad, stack, field.ndim == 4, int(updates[0][0]), int(updates[-1][0]))
     if int(bad.sum()) > before:  # it folds more than the field given (a fold these rounds do not resolve): keep that
         field, touched, bad = given, touched & False, field_determinant(given) <= 0
     return field, {"rounds": rounds, "voxels_changed": int(touched.sum()), "folding_percent_before": 100.0 * before / bad.size,
