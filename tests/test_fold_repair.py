@@ -39,9 +39,9 @@ def test_a_field_without_folds_comes_back_as_it_is():
 
 
 def test_a_stack_field_with_a_through_plane_channel():
-    """(3, Z, H, W): the 3-D determinant is used once channel 0 moves; the fold on slice 2 is repaired (smoothed across
-    the slices too: its neighbour slices may change), the slices beyond keep their field bit for bit. Without a
-    through-plane part only the folded slice changes."""
+    """(3, Z, H, W): the 3-D determinant is used once channel 0 moves; the fold on slice 2 is repaired (its neighbours
+    in the slices beside it smoothed too), the slices beyond keep their field bit for bit. Without a through-plane part
+    only the folded slice changes."""
     stack = np.zeros((3, 5, 64, 64))
     stack[2, 2] = _folded_2d()[1]
     stack[0] = 0.05  # a small uniform through-plane shift: the full 3-D determinant applies

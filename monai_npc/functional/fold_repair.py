@@ -63,48 +63,42 @@ def _refresh(bad: np.ndarray, stack: np.ndarray, is_stack: bool, first: int, las
     return bad
 
 
-def repair_folds(ddf: np.ndarray, sigma: float = 1.5, max_rounds: int = 30,
-                 sigma_through: float = 0.5) -> Tuple[np.ndarray, Dict[str, Any]]:
+def repair_folds(ddf: np.ndarray, sigma: float = 1.5, max_rounds: int = 30) -> Tuple[np.ndarray, Dict[str, Any]]:
     """``(the field with its folds smoothed away, what was done)``.
 
     Each round takes the voxels with ``det J <= 0`` (:func:`field_determinant`) and their 8 in-plane neighbours, and
     gives them the field smoothed by a Gaussian of ``sigma`` voxels in-plane (every channel, borders replicated);
     rounds stop when nothing folds or after ``max_rounds`` (and if the field then folds more than ``ddf``, ``ddf`` is
     returned as it is). A field that moves through the plane (channel 0 of a stack's field not 0) folds
-    across the slices too: its rounds also take the folded voxels' neighbours in the slices beside them and smooth
-    across the slices by ``sigma_through`` slices (in-plane smoothing alone did not converge on such a field, and made
-    it fold more).
+    across the slices too: its rounds also take the folded voxels' neighbours in the slices beside them. Each round's
+    slices are smoothed from the field as it was before the round.
 
     Args:
         ddf: ``(2, H, W)`` or ``(3, Z, H, W)`` displacement in voxels (not changed).
         sigma: in-plane Gaussian width in voxels (> 0).
         max_rounds: at most this many rounds (>= 0; 0 returns the field as it is).
-        sigma_through: Gaussian width across the slices (slices, >= 0) for a field with a through-plane part.
 
     Returns:
         The field (float64, a copy; equal to ``ddf`` where no round acted) and ``{"rounds", "voxels_changed",
         "folding_percent_before", "folding_percent_after"}``.
 
     Raises:
-        ValueError: a field of another shape, non-finite values, ``sigma`` <= 0, ``sigma_through`` < 0 or
-            ``max_rounds`` < 0.
+        ValueError: a field of another shape, non-finite values, ``sigma`` <= 0 or ``max_rounds`` < 0.
     """
     field = np.array(ddf, dtype=np.float64, copy=True)
     if not ((field.ndim == 3 and field.shape[0] == 2) or (field.ndim == 4 and field.shape[0] == 3)):
         raise ValueError(f"ddf must be a (2, H, W) or (3, Z, H, W) field, got shape {field.shape}.")
     if not np.isfinite(field).all():
         raise ValueError("ddf holds NaN or Inf values: no fold repair of a broken field.")
-    if not sigma > 0 or not sigma_through >= 0 or max_rounds < 0:
-        raise ValueError(f"sigma must be > 0, sigma_through >= 0 and max_rounds >= 0, got sigma={sigma}, "
-                         f"sigma_through={sigma_through}, max_rounds={max_rounds}.")
+    if not sigma > 0 or max_rounds < 0:
+        raise ValueError(f"sigma must be > 0 and max_rounds >= 0, got sigma={sigma}, max_rounds={max_rounds}.")
     through = field.ndim == 4 and bool(np.any(field[0]))
-    widths = (0.0, sigma_through if through else 0.0, sigma, sigma)
     stack = field if field.ndim == 4 else field[:, None]  # a view: (C, Z, H, W)
     bad = field_determinant(field) <= 0
     before = int(bad.sum())
     given = field.copy() if before else field
     touched = np.zeros(bad.shape, bool)
-    reach = [int(4.0 * w + 0.5) + 2 for w in widths[1:]]  # each axis's Gaussian radius and the grown border
+    reach = int(4.0 * sigma + 0.5) + 2  # the Gaussian's radius and the grown border
     rounds = 0
     while bad.any() and rounds < max_rounds:
         rounds += 1
@@ -112,14 +106,12 @@ def repair_folds(ddf: np.ndarray, sigma: float = 1.5, max_rounds: int = 30,
         updates = []
         for z in np.flatnonzero(where.any((1, 2))):  # one crop per slice around its voxels to smooth
             rows, cols = np.flatnonzero(where[z].any(1)), np.flatnonzero(where[z].any(0))
-            box = (slice(max(z - reach[0], 0), min(z + reach[0] + 1, where.shape[0])),
-                   slice(max(rows[0] - reach[1], 0), min(rows[-1] + reach[1] + 1, where.shape[1])),
-                   slice(max(cols[0] - reach[2], 0), min(cols[-1] + reach[2] + 1, where.shape[2])))
-            smooth = gaussian_filter_nearest(stack[(slice(None),) + box], widths)[:, z - box[0].start]
-            m = where[z, box[1], box[2]]
-            updates.append((z, box, m, smooth[:, m]))
-        for z, box, m, values in updates:  # written after all are computed: the slices' order does not matter
-            stack[:, z, box[1], box[2]][:, m] = values
+            box = (slice(max(rows[0] - reach, 0), min(rows[-1] + reach + 1, where.shape[1])),
+                   slice(max(cols[0] - reach, 0), min(cols[-1] + reach + 1, where.shape[2])))
+            m = where[z][box]
+            updates.append((z, box, m, gaussian_filter_nearest(stack[:, z][(slice(None),) + box], (0.0, sigma, sigma))[:, m]))
+        for z, box, m, values in updates:  # written after all are computed
+            stack[:, z][(slice(None),) + box][:, m] = values
         touched |= where
         bad = _refresh(bad, stack, field.ndim == 4, int(updates[0][0]), int(updates[-1][0]))
     if int(bad.sum()) > before:  # it folds more than the field given (a fold these rounds do not resolve): keep that
