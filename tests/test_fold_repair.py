@@ -63,6 +63,18 @@ def test_a_repair_cut_short_reports_what_it_returns():
     assert 100 * (field_determinant(out) <= 0).mean() == pytest.approx(info["folding_percent_after"])
 
 
+def test_rounds_that_fold_more_give_back_the_field_as_it_was(monkeypatch):
+    """Were the smoothing to make things worse (here a stand-in that flips and stretches the field), the field given is
+    returned unchanged and the report says nothing was changed."""
+    import monai_npc.functional.fold_repair as fold_repair
+
+    monkeypatch.setattr(fold_repair, "gaussian_filter_nearest", lambda x, sigma: -5.0 * x)
+    ddf = _folded_2d()
+    out, info = fold_repair.repair_folds(ddf, max_rounds=3)
+    assert np.array_equal(out, ddf) and info["voxels_changed"] == 0
+    assert info["folding_percent_after"] == info["folding_percent_before"] > 0
+
+
 def test_max_rounds_zero_and_bad_input():
     ddf = _folded_2d()
     out, info = repair_folds(ddf, max_rounds=0)
