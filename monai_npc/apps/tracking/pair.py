@@ -51,7 +51,8 @@ def track_pair(data: Cine, ref: int, ref_label: np.ndarray, settings: TrackSetti
     steps = reg.summary.get("steps") or {}
     settings = {"pair": {"model": reg.summary["model"], "num_steps": steps.get("num_steps"), "refine_iterations": steps.get("refine_iterations"),
                          "label_guidance": reg.summary.get("label_guidance"), "label_prior": reg.summary.get("label_prior"),
-                         "basal_descent": reg.summary.get("basal_descent"), "settings": reg.summary.get("settings")}}
+                         "basal_descent": reg.summary.get("basal_descent"), "settings": reg.summary.get("settings"),
+                         "fold_repair": reg.summary.get("fold_repair"), "folding_percent": reg.summary.get("folding_percent")}}
     if reg.summary.get("stack_network") is not None:  # a stack network's field, and what register left out
         settings["stack_network"] = reg.summary["stack_network"]
     return Tracking(labels=labels, ddf=ddf, volumes=volumes, function=cardiac_function(volumes, ed_frame, es_frame), reference_frame=ref,

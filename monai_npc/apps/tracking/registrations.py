@@ -191,7 +191,7 @@ class FrameRegistrations:
         # (3, Z, H, W) -> (Z, 2, H, W); a stack network's through-plane channel 0 too: (Z, 3, H, W)
         field_ = reg.ddf[3 - self.channels:].permute(1, 0, 2, 3).contiguous().float()
         guided = label is not None and (reg.summary.get("label_guidance") or 0) > 0
-        note = {"settings": reg.summary.get("settings"),
+        note = {"settings": reg.summary.get("settings"), "fold_repair": reg.summary.get("fold_repair"),
                 "label": {"label_guidance": reg.summary["label_guidance"], "label_prior": reg.summary.get("label_prior")} if guided else None}
         return field_, note
 
@@ -216,7 +216,8 @@ class FrameRegistrations:
         NPC network; ``settings``: register's settings record of those registrations, :mod:`monai_npc.apps.registration.settings`)
         and, where registrations got a label, its guidance weight and what the label prior did: the
         prior's name and the frames it acted on and did not (``register``'s checks, per registration: it stood aside or
-        was dropped)."""
+        was dropped); ``fold_repair``: the (moving, fixed) frame pairs whose field register smoothed folds out of, and the
+        largest folding before and after (:func:`~monai_npc.functional.fold_repair.repair_folds`)."""
         kinds = {near for m, f, near in self.used if m != f}
         out: Dict[str, Dict[str, Any]] = {}
         for near in sorted(kinds, reverse=True):
@@ -227,6 +228,12 @@ class FrameRegistrations:
                 "refine_iterations": getattr(getattr(net, "refiner", None), "iterations", None),
                 "settings": records[0] if records else None,  # register's record (value and source of each setting)
             }
+        repairs = {(m, f): self.cache[(m, f, near)][2].get("fold_repair") for m, f, near in sorted(self.used) if m != f}
+        repaired = {k: r for k, r in repairs.items() if r and r["rounds"] > 0}
+        if repairs:  # register smoothed each field's few folds away before the tracking used it
+            out["fold_repair"] = {"pairs_repaired": [list(k) for k in repaired], "registrations": len(repairs),
+                                  "largest_folding_percent_before": max((r["folding_percent_before"] for r in repaired.values()), default=0.0),
+                                  "largest_folding_percent_after": max((r["folding_percent_after"] for r in repaired.values()), default=0.0)}
         notes = {f: self.cache[(m, f, near)][2]["label"] for m, f, near in sorted(self.used)
                  if m != f and self.cache[(m, f, near)][2]["label"] is not None}
         if notes:
