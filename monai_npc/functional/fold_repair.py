@@ -53,11 +53,11 @@ def _grow(mask: np.ndarray, through_plane: bool) -> np.ndarray:
     return out
 
 
-def _refresh(bad: np.ndarray, stack: np.ndarray, is_stack: bool, first: int, last: int) -> np.ndarray:
-    """``bad`` ``(Z, H, W)`` with slices ``first..last`` recomputed from ``stack`` ``(C, Z, H, W)`` (the field's
-    determinant there needs the slices beside them too: central differences)."""
-    lo, hi = max(first - 1, 0), min(last + 2, stack.shape[1])
-    part = stack[:, lo:hi] if is_stack else stack[:, 0]
+def _refresh(bad: np.ndarray, field: np.ndarray, first: int, last: int) -> np.ndarray:
+    """``bad`` ``(Z, H, W)`` with slices ``first..last`` recomputed from ``field`` (the determinant there needs the
+    slices beside them too: central differences)."""
+    lo, hi = max(first - 1, 0), min(last + 2, bad.shape[0])
+    part = field[:, lo:hi] if field.ndim == 4 else field
     bad = bad.copy()
     bad[first:last + 1] = (field_determinant(part) <= 0)[first - lo:last + 1 - lo]
     return bad
@@ -94,7 +94,7 @@ def repair_folds(ddf: np.ndarray, sigma: float = 1.5, max_rounds: int = 30) -> T
         raise ValueError(f"sigma must be > 0 and max_rounds >= 0, got sigma={sigma}, max_rounds={max_rounds}.")
     through = field.ndim == 4 and bool(np.any(field[0]))
     stack = field if field.ndim == 4 else field[:, None]  # a view: (C, Z, H, W)
-    bad = field_determinant(field) <= 0
+    bad = given_bad = field_determinant(field) <= 0
     before = int(bad.sum())
     given = field.copy() if before else field
     touched = np.zeros(bad.shape, bool)
@@ -113,8 +113,8 @@ def repair_folds(ddf: np.ndarray, sigma: float = 1.5, max_rounds: int = 30) -> T
         for z, box, m, values in updates:  # written after all are computed
             stack[:, z][(slice(None),) + box][:, m] = values
         touched |= where
-        bad = _refresh(bad, stack, field.ndim == 4, int(updates[0][0]), int(updates[-1][0]))
+        bad = _refresh(bad, field, int(updates[0][0]), int(updates[-1][0]))
     if int(bad.sum()) > before:  # it folds more than the field given (a fold these rounds do not resolve): keep that
-        field, touched, bad = given, touched & False, field_determinant(given) <= 0
+        field, touched, bad = given, np.zeros_like(touched), given_bad
     return field, {"rounds": rounds, "voxels_changed": int(touched.sum()), "folding_percent_before": 100.0 * before / bad.size,
                    "folding_percent_after": float(100.0 * bad.mean())}
