@@ -140,18 +140,64 @@ def test_register_uses_the_weights_prior_with_a_moving_label(prior_always_acts):
     # coarse to fine: the coarse whole-image run gets the label, and the prior with it (and says so)
     coarse = monai_npc.register(ed, es, moving_label=lab, field_of_view="image>heart", **kw)
     assert coarse.summary["label_prior"]["weight"] == 8.0 and coarse.prior_label is not None
-    # the prior is part of the label-guided term: no moving label, or the term off, and it is not used
-    assert monai_npc.register(ed, es, **kw).summary["label_prior"] is None
+    # the prior is part of the label-guided term: with the term off it is not used
     assert monai_npc.register(ed, es, moving_label=lab, label_guidance=0.0, **kw).summary["label_prior"] is None
-    # asked for without a label to steer: a warning that names the option, recorded in the summary's warnings
-    with pytest.warns(RuntimeWarning, match=r"label_prior \(--label-prior\) ignored: .*moving_label") as seen_warnings:
-        unsteered = monai_npc.register(ed, es, label_prior=8.0, **kw)
-    assert unsteered.summary["label_prior"] is None and any("label_prior" in n for n in unsteered.summary["warnings"])
-    assert not [w for w in seen_warnings if "ignored" in str(w.message) and "label_guidance" in str(w.message)]
+    assert monai_npc.register(ed, es, label_guidance=0.0, **kw).summary["label_prior"] is None
+    # the term asked for with neither a moving label nor a prior to segment the moving image: a warning that names the
+    # option, recorded in the summary's warnings
+    with pytest.warns(RuntimeWarning, match=r"label_guidance \(--label-guidance\) ignored: .*moving_label") as seen_warnings:
+        unsteered = monai_npc.register(ed, es, label_guidance=0.1, label_prior=0.0, **kw)
+    assert unsteered.summary["label_prior"] is None and unsteered.summary["label_guidance"] == 0.0
+    assert any("label_guidance" in n for n in unsteered.summary["warnings"])
+    assert not [w for w in seen_warnings if "ignored" in str(w.message) and "label_prior" in str(w.message)]
     with pytest.raises(ValueError, match=r"label_prior \(--label-prior\) must be a finite number >= 0"):
         monai_npc.register(ed, es, moving_label=lab, label_prior=-1.0, **kw)
     with pytest.raises(ValueError, match="names no label prior"):
         monai_npc.register(ed[0], es[0], model="camus", moving_label=lab[0], label_prior=1.0, threads=1)
+
+
+def test_without_a_moving_label_the_prior_segments_the_moving_image():
+    """Images only: the prior the weights name segments the moving image, and the label-guided term steers that
+    segmentation (its intensity models, the prior's view of the fixed image); nothing of it is written (no warped
+    label), the summary says what steered, and ``label_prior=0`` registers on the images alone. A fixed frame whose
+    contrast is inverted: the prior stands aside with a note (no warning) and the field is the images-alone one."""
+    import warnings
+
+    import monai_npc
+    from monai_npc.apps.registration.label_prior import moving_prior
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
+    ed, es, lab = c["image"][0], c["image"][2], c["label"][0]
+    kw = dict(spacing=c["spacing"], refine_iterations=10, threads=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        on = monai_npc.register(ed, es, **kw)
+        alone = monai_npc.register(ed, es, label_prior=0.0, **kw)
+        inverted = monai_npc.register(ed, es.max() - es, **kw)
+    summary = on.summary["label_prior"]
+    assert summary["name"] == "acdc_heart" and summary["weight"] == 8.0 and summary["agreement"] is None
+    assert summary["steered"] == "its segmentation of the moving image" and summary["fixed_agreement"] > 0.5
+    assert on.summary["label_guidance"] == 0.05 and on.warped_label is None and on.prior_label is not None
+    assert alone.summary["label_prior"] is None and alone.summary["label_guidance"] == 0.0
+    assert float((on.ddf - alone.ddf).abs().max()) > 1e-3
+    torch.testing.assert_close(alone.ddf, monai_npc.register(ed, es, label_guidance=0.0, **kw).ddf)
+    # moving_prior on its own: the prior's view of the moving slices, the fixed slices' class probabilities
+    net = load_label_prior("acdc_heart")
+    yy, xx = np.mgrid[:128, :128]
+    r = np.hypot(yy - 64, xx - 70)
+    m, f = (torch.from_numpy(np.where(r < a, 0.8, np.where(r < a + 6, 0.15, 0.35)).astype(np.float32))[None, None].repeat(2, 1, 1, 1)
+            for a in (14, 12))  # a blood pool in its wall, contracted on the fixed frame
+    seg, prior, on_fixed, why = moving_prior(net, m, f)
+    lv = torch.from_numpy(r < 14)[None, None]
+    assert why is None and prior.shape == (2, 4, 128, 128) and set(seg.unique().tolist()) <= {0.0, 1.0, 2.0, 3.0}
+    assert 2 * ((seg == 3) & lv).sum() / ((seg == 3).sum() + 2 * lv.sum()) > 0.7 and on_fixed > 0.3
+    seg, prior, _, why = moving_prior(net, torch.zeros_like(m), f)  # a blank moving image: no heart to steer
+    assert seg is None and prior is None and why
+    assert "multiple of 16" in moving_prior(net, m[..., :60, :60], f[..., :60, :60])[3]
+    aside = inverted.summary["label_prior"]
+    assert aside["weight"] == 0.0 and "turned upside down" in aside["aside"] and inverted.summary["label_guidance"] == 0.0
+    torch.testing.assert_close(inverted.ddf, monai_npc.register(ed, es.max() - es, label_prior=0.0, **kw).ddf)
 
 
 def test_cli_label_prior(tmp_path, capsys, prior_always_acts):

@@ -216,10 +216,14 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
     profile = model_profile(net, size, settings.field_of_view)
     # the term acts only in an NPC network's test-time refinement, with a moving label: else it is 0 (and recorded so)
     refines = getattr(getattr(net, "refiner", None), "iterations", 0) > 0
+    # without a moving label, a prior the weights name segments the moving image and its segmentation is the label the
+    # term steers (images only: nothing of it is written; label_prior=0 registers on the images alone)
+    segments = inputs.moving_label is None and bool(settings.label_prior) and settings.label_prior_weight > 0
     asked = settings.label_terms_asked()
-    if asked and inputs.moving_label is None:  # set by the caller, with nothing to steer: say so rather than drop it silently
-        _warn(notes, f"{' and '.join(asked)} ignored: the label-guided term steers a moving label (moving_label, --moving-label), and none was given.")
-    guidance = settings.label_guidance if inputs.moving_label is not None and refines else 0.0
+    if asked and inputs.moving_label is None and not segments:  # set by the caller, with nothing to steer: say so rather than drop it silently
+        _warn(notes, f"{' and '.join(asked)} ignored: the label-guided term steers a moving label (moving_label, --moving-label), "
+                     "or without one the label prior's segmentation of the moving image, and there is neither.")
+    guidance = settings.label_guidance if refines and (inputs.moving_label is not None or segments) else 0.0
     prior_weight = settings.label_prior_weight if guidance > 0 else 0.0  # it is part of the label-guided term
     prior_net = None
     if prior_weight > 0:
@@ -231,6 +235,8 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
     result = run_pipeline(net, inputs.moving, inputs.fixed, profile, settings.keep_aspect, device, moving_label=inputs.moving_label,
                           label_guidance=guidance or (settings.label_guidance if reads else 0.0), heart_centre=heart_centre,
                           align=wants_rigid(settings.align, inputs.moving, inputs.fixed), label_prior=prior_net, prior_weight=prior_weight)
+    if segments and not result.prior_segmented_moving:  # the prior did not act: the images alone, no label term
+        guidance = 0.0
     prior = _prior_summary(result, settings.label_prior, prior_weight, inputs, notes)
     _check_result(result, inputs, settings, notes)
     stack = _stack_record(settings, inputs, notes, refines, len(getattr(net, "flip_codes", [0])),
@@ -281,8 +287,11 @@ def _prior_summary(result: PipelineResult, prior_name: Optional[str], weight: fl
     if not (weight > 0 and (result.prior_label is not None or result.prior_note)):  # asked for, with a label to steer
         return None
     summary = {"name": prior_name, "weight": weight, "agreement": result.prior_agreement,
-               "fixed_agreement": result.prior_fixed_agreement, "carried_agreement": result.prior_carried_agreement}
-    if result.prior_label is None and result.prior_carried_agreement is not None:  # judged, and not needed: a note only
+               "fixed_agreement": result.prior_fixed_agreement, "carried_agreement": result.prior_carried_agreement,
+               "steered": "moving_label" if inputs.moving_label is not None else "its segmentation of the moving image"}
+    if inputs.moving_label is None and result.prior_label is None:  # images only: the helper stands aside, a note only
+        summary.update(weight=0.0, aside=f"label prior {prior_name} stood aside: {result.prior_note}. Registered on the images alone.")
+    elif result.prior_label is None and result.prior_carried_agreement is not None:  # judged, and not needed: a note only
         why = f"label prior {prior_name} stood aside: {result.prior_note}. Registered without it."
         summary.update(weight=0.0, aside=why)  # not a warning: nothing is wrong with the input
     elif result.prior_label is None:  # it could not act (result.prior_note says why)

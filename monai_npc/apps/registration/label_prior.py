@@ -14,7 +14,7 @@ from monai_npc.functional import contrast_polarity, dice_by_value, warp_image
 from monai_npc.functional.stack_field import warp_stack_slices
 
 __all__ = ["PRIOR_CHECK_SLICES", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "PRIOR_MIN_FIXED_AGREEMENT", "PRIOR_MIN_GAP",
-           "prior_agreement", "fixed_prior", "carried_prior_check"]
+           "prior_agreement", "fixed_prior", "moving_prior", "carried_prior_check"]
 
 
 #: the label prior acts only when its segmentation of the moving image agrees with the moving label at least this much
@@ -69,7 +69,7 @@ def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tenso
     ``(None, None, None, None)``: no labelled slice, nothing for the prior to steer; otherwise ``why not`` says why
     it does not act.
     """
-    n, _, h, w = moving.shape
+    _, _, h, w = moving.shape
     area = (label > 0).flatten(1).sum(1).cpu().numpy()
     labelled = np.flatnonzero(area > 0)
     if labelled.size == 0:
@@ -88,22 +88,55 @@ def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tenso
         return None, agreement, None, (f"its segmentation of the moving image does not match the moving label (mean Dice {agreement:.2f} "
                                  f"over the values 1-{known}, at least {PRIOR_MIN_AGREEMENT} needed): the label's values may "
                                  f"follow another convention than the prior's ({_named_values(label_prior)}) or show other anatomy")
+    prior, on_fixed, why = _on_fixed(label_prior, moving, fixed, label, labelled, f"it agrees {agreement:.2f} with the label on the moving image")
+    return prior, agreement, on_fixed, why
+
+
+def moving_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tensor
+                 ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[float], Optional[str]]:
+    """Without a moving label: ``(the prior's segmentation of the moving slices (N, 1, h, w) float or None, class
+    probabilities (N, K, h, w) of the fixed slices or None, overlap on the fixed image, why not)`` for the label term.
+
+    The label prior segments the moving slices (their most likely value) and that segmentation stands in for a moving
+    label: the label-guided term models the moving image's intensities under it and the prior's view of the fixed
+    slices scores where the field carries it. No expert's label to check the prior against, so it acts under the fixed
+    side's checks of :func:`fixed_prior` (contrast not inverted, its segmentations of the two frames overlapping
+    before registration by at least :data:`PRIOR_MIN_FIXED_AGREEMENT`). ``(None, None, None, None)``: it found no
+    structure on the moving slices; otherwise ``why not`` says why it does not act (then both tensors are ``None``).
+    """
+    h, w = moving.shape[2:]
+    if h % 16 or w % 16:
+        return None, None, None, f"the model grid ({h} x {w}) is not a multiple of 16 on each side, which its U-Net needs"
+    label = label_prior.predict(moving).argmax(1, keepdim=True).to(device=moving.device, dtype=torch.float32)
+    labelled = np.flatnonzero((label > 0).flatten(1).any(1).cpu().numpy())
+    if labelled.size == 0:
+        return None, None, None, None
+    prior, on_fixed, why = _on_fixed(label_prior, moving, fixed, label, labelled, "no moving label to check it against")
+    return (None if why else label), prior, on_fixed, why
+
+
+def _on_fixed(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, label: torch.Tensor, labelled: np.ndarray,
+              checked: str) -> Tuple[Optional[torch.Tensor], Optional[float], Optional[str]]:
+    """The fixed side of :func:`fixed_prior` and :func:`moving_prior`: ``(class probabilities (N, K, h, w) of the fixed
+    slices, uniform off the ``labelled`` ones, or None; overlap of its segmentation of them with ``label`` before
+    registration; why not)``; ``checked``: what the moving side's check found, for the message."""
     if float(contrast_polarity(moving[labelled], fixed[labelled]).mean()) < 0:
-        return None, agreement, None, ("the fixed image's contrast is the moving one's turned upside down (on most of the labelled "
-                                 "slices): it is unlike the images the prior was trained on")
+        return None, None, ("the fixed image's contrast is the moving one's turned upside down (on most of the labelled "
+                            "slices): it is unlike the images the prior was trained on")
     seen = label_prior.predict(fixed[labelled]).to(moving.device)
-    # then on the fixed slices: the two frames show one heart, so the prior's view of the fixed image must overlap the
-    # moving label where it lies (before any registration); a fixed image unlike the prior's training data (another
-    # contrast, artefacts) gives a segmentation that does not, and the prior would pull the label astray
+    # the two frames show one heart, so the prior's view of the fixed image must overlap the moving label where it lies
+    # (before any registration); a fixed image unlike the prior's training data (another contrast, artefacts) gives a
+    # segmentation that does not, and the prior would pull the label astray
     on_fixed = prior_agreement(seen, label[labelled])
     if on_fixed is None or on_fixed < PRIOR_MIN_FIXED_AGREEMENT:
-        return None, agreement, on_fixed, (f"its segmentation of the fixed image does not overlap the moving label (mean Dice "
-                                 f"{0.0 if on_fixed is None else on_fixed:.2f} before registration, at least {PRIOR_MIN_FIXED_AGREEMENT} "
-                                 f"needed; it agrees {agreement:.2f} with the label on the moving image): the fixed image may be "
-                                 "unlike the images it was trained on (another contrast or sequence, artefacts)")
-    prior = torch.full((n, label_prior.num_classes, h, w), 1.0 / label_prior.num_classes, device=moving.device)
+        return None, on_fixed, (f"its segmentation of the fixed image does not overlap the moving label (mean Dice "
+                                f"{0.0 if on_fixed is None else on_fixed:.2f} before registration, at least {PRIOR_MIN_FIXED_AGREEMENT} "
+                                f"needed; {checked}): the fixed image may be unlike the images it was trained on (another "
+                                "contrast or sequence, artefacts)")
+    prior = torch.full((moving.shape[0], label_prior.num_classes) + tuple(moving.shape[2:]), 1.0 / label_prior.num_classes,
+                       device=moving.device)
     prior[labelled] = seen
-    return prior, agreement, on_fixed, None
+    return prior, on_fixed, None
 
 
 def carried_prior_check(prior: torch.Tensor, agreement: float, label: torch.Tensor, ddf: torch.Tensor

@@ -34,7 +34,7 @@ from monai_npc.interop.transforms import displacement_field_transform
 
 from .align import RigidAlignment, rigid_in_plane
 from .grids import constant_slices, given_centres, heart_grid, inside_grid, slice_images, slices_of
-from .label_prior import carried_prior_check, fixed_prior
+from .label_prior import carried_prior_check, fixed_prior, moving_prior
 from .localize import motion_centre
 from .models import ModelProfile, is_stack_network
 
@@ -167,6 +167,8 @@ class PipelineResult:
             the network's field (:func:`~monai_npc.apps.registration.label_prior.carried_prior_check`), or ``None``.
         prior_note: why a given prior did not act (:func:`~monai_npc.apps.registration.label_prior.fixed_prior`), else ``None``.
         network_read_label: whether a stack network that reads the moving label got it (:func:`_label_for_network`).
+        prior_segmented_moving: no moving label was given and the label-guided term steered the label prior's
+            segmentation of the moving image instead (:func:`~monai_npc.apps.registration.label_prior.moving_prior`).
     """
 
     ddf: np.ndarray
@@ -190,6 +192,7 @@ class PipelineResult:
     prior_note: Optional[str] = None
     prior_carried_agreement: Optional[float] = None
     network_read_label: bool = False
+    prior_segmented_moving: bool = False
 
 
 def _label_for_network(net: nn.Module, label: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -253,8 +256,8 @@ def run_pipeline(
             moving_label = aligned_label = sitk.Resample(moving_label, fixed, to_moving, sitk.sitkNearestNeighbor, 0)
         moving_on_fixed = slices_of(sitk.GetArrayFromImage(moving), dims)
     guide = {"moving_label": moving_label, "label_guidance": float(label_guidance)} if moving_label is not None else {}
-    if guide and label_prior is not None and prior_weight > 0:
-        guide.update(label_prior=label_prior, prior_weight=float(prior_weight))
+    if label_prior is not None and prior_weight > 0 and label_guidance > 0:  # without a moving label: its segmentation of the moving image
+        guide.update(label_guidance=float(label_guidance), label_prior=label_prior, prior_weight=float(prior_weight))
     # 2. localise: a heart window per slice, from its own slice pair ("heart": slices stay independent) or from the
     #    whole stack ("heart-stack": one window for every slice); the field of each slice is still its own
     centres: List[Tuple[float, float]] = []
@@ -299,6 +302,7 @@ def run_pipeline(
         alignment=alignment, aligned_label=aligned_label, prior_label=rated.prior_label, prior_agreement=rated.prior_agreement,
         prior_fixed_agreement=rated.prior_fixed_agreement, prior_note=rated.prior_note,
         prior_carried_agreement=rated.prior_carried_agreement, network_read_label=main.network_read_label,
+        prior_segmented_moving=rated.prior_segmented_moving,
     )
 
 
@@ -353,6 +357,7 @@ class _GridRun:
     prior_note: Optional[str] = None  # why a prior that was given did not act (None: it acted, or had nothing to steer)
     prior_carried_agreement: Optional[float] = None  # its fixed-image segmentation against the label the network's field carries
     network_read_label: bool = False  # a stack network that reads the moving label got it
+    prior_segmented_moving: bool = False  # no moving label: the label term steered the prior's segmentation of the moving image
 
 
 def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image]], window: bool, profile: ModelProfile, device,
@@ -385,8 +390,14 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
         lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
         if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
             prior_t, agreement, fixed_agreement, prior_note = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
+    elif label_prior is not None and prior_weight > 0 and label_guidance > 0 and active.size:
+        # images only: the prior's segmentation of the moving slices is the label the term steers (it writes nothing)
+        seg, prior_t, fixed_agreement, prior_note = moving_prior(label_prior.to(device), m_t[active], f_t[active])
+        if seg is not None:
+            lab_t = torch.zeros(z, 1, h, w, device=device)
+            lab_t[active] = seg
     if stack:
-        network_label = _label_for_network(net, lab_t)
+        network_label = _label_for_network(net, lab_t if moving_label is not None else None)
         ddf_m, warped_m, carried_agreement, aside = _predict_stack(net, m_t, f_t, still, lab_t, label_guidance, prior_t, prior_weight, agreement, network_label)
         if aside:
             prior_t, prior_note = None, aside
@@ -437,4 +448,4 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     seen_fixed = np.concatenate(seen) if window else np.ones((ddf_fixed.shape[0],) + tuple(ddf_fixed.shape[2:]), bool)
     return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, ddf_fixed, torch.cat(weights) if window else None,
                     rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None, agreement, fixed_agreement, prior_note,
-                    carried_agreement, network_label is not None)
+                    carried_agreement, network_label is not None, moving_label is None and lab_t is not None and prior_t is not None)
