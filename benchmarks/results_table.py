@@ -20,8 +20,10 @@ Rows (``--methods``), each scored as 3-D Dice (RV/Myo/LV mean) against the fixed
 - ``demons+helpers``: the same field, then the basal rules (with the label prior's LV rule) applied to its label
   and the result fused with the label prior (:func:`monai_npc.functional.label_fusion.fuse_by_slice`): every helper NPC
   gets, applied after the fact (demons has no place for them inside its transform);
-- ``npc-images``: ``register(moving, fixed)`` with no label: the images, the network and its image-only refinement;
-  the moving label enters only when the written transform is applied to it (ITK label-linear);
+- ``npc-images``: ``register(moving, fixed)`` with no label: the images, the network and its refinement, whose
+  label-guided term steers the label prior's segmentation of the moving image against its view of the fixed one; the
+  moving label enters only when the written transform is applied to it (ITK label-linear);
+- ``npc-images-alone``: the same with ``label_prior=0``: the images, the network and its image-only refinement;
 - ``npc-label``: ``register(..., moving_label=, label_prior=0)`` + the basal rules in the transform;
 - ``npc-label-prior``: ``register``'s defaults (moving label + label prior ``acdc_heart``) + the basal rules in the
   transform, its ``warped_label`` (the transform's label): what the bundle writes as ``warped_label.nii.gz``;
@@ -56,7 +58,8 @@ METHODS: Dict[str, str] = {
     "initial": "no registration",
     "demons": "SimpleITK demons 200 it., slice by slice, images only",
     "demons+helpers": "demons + basal rules (prior's LV rule) + fused with the label prior (label edits after the field)",
-    "npc-images": "NPC, images only (network + image-only refinement); label through transform.h5",
+    "npc-images": "NPC, images only: network + refinement steered by the label prior's view of both frames; label through transform.h5",
+    "npc-images-alone": "NPC, images only without the prior (network + image-only refinement); label through transform.h5",
     "npc-label": "NPC + moving label in the refinement + basal rules in the transform; no prior",
     "npc-label-prior": "NPC defaults: moving label + label prior + basal rules in the transform (warped_label)",
     "npc-fused": "the same run's fused_label (prior's outlines where it agrees with warped_label)",
@@ -185,11 +188,12 @@ def run_pair(moving, fixed, moving_label, reference: np.ndarray, direction: str,
         basal_through_plane(reg, direction)
         out["npc-label"] = (arr(reg.warped_label), time.perf_counter() - t0)
         fold["npc-label"] = reg.summary["folding_percent"]
-    if "npc-images" in methods:
-        t0 = time.perf_counter()
-        reg = monai_npc.register(moving, fixed, **kw)
-        out["npc-images"] = (arr(resample_label(moving_label, fixed, reg.transform, reg.label_sigma)), time.perf_counter() - t0)
-        fold["npc-images"] = reg.summary["folding_percent"]
+    for method, extra in (("npc-images", {}), ("npc-images-alone", {"label_prior": 0})):
+        if method in methods:
+            t0 = time.perf_counter()
+            reg = monai_npc.register(moving, fixed, **kw, **extra)
+            out[method] = (arr(resample_label(moving_label, fixed, reg.transform, reg.label_sigma)), time.perf_counter() - t0)
+            fold[method] = reg.summary["folding_percent"]
     if {"demons", "demons+helpers"} & set(methods):
         t0 = time.perf_counter()
         with use_threads(threads):

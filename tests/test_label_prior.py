@@ -156,7 +156,7 @@ def test_register_uses_the_weights_prior_with_a_moving_label(prior_always_acts):
         monai_npc.register(ed[0], es[0], model="camus", moving_label=lab[0], label_prior=1.0, threads=1)
 
 
-def test_without_a_moving_label_the_prior_segments_the_moving_image():
+def test_without_a_moving_label_the_prior_segments_the_moving_image(prior_always_acts):
     """Images only: the prior the weights name segments the moving image, and the label-guided term steers that
     segmentation (its intensity models, the prior's view of the fixed image); nothing of it is written (no warped
     label), the summary says what steered, and ``label_prior=0`` registers on the images alone. A fixed frame whose
@@ -198,6 +198,29 @@ def test_without_a_moving_label_the_prior_segments_the_moving_image():
     aside = inverted.summary["label_prior"]
     assert aside["weight"] == 0.0 and "turned upside down" in aside["aside"] and inverted.summary["label_guidance"] == 0.0
     torch.testing.assert_close(inverted.ddf, monai_npc.register(ed, es.max() - es, label_prior=0.0, **kw).ddf)
+
+
+def test_without_a_moving_label_the_prior_stands_aside_where_the_network_already_agrees_with_it():
+    """Its last check without an expert's label: the prior is taken to agree with one as its lower quartile on the
+    validation patients (PRIOR_IMAGES_AGREEMENT), so where the network's field carries its segmentation of the moving
+    phantom onto that of the fixed one closer than that (less PRIOR_MIN_GAP), it stands aside: a note with the number,
+    no warning, the images-alone field."""
+    import warnings
+
+    import monai_npc
+    from monai_npc.apps.registration.label_prior import PRIOR_IMAGES_AGREEMENT, PRIOR_MIN_GAP
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
+    ed, es = c["image"][0], c["image"][2]
+    kw = dict(spacing=c["spacing"], refine_iterations=10, threads=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        reg = monai_npc.register(ed, es, **kw)
+    summary = reg.summary["label_prior"]
+    assert summary["weight"] == 0.0 and summary["carried_agreement"] > PRIOR_IMAGES_AGREEMENT - PRIOR_MIN_GAP
+    assert "PRIOR_IMAGES_AGREEMENT" in summary["aside"] and reg.summary["label_guidance"] == 0.0 and not reg.summary["warnings"]
+    torch.testing.assert_close(reg.ddf, monai_npc.register(ed, es, label_prior=0.0, **kw).ddf)
 
 
 def test_cli_label_prior(tmp_path, capsys, prior_always_acts):

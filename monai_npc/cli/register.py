@@ -76,14 +76,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--label-guidance", type=float, default=None, metavar="W",
-        help="with --moving-label: weight of the refinement's label-guided term (the carried label should cover fixed voxels "
-        "that look like the moving image under it; no fixed label used); 0 = off; default 0.05 (docs/interop.md)",
+        help="weight of the refinement's label-guided term (the carried label should cover fixed voxels that look like the "
+        "moving image under it; no fixed label used): the --moving-label's, or without one the label prior's segmentation "
+        "of the moving image; 0 = off; default 0.05 (docs/interop.md)",
     )
     p.add_argument(
         "--label-prior", type=float, default=None, metavar="W",
-        help="with --moving-label: weight, within the label-guided term, of a segmentation network's view of the fixed image "
-        "(each carried label pays -log p(label) where it lands); 0 = off; default: the weights' own (8 for acdc, with its "
-        "acdc_heart prior; none for the other models); a cold shell call with it also imports MONAI (about 3 s)",
+        help="weight, within the label-guided term, of a segmentation network's view of the fixed image (each carried label "
+        "pays -log p(label) where it lands); without --moving-label the prior also segments the moving image, and that "
+        "segmentation is the label the term steers; 0 = off (without a label: the images alone); default: the weights' own "
+        "(8 for acdc, with its acdc_heart prior; none for the other models); a cold shell call with it also imports MONAI "
+        "(about 3 s)",
     )
     p.add_argument(
         "--label-sigma", type=float, default=None, metavar="VOXELS",

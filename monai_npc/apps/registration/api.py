@@ -134,8 +134,10 @@ def register(
         label_guidance: with a ``moving_label`` and an NPC network's refinement, the weight of a
             label-guided term: each carried label should cover fixed voxels that look like the
             moving image under that label (:mod:`monai_npc.functional.label_intensity`; no fixed
-            label is used). ``None``: :data:`monai_npc.apps.registration.settings.LABEL_GUIDANCE`; 0 = off
-            (the field then depends on the images only). Set above 0 without a ``moving_label``: a warning.
+            label is used). Without a ``moving_label`` the term steers the label prior's segmentation of the moving
+            image instead, when the weights name a prior (``label_prior`` below). ``None``:
+            :data:`monai_npc.apps.registration.settings.LABEL_GUIDANCE`; 0 = off (the field then depends on the images
+            only). Set above 0 with neither a ``moving_label`` nor a prior: a warning.
         label_sigma: ``warped_label``'s in-plane smoothing of each label before it is resampled, in
             moving voxels (``--label-sigma``; :func:`monai_npc.interop.label_resample.resample_label`);
             0: ITK's ``sitkLabelLinear`` exactly, as ANTs and Slicer resample a label with
@@ -166,7 +168,12 @@ def register(
             ``label_prior.dropped`` says why), and where the label the network's own field carries is further
             from its segmentation of the fixed image than the moving label is from its segmentation of the moving
             image (else it stands aside without a warning: ``label_prior.aside``, with ``carried_agreement``).
-            Set above 0 without a ``moving_label``: a warning.
+            **Without a** ``moving_label`` (images only) the prior segments the moving image and the label-guided
+            term steers that segmentation against its view of the fixed image (nothing of it is written; no
+            ``warped_label``; ``summary["label_prior"]["steered"]`` says which label it steered); it acts under the
+            fixed image's checks (contrast, overlap of its two segmentations before registration), else it stands
+            aside with a note (``label_prior.aside``) and the images alone register. 0: the images alone, always
+            (docs/design_notes.md, "Images only: the prior's segmentation of the moving image").
 
     Raises:
         FileNotFoundError: a missing image, label or weights file.

@@ -34,7 +34,7 @@ from monai_npc.interop.transforms import displacement_field_transform
 
 from .align import RigidAlignment, rigid_in_plane
 from .grids import constant_slices, given_centres, heart_grid, inside_grid, slice_images, slices_of
-from .label_prior import carried_prior_check, fixed_prior, moving_prior
+from .label_prior import PRIOR_IMAGES_AGREEMENT, carried_prior_check, fixed_prior, moving_prior
 from .localize import motion_centre
 from .models import ModelProfile, is_stack_network
 
@@ -51,7 +51,7 @@ def _net_dtype(net: nn.Module) -> torch.dtype:
 @torch.inference_mode()
 def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: int = 16, moving_label: Optional[torch.Tensor] = None,
              label_guidance: float = 0.0, fixed_prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0,
-             prior_agreement: Optional[float] = None):
+             prior_agreement: Optional[float] = None, label_from_prior: bool = False):
     """``(Z, 1, h, w)`` pairs -> ``ddf (Z, 2, h, w)`` (model voxels), ``warped``, ``reliability (Z, 1, h, w)`` or ``None``,
     the prior's agreement with the label the network's field carries (``None``: not judged), why it stood aside
     (``None``: it acted or was not given).
@@ -60,7 +60,8 @@ def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: i
     ``(Z, 1, h, w)`` with ``label_guidance`` > 0 reaches the refinement's label-guided term (NPC only),
     and with it ``fixed_prior`` ``(Z, K, h, w)`` (class probabilities of ``fixed``) weighted by ``prior_weight``,
     unless :func:`carried_prior_check` (given ``prior_agreement`` and the network's fields of all slices, before any
-    refinement) says why not.
+    refinement) says why not; ``label_from_prior``: ``moving_label`` is the prior's own segmentation of the moving
+    slices (images only), and stands aside with it.
     """
     guided = hasattr(net, "register") and moving_label is not None and bool(label_guidance)
     prior = fixed_prior if guided and fixed_prior is not None and prior_weight > 0 else None
@@ -70,6 +71,7 @@ def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: i
     if prior is not None and prior_agreement is not None and fields is not None:
         carried, aside = carried_prior_check(prior, prior_agreement, moving_label, torch.cat([f[0] for f in fields]))
         prior = None if aside else prior
+        guided = guided and not (aside and label_from_prior)
     ddfs, warps, rels = [], [], []
     for i, c in enumerate(chunks):
         m, f = moving[c], fixed[c]
@@ -95,7 +97,8 @@ def _predict(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, chunk: i
 @torch.inference_mode()
 def _predict_stack(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, still: np.ndarray, moving_label: Optional[torch.Tensor] = None,
                    label_guidance: float = 0.0, fixed_prior: Optional[torch.Tensor] = None, prior_weight: float = 0.0,
-                   prior_agreement: Optional[float] = None, network_label: Optional[torch.Tensor] = None):
+                   prior_agreement: Optional[float] = None, network_label: Optional[torch.Tensor] = None,
+                   label_from_prior: bool = False):
     """A stack network's field: ``moving``, ``fixed`` ``(Z, 1, h, w)``, the grid's slices in order, go through ``net``
     as ONE stack ``(Z, 2, h, w)`` -> ``ddf`` ``(Z, 3, h, w)`` float32 on the CPU (model voxels; channel 0 through the
     plane in slices, MONAI ``Warp`` convention), the moving stack warped by it in 3-D ``(Z, 1, h, w)``
@@ -108,7 +111,7 @@ def _predict_stack(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, st
     ``prior_weight`` unless :func:`carried_prior_check` (given ``prior_agreement``, on the network's 3-D field) says why
     not. ``still`` ``(Z,)`` slices (constant in either image) are left at the identity, as for 2-D models; with every
     slice still the network is not run. ``network_label`` ``(Z, 1, h, w)``: the moving label for a network that reads
-    it (``net.uses_label``; :func:`_label_for_network`)."""
+    it (``net.uses_label``; :func:`_label_for_network`); ``label_from_prior``: as :func:`_predict`."""
     z, _, h, w = moving.shape
     if still.all():
         return torch.zeros(z, 3, h, w), moving.float().cpu().clone(), None, None
@@ -125,6 +128,7 @@ def _predict_stack(net: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, st
         if prior is not None and prior_agreement is not None:
             carried, aside = carried_prior_check(prior, prior_agreement, moving_label, ddf)
             prior = None if aside else prior
+            guided = guided and not (aside and label_from_prior)
         ddf = refiner.refine_stack(moving.float(), fixed.float(), ddf, moving_label if guided else None, float(label_guidance),
                                    prior, float(prior_weight))
     ddf[torch.from_numpy(still).to(ddf.device)] = 0.0
@@ -381,7 +385,7 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     z, h, w = moving_m.shape
     ddf_m, warped_m = torch.zeros(z, 2, h, w), m_t.detach().float().cpu().clone()
     active = np.flatnonzero(~still)
-    lab_t = prior_t = agreement = fixed_agreement = prior_note = carried_agreement = network_label = rel_m = None
+    lab_t = prior_t = agreement = judged = fixed_agreement = prior_note = carried_agreement = network_label = rel_m = None
     stack = is_stack_network(net)
     if stack:  # the whole stack is refined together: the label term and the prior see every slice
         active = np.arange(z) if active.size else active
@@ -390,21 +394,24 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
         lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
         if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
             prior_t, agreement, fixed_agreement, prior_note = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
+            judged = agreement
     elif label_prior is not None and prior_weight > 0 and label_guidance > 0 and active.size:
         # images only: the prior's segmentation of the moving slices is the label the term steers (it writes nothing)
         seg, prior_t, fixed_agreement, prior_note = moving_prior(label_prior.to(device), m_t[active], f_t[active])
         if seg is not None:
             lab_t = torch.zeros(z, 1, h, w, device=device)
             lab_t[active] = seg
+            judged = PRIOR_IMAGES_AGREEMENT  # no expert's label to measure its own error on: the assumed one
     if stack:
         network_label = _label_for_network(net, lab_t if moving_label is not None else None)
-        ddf_m, warped_m, carried_agreement, aside = _predict_stack(net, m_t, f_t, still, lab_t, label_guidance, prior_t, prior_weight, agreement, network_label)
+        ddf_m, warped_m, carried_agreement, aside = _predict_stack(net, m_t, f_t, still, lab_t, label_guidance, prior_t, prior_weight, judged, network_label,
+                                                                      moving_label is None)
         if aside:
             prior_t, prior_note = None, aside
     elif active.size:
         d, wp, r, carried_agreement, aside = _predict(
             net, m_t[active], f_t[active], moving_label=None if lab_t is None else lab_t[active], label_guidance=label_guidance,
-            fixed_prior=prior_t, prior_weight=prior_weight, prior_agreement=agreement)
+            fixed_prior=prior_t, prior_weight=prior_weight, prior_agreement=judged, label_from_prior=moving_label is None)
         if aside:
             prior_t, prior_note = None, aside
         ddf_m[active], warped_m[active] = d.cpu(), wp.cpu()
