@@ -36,6 +36,8 @@ SETTINGS = {
     "--refine 25": {"refine_iterations": 25},
     "--label-guidance 0": {"label_guidance": 0.0},
     "--refine 0": {"refine_iterations": 0},
+    "images only (no moving label: the prior segments the moving frame)": {"moving_label": None},
+    "images only, --label-prior 0 (the images alone)": {"moving_label": None, "label_prior": 0.0},
 }
 
 
@@ -63,7 +65,7 @@ def main(argv=None) -> int:
     for _ in range(args.repeats):
         for name, setting in SETTINGS.items():
             t0 = time.perf_counter()
-            reg = monai_npc.register(frames[0], frames[1], **kwargs, **setting)
+            reg = monai_npc.register(frames[0], frames[1], **{**kwargs, **setting})
             with tempfile.TemporaryDirectory() as out:
                 reg.save(out)
             times[name].append(time.perf_counter() - t0)

@@ -171,8 +171,9 @@ def register(
             **Without a** ``moving_label`` (images only) the prior segments the moving image and the label-guided
             term steers that segmentation against its view of the fixed image (nothing of it is written; no
             ``warped_label``; ``summary["label_prior"]["steered"]`` says which label it steered); it acts under the
-            fixed image's checks (contrast, overlap of its two segmentations before registration), else it stands
-            aside with a note (``label_prior.aside``) and the images alone register. 0: the images alone, always
+            fixed image's checks (contrast, overlap of its two segmentations before registration) and the last one
+            above, its agreement with an expert taken to be ``PRIOR_IMAGES_AGREEMENT`` (0.92), else it stands aside
+            with a note (``label_prior.aside``) and the images alone register. 0: the images alone, always
             (docs/design_notes.md, "Images only: the prior's segmentation of the moving image").
 
     Raises:

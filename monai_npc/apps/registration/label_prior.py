@@ -109,7 +109,8 @@ def moving_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tens
     label: the label-guided term models the moving image's intensities under it and the prior's view of the fixed
     slices scores where the field carries it. No expert's label to check the prior against, so it acts under the fixed
     side's checks of :func:`fixed_prior` (contrast not inverted, its segmentations of the two frames overlapping
-    before registration by at least :data:`PRIOR_MIN_FIXED_AGREEMENT`). ``(None, None, None, None)``: it found no
+    before registration by at least :data:`PRIOR_MIN_FIXED_AGREEMENT`), and then :func:`carried_prior_check` with
+    :data:`PRIOR_IMAGES_AGREEMENT` (the caller's, on the network's field). ``(None, None, None, None)``: it found no
     structure on the moving slices; otherwise ``why not`` says why it does not act (then both tensors are ``None``).
     """
     h, w = moving.shape[2:]

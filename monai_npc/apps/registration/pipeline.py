@@ -364,6 +364,33 @@ class _GridRun:
     prior_segmented_moving: bool = False  # no moving label: the label term steered the prior's segmentation of the moving image
 
 
+def _label_term_inputs(grids, m_t: torch.Tensor, f_t: torch.Tensor, active: np.ndarray, moving_label: Optional[sitk.Image],
+                       label_guidance: float, label_prior: Optional[nn.Module], prior_weight: float):
+    """What the label-guided term steers on the model grid: ``(label (Z, 1, h, w) or None, the prior's class
+    probabilities of the ``active`` fixed slices or None, its agreement with the moving label, the agreement its last
+    check judges by (:func:`carried_prior_check`), its overlap on the fixed image, why it does not act)``. With a
+    ``moving_label``: that label and :func:`fixed_prior`; without one (images only), :func:`moving_prior`: the prior's
+    segmentation of the moving slices, judged with :data:`PRIOR_IMAGES_AGREEMENT`."""
+    z, _, h, w = m_t.shape
+    device = m_t.device
+    if moving_label is not None and label_guidance > 0:
+        lab = np.concatenate([slices_of(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
+        lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
+        if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
+            prior_t, agreement, on_fixed, note = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
+            return lab_t, prior_t, agreement, agreement, on_fixed, note
+        return lab_t, None, None, None, None, None
+    if label_prior is not None and prior_weight > 0 and label_guidance > 0 and active.size:
+        # images only: the prior's segmentation of the moving slices is the label the term steers (it writes nothing)
+        seg, prior_t, on_fixed, note = moving_prior(label_prior.to(device), m_t[active], f_t[active])
+        if seg is None:
+            return None, None, None, None, on_fixed, note
+        lab_t = torch.zeros(z, 1, h, w, device=device)
+        lab_t[active] = seg
+        return lab_t, prior_t, None, PRIOR_IMAGES_AGREEMENT, on_fixed, note  # no expert's label: its agreement assumed
+    return None, None, None, None, None, None
+
+
 def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image]], window: bool, profile: ModelProfile, device,
                        moving_label: Optional[sitk.Image] = None, label_guidance: float = 0.0, label_prior: Optional[nn.Module] = None,
                        prior_weight: float = 0.0) -> _GridRun:
@@ -385,23 +412,12 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     z, h, w = moving_m.shape
     ddf_m, warped_m = torch.zeros(z, 2, h, w), m_t.detach().float().cpu().clone()
     active = np.flatnonzero(~still)
-    lab_t = prior_t = agreement = judged = fixed_agreement = prior_note = carried_agreement = network_label = rel_m = None
+    carried_agreement = network_label = rel_m = None
     stack = is_stack_network(net)
     if stack:  # the whole stack is refined together: the label term and the prior see every slice
         active = np.arange(z) if active.size else active
-    if moving_label is not None and label_guidance > 0:
-        lab = np.concatenate([slices_of(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
-        lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
-        if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
-            prior_t, agreement, fixed_agreement, prior_note = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
-            judged = agreement
-    elif label_prior is not None and prior_weight > 0 and label_guidance > 0 and active.size:
-        # images only: the prior's segmentation of the moving slices is the label the term steers (it writes nothing)
-        seg, prior_t, fixed_agreement, prior_note = moving_prior(label_prior.to(device), m_t[active], f_t[active])
-        if seg is not None:
-            lab_t = torch.zeros(z, 1, h, w, device=device)
-            lab_t[active] = seg
-            judged = PRIOR_IMAGES_AGREEMENT  # no expert's label to measure its own error on: the assumed one
+    lab_t, prior_t, agreement, judged, fixed_agreement, prior_note = _label_term_inputs(
+        grids, m_t, f_t, active, moving_label, label_guidance, label_prior, prior_weight)
     if stack:
         network_label = _label_for_network(net, lab_t if moving_label is not None else None)
         ddf_m, warped_m, carried_agreement, aside = _predict_stack(net, m_t, f_t, still, lab_t, label_guidance, prior_t, prior_weight, judged, network_label,
