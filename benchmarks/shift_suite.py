@@ -19,7 +19,8 @@ contrast only (the hardest case for a segmentation network of the fixed frame):
 
 Per pair and shift (``--settings``, all three by default): the label carried by ``monai_npc.register(model=MODEL)``
 (``--model``, default ``acdc``) with no label at all (``images``: the moving label carried by the written transform,
-issue 51's images-only target), and the moving label carried with the defaults (the prior ``acdc_heart``, weight 8)
+issue 51's images-only target; with a model that names a prior, its segmentation of the moving frame steers the
+refinement), and the moving label carried with the defaults (the prior ``acdc_heart``, weight 8)
 and with ``label_prior=0``, 3-D Dice (RV/Myo/LV mean) against the fixed frame's expert
 label, whether the prior acted and its checks (``agreement`` on the moving image, ``fixed_agreement``: its
 fixed-image segmentation against the moving label before registration, ``carried_agreement``: the same against the
