@@ -187,6 +187,8 @@ class FrameRegistrations:
         kwargs = dict(self.kwargs, model=net)
         kwargs.setdefault("model_name", name)
         label = self._label(moving, to_reference)
+        if label is None:  # a frame-to-frame link of the chain: the images alone, as the schemes were measured (without a
+            kwargs["label_prior"] = 0.0  # label register would let the prior segment the moving frame)
         reg = register(self.cine.frames[moving], self.cine.frames[fixed], moving_label=label, **kwargs)
         # (3, Z, H, W) -> (Z, 2, H, W); a stack network's through-plane channel 0 too: (Z, 3, H, W)
         field_ = reg.ddf[3 - self.channels:].permute(1, 0, 2, 3).contiguous().float()
