@@ -243,7 +243,7 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
     result = run_pipeline(net, inputs.moving, inputs.fixed, profile, settings.keep_aspect, device, moving_label=inputs.moving_label,
                           label_guidance=guidance or (settings.label_guidance if reads else 0.0), heart_centre=heart_centre,
                           align=wants_rigid(settings.align, inputs.moving, inputs.fixed), label_prior=prior_net, prior_weight=prior_weight)
-    if segments and not result.prior_segmented_moving:  # the prior did not act: the images alone, no label term
+    if segments and result.prior_label is None:  # the prior did not act, nor its segmentation: the images alone
         guidance = 0.0
     prior = _prior_summary(result, settings.label_prior, prior_weight, inputs, notes)
     _check_result(result, inputs, settings, notes)

@@ -161,7 +161,8 @@ class PipelineResult:
         aligned_label: the moving label on the fixed grid after that alignment (nearest), else ``None``.
         prior_label: ``(Z, H, W)`` uint8 on the fixed grid: the label prior's segmentation of the fixed
             image (the most likely value; 0 outside the model grid and on slices where the moving label
-            has nothing, which the label term does not touch), when one acted, else ``None``.
+            has nothing, which the label term does not touch), when one acted, else ``None`` (without a moving
+            label: set exactly when the prior's segmentation of the moving image steered the term).
         prior_agreement: mean Dice of the label prior's segmentation of the moving image against the
             moving label (:func:`prior_agreement`, on the :data:`PRIOR_CHECK_SLICES` slices with the most
             label) when a prior was given, else ``None``; below :data:`PRIOR_MIN_AGREEMENT` the prior did not act.
@@ -171,8 +172,6 @@ class PipelineResult:
             the network's field (:func:`~monai_npc.apps.registration.label_prior.carried_prior_check`), or ``None``.
         prior_note: why a given prior did not act (:func:`~monai_npc.apps.registration.label_prior.fixed_prior`), else ``None``.
         network_read_label: whether a stack network that reads the moving label got it (:func:`_label_for_network`).
-        prior_segmented_moving: no moving label was given and the label-guided term steered the label prior's
-            segmentation of the moving image instead (:func:`~monai_npc.apps.registration.label_prior.moving_prior`).
     """
 
     ddf: np.ndarray
@@ -196,7 +195,6 @@ class PipelineResult:
     prior_note: Optional[str] = None
     prior_carried_agreement: Optional[float] = None
     network_read_label: bool = False
-    prior_segmented_moving: bool = False
 
 
 def _label_for_network(net: nn.Module, label: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -306,7 +304,6 @@ def run_pipeline(
         alignment=alignment, aligned_label=aligned_label, prior_label=rated.prior_label, prior_agreement=rated.prior_agreement,
         prior_fixed_agreement=rated.prior_fixed_agreement, prior_note=rated.prior_note,
         prior_carried_agreement=rated.prior_carried_agreement, network_read_label=main.network_read_label,
-        prior_segmented_moving=rated.prior_segmented_moving,
     )
 
 
@@ -361,7 +358,6 @@ class _GridRun:
     prior_note: Optional[str] = None  # why a prior that was given did not act (None: it acted, or had nothing to steer)
     prior_carried_agreement: Optional[float] = None  # its fixed-image segmentation against the label the network's field carries
     network_read_label: bool = False  # a stack network that reads the moving label got it
-    prior_segmented_moving: bool = False  # no moving label: the label term steered the prior's segmentation of the moving image
 
 
 def _label_term_inputs(grids, m_t: torch.Tensor, f_t: torch.Tensor, active: np.ndarray, moving_label: Optional[sitk.Image],
@@ -471,4 +467,4 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     seen_fixed = np.concatenate(seen) if window else np.ones((ddf_fixed.shape[0],) + tuple(ddf_fixed.shape[2:]), bool)
     return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, ddf_fixed, torch.cat(weights) if window else None,
                     rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None, agreement, fixed_agreement, prior_note,
-                    carried_agreement, network_label is not None, moving_label is None and lab_t is not None and prior_t is not None)
+                    carried_agreement, network_label is not None)
