@@ -46,8 +46,8 @@ def warp_indicators(values: np.ndarray, indicators: torch.Tensor, ddf: torch.Ten
     each indicator interpolated linearly, the largest wins; 0 outside."""
     prob = warp_image(indicators, ddf.float(), "bilinear", "zeros")
     prob[:, 0] += 1e-3  # ties (outside the image: all 0) go to background
-    # argmax over the last, contiguous axis: faster on the CPU than over axis 1 (same result)
-    return values[prob.movedim(1, -1).contiguous().argmax(-1).numpy()]
+    # max's index: the first largest, as argmax's, several times faster on the CPU over a middle axis
+    return values[prob.max(1).indices.numpy()]
 
 
 def warp_indicators_volume(values: np.ndarray, indicators: torch.Tensor, ddf: torch.Tensor) -> np.ndarray:
@@ -63,7 +63,7 @@ def warp_indicators_volume(values: np.ndarray, indicators: torch.Tensor, ddf: to
         at = ddf[axis] + torch.arange(n, dtype=ddf.dtype, device=ddf.device).view([-1 if a == axis else 1 for a in range(3)])
         prob = prob * ((at >= -0.5) & (at <= n - 0.5)).to(prob.dtype)
     prob[0] += 1e-3  # ties (outside the image: all 0) go to background
-    return values[prob.movedim(0, -1).contiguous().argmax(-1).numpy()]
+    return values[prob.max(0).indices.numpy()]
 
 
 def warp_label(label: np.ndarray, ddf: torch.Tensor, values: Sequence[int], sigma: float = 0.0) -> np.ndarray:

@@ -441,7 +441,7 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     prior_m = None
     if prior_t is not None:  # the prior's most likely value per model-grid voxel (0 on slices left at the identity)
         prior_m = np.zeros((z, h, w), np.uint8)
-        prior_m[active] = prior_t.argmax(1).cpu().numpy().astype(np.uint8)
+        prior_m[active] = prior_t.max(1).indices.cpu().numpy().astype(np.uint8)
         prior_m[still] = 0
     ddf_f, weights, rels, seen, priors, start = [], [], [], [], [], 0
     for grid, target in grids:
