@@ -7,7 +7,7 @@ What ``register`` computes on a whole short-axis stack once it has cut the heart
 resampling and writing around it (SimpleITK, the CPU's part; the GPU image of our device machines has no SimpleITK,
 so this runs beside the training with only the pack of ``examples/train_stacks_gpu.py pack`` carried): the network
 configured as ``register`` configures it (:func:`monai_npc.apps.registration.models.resolve_model`: for ``acdc`` 6
-ODE steps, the 180-degree flip ensemble, 40 refinement steps), all Z slices of one ED -> ES stack (128 x 128) in one
+ODE steps, the 180-degree flip ensemble, 30 refinement steps of 0.5 falling to 0.15 voxels), all Z slices of one ED -> ES stack (128 x 128) in one
 call, with and without the moving label in the refinement (``label_guidance``; no label prior here). A stack network
 (``stack_network = True``) gets the stack as one ``(Z, 2, h, w)`` call, then its 3-D refinement
 (``refine_stack``). Stacks: the pack's ``val`` stacks (images

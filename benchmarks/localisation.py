@@ -3,12 +3,12 @@
     python benchmarks/localisation.py [--data-dir ../shared/data/acdc_ssl4mis] [--dice] [--variants image,heart-stack,heart]
 
 A variant is a ``field_of_view`` of ``monai_npc.register``, optionally with the refinement steps
-after a colon (``heart-stack:0``; default: the weights' 50), their learning rate after a second
-one (``heart:25:0.4``; default: the weights' 0.25), the label-guidance weight after a third
+after a colon (``heart-stack:0``), their learning rate after a second one (``heart:40:0.25``), the
+label-guidance weight after a third
 (``heart:25:0.25:0.1``; default: ``register``'s 0.05), the learned ODE steps after a fourth
 (``heart:40:::6``) and the refinement's residual grid stride after a fifth (``heart:40:::6:4``);
-empty fields keep their default, ``register``'s settings (6 ODE steps, 40 refinement steps, grid
-stride 8 for ``acdc``).
+empty fields keep their default, ``register``'s settings (6 ODE steps, 30 refinement steps of 0.5
+falling to 0.15 voxels, grid stride 8 for ``acdc``; a learning rate given is kept for every step).
 
 Whole short-axis stacks are rebuilt from the SSL4MIS slice files (full field of view, every
 slice; that copy stores no spacing, so the in-plane spacing is taken as 360 mm / the larger
@@ -125,7 +125,7 @@ def dice_by_variant(data: Path, patients: List[str], variants: List[str], weight
         if weights is not None:  # another state of the acdc network (examples/train_acdc_stacks.py), register's settings kept
             net.load_state_dict(safe_load(weights, what="acdc weights"))
         if lr:
-            net.refiner.learning_rate = float(lr)
+            net.refiner.learning_rate, net.refiner.learning_rate_end = float(lr), None
         if stride:
             net.refiner.grid_stride = int(stride)
         nets[v] = (fov, net, {"label_guidance": float(guidance)} if guidance else {})

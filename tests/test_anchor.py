@@ -84,6 +84,22 @@ def test_label_guidance_grows_with_the_distance_to_the_reference():
     assert anchor.guidance(0) == 0.0 and anchor.guidance(2) == 0.0 and anchor.guidance(1) == pytest.approx(0.1)
 
 
+def test_anchor_takes_constant_steps_whatever_the_network_refines_with():
+    """The correction's few steps keep ``ANCHOR_LEARNING_RATE`` at every step, also from a refiner whose step size falls
+    (``register``'s settings of ``acdc``, which a stack network's tracking loads); the caller's refiner is not changed."""
+    from monai_npc.apps.tracking.anchor import ANCHOR_LEARNING_RATE
+    from monai_npc.networks.blocks import InstanceRefinement
+
+    frames, label = _shifted_frames(2.0)
+    falling = InstanceRefinement(iterations=30, learning_rate=0.5, learning_rate_end=0.15, grid_stride=8)
+    anchor = ReferenceAnchor(frames, 0, label, falling, label_guidance=0.0, margin=12, size=0)
+    plain = ReferenceAnchor(frames, 0, label, InstanceRefinement(grid_stride=8), label_guidance=0.0, margin=12, size=0)
+    assert (anchor.refiner.learning_rate, anchor.refiner.learning_rate_end) == (ANCHOR_LEARNING_RATE, None) == (0.25, None)
+    assert (falling.iterations, falling.learning_rate, falling.learning_rate_end) == (30, 0.5, 0.15)
+    start = torch.zeros(1, 2, 64, 64)
+    assert torch.equal(anchor(1, start), plain(1, start))
+
+
 def test_anchor_rejects_bad_input():
     frames, label = _shifted_frames(1.0)
     with pytest.raises(ValueError, match=r"\(T, Z, H, W\)"):

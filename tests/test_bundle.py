@@ -151,8 +151,8 @@ def test_configs_reproduce_paper_recipe(bundle):
 
     # the whole-stack configs run the same network, with the steps monai_npc.register gives these weights
     base_fov = bundle_defaults(bundle).get("field_of_view", "image")
-    crops = {"num_steps": infer["num_steps"], "refine_iterations": infer.get("refine_iterations", 0), "refine_grid_stride": 4,
-             "field_of_view": base_fov, "flip_ensemble": 1, "label_model_mix": 0.0}
+    crops = {"num_steps": infer["num_steps"], "refine_iterations": infer.get("refine_iterations", 0), "refine_learning_rate": 0.25,
+             "refine_learning_rate_end": None, "refine_grid_stride": 4, "field_of_view": base_fov, "flip_ensemble": 1, "label_model_mix": 0.0}
     # label_sigma and the label prior are not network settings: register reads them from the weights' register settings
     # (test_clinical_input, test_label_prior), which the bundle's weights get through their meta's "bundle"
     stacks = {k: v for k, v in {**crops, **bundle_defaults(bundle).get("register_settings", {})}.items()
@@ -162,11 +162,12 @@ def test_configs_reproduce_paper_recipe(bundle):
         inference_only = ("_target_", "refine_iterations", "refine_options", "flip_ensemble")
         assert net == {k: v for k, v in other["network_def"].items() if k not in inference_only}, name
         options = other["network_def"].get("refine_options") or {}
-        stride, mix = options.get("grid_stride", 4), options.get("label_model_mix", 0.0)
+        stride, mix, rate = options.get("grid_stride", 4), options.get("label_model_mix", 0.0), options.get("learning_rate", 0.25)
+        rate_end = options.get("learning_rate_end")
         fov = (other.get("model_meta") or {}).get("field_of_view", base_fov)
         flips = other.get("flip_ensemble", 1) if "flip_ensemble" in other["network_def"] else 1
-        assert {"num_steps": other["num_steps"], "refine_iterations": other.get("refine_iterations", 0), "refine_grid_stride": stride,
-                "field_of_view": fov, "flip_ensemble": flips, "label_model_mix": mix} == stacks, name
+        assert {"num_steps": other["num_steps"], "refine_iterations": other.get("refine_iterations", 0), "refine_learning_rate": rate,
+                "refine_learning_rate_end": rate_end, "refine_grid_stride": stride, "field_of_view": fov, "flip_ensemble": flips, "label_model_mix": mix} == stacks, name
     assert train["num_steps"] == 10  # the paper's recipe
     expected = dict(ACDC_CONFIG if bundle == "npc_acdc" else CAMUS_CONFIG)
     if bundle == "npc_camus":  # the configs let num_steps split 5/5 over the stages

@@ -119,7 +119,7 @@ def test_register_refine_option(tmp_path):
     refined = monai_npc.register(m, f, model="acdc", spacing=(1.0, 1.0), threads=1, refine_iterations=10)
     assert not torch.equal(plain.ddf, refined.ddf)
     # register's settings for acdc (apps.registration.register_settings), not the weights' 10 / 50
-    assert plain.summary["steps"] == {"num_steps": 6, "refine_iterations": 40} and refined.summary["steps"]["refine_iterations"] == 10
+    assert plain.summary["steps"] == {"num_steps": 6, "refine_iterations": 30} and refined.summary["steps"]["refine_iterations"] == 10
     fewer = monai_npc.register(m, f, model="acdc", spacing=(1.0, 1.0), threads=1, refine_iterations=10, num_steps=4)
     assert fewer.summary["steps"] == {"num_steps": 4, "refine_iterations": 10} and not torch.equal(fewer.ddf, refined.ddf)
     with pytest.raises(ValueError, match="--refine"):
@@ -169,3 +169,33 @@ def test_adam_step_is_torch_adam():
         _adam_step(b, grad, moments, step, 0.25)
         assert torch.equal(a, b), step
     assert (a - target).abs().max() < (target.abs().max()) / 2  # it moved towards the target
+
+
+def test_step_size_falls_linearly_from_the_first_step_to_the_last():
+    """``learning_rate_end``: the Adam step size goes from ``learning_rate`` (step 1) to it (the last step), linearly, as
+    ``torch.optim.lr_scheduler.LinearLR`` over the same steps; ``None`` keeps it constant, bit for bit the old refinement."""
+    from monai_npc.networks.blocks.refinement import _step_size
+
+    sizes = [_step_size(s, 30, 0.5, 0.15) for s in range(1, 31)]
+    assert sizes[0] == 0.5 and sizes[-1] == pytest.approx(0.15) and all(a > b for a, b in zip(sizes, sizes[1:]))
+    assert sizes[15] - sizes[16] == pytest.approx(sizes[0] - sizes[1])
+    param = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([param], lr=0.5)
+    linear = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0, end_factor=0.3, total_iters=29)
+    for s in range(1, 31):
+        assert opt.param_groups[0]["lr"] == pytest.approx(_step_size(s, 30, 0.5, 0.15)), s
+        opt.step()
+        linear.step()
+    assert _step_size(7, 30, 0.25, None) == 0.25 and _step_size(1, 1, 0.5, 0.15) == 0.5
+
+    moving, fixed, true = _blob_pair(3.0)
+    start = torch.zeros_like(true)
+    kw = dict(iterations=30, grid_stride=8, window=15, lambda_reg=0.0)
+    constant = InstanceRefinement(learning_rate=0.3, **kw)(moving, fixed, start)
+    assert torch.equal(InstanceRefinement(learning_rate=0.3, learning_rate_end=0.3, **kw)(moving, fixed, start), constant)
+    falling = InstanceRefinement(learning_rate=0.5, learning_rate_end=0.15, **kw)(moving, fixed, start)
+    inner = (slice(None), slice(None), slice(16, 48), slice(16, 48))
+    assert not torch.equal(falling, constant)
+    assert (falling - true)[inner].norm(dim=1).mean() < 0.3  # 3 px -> < 0.3 px, as with a constant step
+    with pytest.raises(ValueError, match="learning_rate_end"):
+        InstanceRefinement(learning_rate_end=0.0)

@@ -31,12 +31,13 @@ def test_acdc_defaults_come_from_its_dataset_and_arguments_win(pair):
     assert set(rec) == {f.name for f in dataclasses.fields(RegisterSettings)} - {"sources"}
     assert all(source in SOURCES for _, source in rec.values())
     assert rec["num_steps"] == (4, "argument") and rec["label_sigma"] == (0.0, "argument")
-    assert rec["refine_iterations"] == (40, "dataset") and rec["field_of_view"] == ("heart-stack", "dataset")
+    assert rec["refine_iterations"] == (30, "dataset") and rec["field_of_view"] == ("heart-stack", "dataset")
+    assert rec["refine_learning_rate"] == (0.5, "dataset") and rec["refine_learning_rate_end"] == (0.15, "dataset")
     assert rec["label_prior"] == ("acdc_heart", "dataset") and rec["label_prior_weight"] == (8.0, "dataset")
     assert rec["label_guidance"] == (DEFAULTS["label_guidance"], "default") and rec["align"] == ("auto", "default")
     assert rec["size"] == (128, "weights")
     # the record is what ran
-    assert reg.summary["steps"] == {"num_steps": 4, "refine_iterations": 40} and reg.summary["label_sigma"] == 0.0
+    assert reg.summary["steps"] == {"num_steps": 4, "refine_iterations": 30} and reg.summary["label_sigma"] == 0.0
 
 
 def test_a_network_configured_once_keeps_its_sources_and_one_used_as_it_is_says_weights(pair):

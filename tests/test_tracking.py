@@ -116,24 +116,25 @@ def test_tracking_model_settings():
     net, name = tracking_model("acdc")
     assert name == "acdc" and net.ode.num_steps == TRACK_NUM_STEPS == 4 and net.ode.steps_per_stage == [2, 2]
     assert net.refiner.iterations == TRACK_REFINE_ITERATIONS == 10 and net.refiner.grid_stride == 4  # the weights' grid
+    assert net.refiner.learning_rate == 0.25 and net.refiner.learning_rate_end is None  # the weights' constant steps
     assert model_profile(net).field_of_view == "heart"  # consecutive frames: a heart window per slice
     assert TRACK_FLIP_ENSEMBLE == 2 and net.flip_codes == [0, 3]  # consecutive frames: the pair and the pair turned by 180 degrees
     assert model_profile(net).taper == 12
     net, _ = tracking_model("acdc", refine_iterations=3, num_steps=7)
     assert net.ode.steps_per_stage == [4, 3] and net.refiner.iterations == 3
     pair, _ = resolve_model("acdc")  # register's pair settings (apps.registration.register_settings), not tracking's
-    assert pair.ode.num_steps == 6 and pair.refiner.iterations == 40 and pair.refiner.grid_stride == 8
+    assert pair.ode.num_steps == 6 and pair.refiner.iterations == 30 and pair.refiner.grid_stride == 8
     assert pair.flip_codes == [0, 3] and pair.config["flip_ensemble"] == 2  # the pair and the pair turned by 180 degrees
     assert model_profile(pair).field_of_view == "heart-stack"  # one heart window per stack
     assert model_profile(pair, field_of_view="heart").field_of_view == "heart"  # register(field_of_view=...) still wins
     far, _ = tracking_model("acdc", consecutive=False)  # frames further apart get register's
-    assert far.ode.num_steps == 6 and far.refiner.iterations == 40 and far.refiner.grid_stride == 8
+    assert far.ode.num_steps == 6 and far.refiner.iterations == 30 and far.refiner.grid_stride == 8
     assert model_profile(far).field_of_view == "heart-stack"
     given, name = tracking_model(pair)
-    assert given is pair and given.ode.num_steps == 6 and given.refiner.iterations == 40 and name == "NPCNet"
+    assert given is pair and given.ode.num_steps == 6 and given.refiner.iterations == 30 and name == "NPCNet"
     with pytest.warns(RuntimeWarning, match="num_steps=3, refine_iterations=2 ignored"):  # a module is not changed, and says so
         given, _ = tracking_model(pair, refine_iterations=2, num_steps=3)
-    assert given.ode.num_steps == 6 and given.refiner.iterations == 40
+    assert given.ode.num_steps == 6 and given.refiner.iterations == 30
     with pytest.raises(ValueError, match="num_steps"):
         tracking_model("acdc", num_steps=0)
 

@@ -41,7 +41,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--model", default="acdc", help="registration model as for monai-npc register (default: acdc); a stack network's "
                    "weights (architecture slice_context) track through the plane (docs/tracking.md)")
     p.add_argument("--refine", type=int, default=None, metavar="N",
-                   help="test-time refinement steps of each registration (default: register's, 40 for acdc, for the default "
+                   help="test-time refinement steps of each registration (default: register's, 30 for acdc, for the default "
                    "direct scheme; 10 between consecutive frames of the chained schemes; docs/tracking.md, Speed); for the "
                    "anchored scheme the steps of each frame's correction against the reference frame (default 6)")
     p.add_argument("--steps", type=int, default=None, metavar="N",

@@ -121,7 +121,9 @@ def register(
         model_name: name recorded in the summary (default: from ``model``).
         refine_iterations: test-time refinement steps after an NPC network (``--refine``; about 10 ms
             each for a 128 x 128 pair on one CPU thread); ``None``: the weights' register setting
-            (:func:`monai_npc.apps.registration.models.register_settings`: 40 for ``acdc``), else their own.
+            (:func:`monai_npc.apps.registration.models.register_settings`: 30 for ``acdc``, their step size
+            falling from 0.5 to 0.15 voxels, ``refine_learning_rate`` / ``refine_learning_rate_end``), else
+            their own. The step sizes stay the settings': they fall over the steps given.
         field_of_view: where the model grid goes (:mod:`monai_npc.apps.registration`): ``"heart"``
             (a ``size x size`` window at the native pixel size on the region where each slice's two
             images differ, found without labels; identity outside it), ``"heart-stack"`` (one such
@@ -146,7 +148,7 @@ def register(
             the shipped models"), else 0.
         num_steps: learned ODE steps of an NPC network (``--steps``; split evenly over its
             stages); ``None``: the weights' register setting (6 for ``acdc``, whose weights say
-            10: with 40 refinement steps as accurate as 10 + 50, in less time; docs/design_notes.md,
+            10: with the refinement's steps as accurate as 10 + 50, in less time; docs/design_notes.md,
             "Register settings of the shipped models"), else their own.
         heart_centre: for ``"heart"`` models, the window's in-plane centre ``(row, col)`` in fixed
             voxels (array order), one for every slice or one per slice; ``None`` (default): found

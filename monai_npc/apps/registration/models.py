@@ -72,7 +72,7 @@ def resolve_model(
     (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``num_steps`` the learned ODE steps
     (:class:`~monai_npc.networks.blocks.WarpODE`, split evenly over its stages); ``None``: the
     weights' register settings (:func:`monai_npc.apps.registration.models.register_settings`; ``acdc``: 6 ODE
-    and 40 refinement steps, the refinement's residual 8 voxels apart, instead of the weights' own
+    and 30 refinement steps of 0.5 falling to 0.15 voxels, the refinement's residual 8 voxels apart, instead of the weights' own
     10, 50 and 4, the ODE's field averaged with the pair turned by 180 degrees
     (``flip_ensemble`` 2), and one heart window per stack, ``net.meta["field_of_view"] =
     "heart-stack"``), else their own; ``register_defaults=False``: the weights' own
@@ -108,7 +108,7 @@ def resolve_model(
     if getattr(net, "spatial_dims", 2) != 2 and not is_stack_network(net):
         raise ValueError(f"model {spec} is {net.spatial_dims}-D and not a stack network (stack_network = True); register needs a "
                          "2-D model or a network of whole stacks, (Z, 2, H, W) -> (Z, 3, H, W).")
-    # acdc: 6 ODE + 40 refinement steps, grid stride 8, flip ensemble 2, heart-stack (its dataset's register settings)
+    # acdc: 6 ODE + 30 refinement steps of 0.5 -> 0.15, grid stride 8, flip ensemble 2, heart-stack (its dataset's register settings)
     configured = network_settings(net, {"refine_iterations": refine_iterations, "num_steps": num_steps}, register_defaults)
     given = {k for k, v in (("refine_iterations", refine_iterations), ("num_steps", num_steps)) if v is not None}
     layer = register_settings(net) if register_defaults else {}
@@ -121,7 +121,9 @@ def _configure(net: nn.Module, values: Mapping[str, Any]) -> None:
     """Set ``values`` (:data:`~monai_npc.apps.registration.settings.NETWORK_SETTINGS` and ``field_of_view``) on an NPC network."""
     if "field_of_view" in values:  # read by model_profile; register(field_of_view=...) still overrides it
         net.meta = {**(getattr(net, "meta", None) or {}), "field_of_view": values["field_of_view"]}
-    for name, attr in (("refine_iterations", "iterations"), ("refine_grid_stride", "grid_stride"), ("label_model_mix", "label_model_mix")):
+    for name, attr in (("refine_iterations", "iterations"), ("refine_learning_rate", "learning_rate"),
+                       ("refine_learning_rate_end", "learning_rate_end"), ("refine_grid_stride", "grid_stride"),
+                       ("label_model_mix", "label_model_mix")):
         if values.get(name) is not None:
             setattr(net.refiner, attr, values[name])
     if values.get("flip_ensemble") is not None and hasattr(net, "set_flip_ensemble"):
@@ -230,12 +232,13 @@ def register_settings(net: nn.Module) -> Dict[str, Union[int, float, str]]:
     """What ``register`` gives weights loaded by name or file where the caller sets nothing: their meta's
     ``register_settings``, else their dataset's (:mod:`monai_npc.apps.registration.settings`): ``{"num_steps",
     "refine_iterations", "refine_grid_stride", "flip_ensemble"}`` as integers, ``"label_sigma"`` (voxels,
-    :func:`monai_npc.interop.label_resample.resample_label`), ``"label_model_mix"``
+    :func:`monai_npc.interop.label_resample.resample_label`), ``"refine_learning_rate"``, ``"refine_learning_rate_end"``,
+    ``"label_model_mix"``
     (:class:`~monai_npc.networks.blocks.InstanceRefinement`) and ``"label_prior_weight"`` as floats, ``"field_of_view"``
     (checked where it is used, :func:`model_profile`) and ``"label_prior"`` (a
     :func:`~monai_npc.networks.nets.load_label_prior` name) as names; any may be absent;
-    ``acdc``: 6 learned ODE steps averaged over the pair and the pair turned by 180 degrees, 40 refinement
-    steps on a residual grid 8 voxels apart, one heart window per stack, the carried label smoothed by
+    ``acdc``: 6 learned ODE steps averaged over the pair and the pair turned by 180 degrees, 30 refinement
+    steps of 0.5 falling to 0.15 voxels on a residual grid 8 voxels apart, one heart window per stack, the carried label smoothed by
     1 voxel, the label term's models half from the fixed frame, the ``acdc_heart`` segmentation prior in
     the label term); ``{}``: the weights' own configuration."""
     return register_layer(net)[0]

@@ -51,10 +51,11 @@ DEFAULTS: Dict[str, Any] = {
 }
 
 #: settings of the network itself (:meth:`RegisterSettings.apply`); ``None`` for networks without them
-NETWORK_SETTINGS = ("num_steps", "refine_iterations", "refine_grid_stride", "flip_ensemble", "label_model_mix")
+NETWORK_SETTINGS = ("num_steps", "refine_iterations", "refine_learning_rate", "refine_learning_rate_end", "refine_grid_stride",
+                    "flip_ensemble", "label_model_mix")
 
 #: register settings (in a meta's ``register_settings``) that are fractions, and those that are names; others are integers
-_FLOATS = ("label_sigma", "label_model_mix", "label_prior_weight", "label_guidance")
+_FLOATS = ("label_sigma", "label_model_mix", "label_prior_weight", "label_guidance", "refine_learning_rate", "refine_learning_rate_end")
 _NAMES = ("field_of_view", "label_prior")
 _TYPED = _FLOATS + _NAMES + NETWORK_SETTINGS + ("size",)
 
@@ -76,9 +77,11 @@ class RegisterSettings:
         label_sigma: in-plane smoothing of ``warped_label``'s indicators (moving voxels).
         label_prior: name of the segmentation prior in the label term (``None``: none).
         label_prior_weight: its weight within the label term (0 = off).
-        num_steps, refine_iterations, refine_grid_stride, flip_ensemble, label_model_mix: the NPC network's learned
-            ODE steps, test-time refinement steps, refinement residual grid (voxels), flip ensemble and label-model mix;
-            ``None`` for networks without them.
+        num_steps, refine_iterations, refine_learning_rate, refine_learning_rate_end, refine_grid_stride, flip_ensemble,
+            label_model_mix: the NPC network's learned ODE steps, test-time refinement steps and their step size (Adam's
+            learning rate, voxels of the residual per step: the first step's and the last's, linear in between; the last
+            ``None``: constant), refinement residual grid (voxels), flip ensemble and label-model mix; ``None`` for
+            networks without them.
         sources: ``{setting: source}``, one of :data:`SOURCES` for each field above.
     """
 
@@ -92,6 +95,8 @@ class RegisterSettings:
     label_prior_weight: float
     num_steps: Optional[int] = None
     refine_iterations: Optional[int] = None
+    refine_learning_rate: Optional[float] = None
+    refine_learning_rate_end: Optional[float] = None
     refine_grid_stride: Optional[int] = None
     flip_ensemble: Optional[int] = None
     label_model_mix: Optional[float] = None
@@ -149,15 +154,20 @@ def register_layer(net: nn.Module) -> Tuple[Dict[str, Any], str]:
 
 
 def _network_own(net: nn.Module) -> Dict[str, Any]:
-    """The network settings ``net`` has now (``None`` where it has no such setting)."""
+    """The network settings ``net`` has now; absent: not a setting of ``net`` (a refiner's ``refine_learning_rate_end``
+    may be ``None``, a constant step size)."""
     refiner, ode = getattr(net, "refiner", None), getattr(net, "ode", None)
     config = getattr(net, "config", None) or {}
-    return {
+    own = {
         "num_steps": getattr(ode, "num_steps", None), "refine_iterations": getattr(refiner, "iterations", None),
-        "refine_grid_stride": getattr(refiner, "grid_stride", None),
+        "refine_learning_rate": getattr(refiner, "learning_rate", None), "refine_grid_stride": getattr(refiner, "grid_stride", None),
         "flip_ensemble": config.get("flip_ensemble") if hasattr(net, "set_flip_ensemble") else None,
         "label_model_mix": getattr(refiner, "label_model_mix", None),
     }
+    own = {k: v for k, v in own.items() if v is not None}
+    if hasattr(refiner, "learning_rate_end"):
+        own["refine_learning_rate_end"] = refiner.learning_rate_end
+    return own
 
 
 def network_settings(net: nn.Module, arguments: Mapping[str, Any], use_register_settings: bool) -> Dict[str, Tuple[Any, str]]:
@@ -169,7 +179,7 @@ def network_settings(net: nn.Module, arguments: Mapping[str, Any], use_register_
     layer, source = register_layer(net) if use_register_settings else ({}, "weights")
     out: Dict[str, Tuple[Any, str]] = {}
     for name in NETWORK_SETTINGS:
-        if own[name] is None:  # not a setting of this network
+        if name not in own:  # not a setting of this network
             out[name] = (None, "default")
         elif arguments.get(name) is not None:
             out[name] = (_typed(name, arguments[name]), "argument")

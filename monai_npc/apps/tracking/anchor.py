@@ -40,7 +40,8 @@ from monai_npc.networks.blocks.refinement import InstanceRefinement
 from monai_npc.transforms.crop import label_union_bbox
 
 __all__ = [
-    "ANCHOR_ITERATIONS", "ANCHOR_LABEL_GUIDANCE", "ANCHOR_GRID_STRIDE", "ANCHOR_MARGIN", "ANCHOR_SIZE", "ANCHOR_TAPER",
+    "ANCHOR_ITERATIONS", "ANCHOR_LABEL_GUIDANCE", "ANCHOR_LEARNING_RATE", "ANCHOR_GRID_STRIDE", "ANCHOR_MARGIN", "ANCHOR_SIZE",
+    "ANCHOR_TAPER",
     "ReferenceAnchor", "label_box", "frame_distances",
 ]
 
@@ -49,6 +50,9 @@ ANCHOR_ITERATIONS = 6
 #: weight of the refinement's label-guided term (the reference label) on the frame farthest from the reference,
 #: :func:`monai_npc.register`'s default for pairs; scaled down for nearer frames (:func:`frame_distances`)
 ANCHOR_LABEL_GUIDANCE = 0.05
+#: the correction's step size, the same at every step (voxels; the weights' own, whatever step sizes register gives its
+#: longer refinement): a few short steps of a field already close
+ANCHOR_LEARNING_RATE = 0.25
 #: voxels between the control points of the correction's residual (the network's own refinement: 4); the
 #: corrections are small and local (a myocardium a few voxels thick), which a coarser grid cannot express
 ANCHOR_GRID_STRIDE = 2
@@ -98,8 +102,8 @@ class ReferenceAnchor:
         frames: ``(T, Z, H, W)`` intensities of the cine.
         reference: the reference frame (its label is ``label``).
         label: ``(Z, H, W)`` integer label of the reference frame.
-        refiner: the refinement to run (its learning rate, window and regularisers; a copy, with
-            ``iterations`` and ``grid_stride``); ``None``: :class:`InstanceRefinement` with its defaults.
+        refiner: the refinement to run (its window and regularisers; a copy, with ``iterations``, ``grid_stride`` and
+            the step size :data:`ANCHOR_LEARNING_RATE`); ``None``: :class:`InstanceRefinement` with its defaults.
         iterations: refinement steps per frame (``None``: :data:`ANCHOR_ITERATIONS`).
         label_guidance: weight of the label-guided term on the frame farthest from the reference
             (0 = off); frame ``t`` gets ``label_guidance`` x its :func:`frame_distances` value.
@@ -125,6 +129,7 @@ class ReferenceAnchor:
         self.label = torch.from_numpy(np.asarray(label, dtype=np.int64)[(slice(None),) + self.box])[:, None]  # (Z, 1, h, w)
         self.refiner = copy.copy(refiner) if refiner is not None else InstanceRefinement()  # the caller's stays as it is
         self.refiner.iterations = ANCHOR_ITERATIONS if iterations is None else int(iterations)
+        self.refiner.learning_rate, self.refiner.learning_rate_end = ANCHOR_LEARNING_RATE, None
         self.refiner.grid_stride = ANCHOR_GRID_STRIDE if grid_stride is None else int(grid_stride)
         if self.refiner.grid_stride < 1:
             raise ValueError(f"grid_stride must be >= 1, got {grid_stride}.")

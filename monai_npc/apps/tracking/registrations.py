@@ -92,7 +92,7 @@ def tracking_model(
     name or file get ``num_steps`` ODE steps and ``refine_iterations`` refinement steps; ``None``:
     :data:`TRACK_NUM_STEPS` and :data:`TRACK_REFINE_ITERATIONS` (and the :data:`TRACK_FLIP_ENSEMBLE`) for ``consecutive`` frames,
     ``register``'s otherwise (:func:`monai_npc.apps.registration.models.register_settings`; 6 and
-    40 for ``acdc``: ``direct`` registers the reference onto every frame, up to the whole motion of
+    30 for ``acdc``: ``direct`` registers the reference onto every frame, up to the whole motion of
     the cycle). A network is used as it is (:func:`monai_npc.apps.registration.models.resolve_model`); weights of a
     stack network are loaded as ``register`` loads them, without tracking's steps (:func:`_stack_model`)."""
     from monai_npc.apps.registration.models import is_phase_correlation, names_stack_network, resolve_model

@@ -59,6 +59,14 @@ def _adam_step(param: torch.Tensor, grad: torch.Tensor, moments: Tuple[torch.Ten
         param.addcdiv_(exp_avg, denom, value=-lr / (1 - betas[0] ** float(step)))
 
 
+def _step_size(step: int, iterations: int, start: float, end: Optional[float]) -> float:
+    """The step size of step ``step`` (1 .. ``iterations``): ``start`` at the first, ``end`` at the last, linear in
+    between; ``start`` throughout when ``end`` is ``None``."""
+    if end is None or iterations <= 1:
+        return start
+    return start + (end - start) * (step - 1) / (iterations - 1)
+
+
 def _last_slabs(taps: Tuple[torch.Tensor, torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
     """``image -> stack_tap_slabs(image, taps)``, kept for the last image given: a refinement warps the same image (and
     the same labels) at every step, so its neighbour slices are gathered once."""
@@ -95,6 +103,8 @@ class InstanceRefinement(nn.Module):
     Args:
         iterations: optimiser steps; 0 returns ``ddf0`` unchanged.
         learning_rate: Adam step size (voxels of the full grid, roughly, per step).
+        learning_rate_end: the step size of the last step, reached linearly from ``learning_rate`` at the first
+            (long steps while far from the optimum, short ones as it settles); ``None``: ``learning_rate`` throughout.
         grid_stride: residual grid spacing in full-grid voxels (an integer >= 1).
         window: LNCC window width in full-grid voxels (odd).
         lambda_reg: weight of the diffusion regulariser (field in full-grid voxels).
@@ -135,6 +145,7 @@ class InstanceRefinement(nn.Module):
         self,
         iterations: int = 50,
         learning_rate: float = 0.25,
+        learning_rate_end: Optional[float] = None,
         grid_stride: int = 4,
         window: int = 17,
         lambda_reg: float = 0.05,
@@ -158,6 +169,9 @@ class InstanceRefinement(nn.Module):
             raise ValueError(f"learning_rate must be > 0, got {learning_rate}.")
         self.iterations = int(iterations)
         self.learning_rate = float(learning_rate)
+        if learning_rate_end is not None and not float(learning_rate_end) > 0:
+            raise ValueError(f"learning_rate_end must be > 0 or None, got {learning_rate_end}.")
+        self.learning_rate_end = None if learning_rate_end is None else float(learning_rate_end)
         self.grid_stride = int(grid_stride)
         self.level = int(level)
         self.window = max(1, (int(window) // self.level) // 2 * 2 + 1)
@@ -180,7 +194,8 @@ class InstanceRefinement(nn.Module):
         self.area_values = tuple(int(v) for v in area_values)
 
     def extra_repr(self) -> str:
-        return (f"iterations={self.iterations}, learning_rate={self.learning_rate}, grid_stride={self.grid_stride}, "
+        return (f"iterations={self.iterations}, learning_rate={self.learning_rate}, learning_rate_end={self.learning_rate_end}, "
+                f"grid_stride={self.grid_stride}, "
                 f"level={self.level}, window={self.window} (at the loss level), lambda_reg={self.lambda_reg}, lambda_jac={self.lambda_jac}, "
                 f"lambda_label={self.lambda_label}, label_model_mix={self.label_model_mix}, label_prior_weight={self.label_prior_weight}")
 
@@ -249,7 +264,7 @@ class InstanceRefinement(nn.Module):
             # the sum of per-pair losses: each pair's residual gets exactly the gradient (and, Adam being
             # per element, the steps) it would get alone, so a slice registers the same inside its stack
             (grad,) = torch.autograd.grad(loss.sum(), v)
-            _adam_step(v, grad, moments, step, self.learning_rate)
+            _adam_step(v, grad, moments, step, _step_size(step, self.iterations, self.learning_rate, self.learning_rate_end))
         return field_of(v.detach()).detach()
 
     @torch.jit.ignore
