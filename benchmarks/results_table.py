@@ -236,8 +236,9 @@ def table(rows: List[Dict[str, Any]], methods: Sequence[str], model: str = "acdc
         if not x:
             continue
         cells = [f"{np.mean([np.mean(r['dice'][m]) for r in x if g == 'all' or r['group'] == g]):.3f}" for g in groups]
-        above = sum(np.mean(r["dice"][m]) > np.mean(r["dice"]["demons"]) for r in x if "demons" in r["dice"])
-        lines.append(f"| `{m}` | {METHODS[m]} | " + " | ".join(cells) + f" | {above} / {len(x)} | {np.mean([r['seconds'][m] for r in x]):.1f} |")
+        scored = [r for r in x if "demons" in r["dice"]]  # a run without the demons row has nothing to count against
+        above = f"{sum(np.mean(r['dice'][m]) > np.mean(r['dice']['demons']) for r in scored)} / {len(scored)}" if scored else "-"
+        lines.append(f"| `{m}` | {METHODS[m]} | " + " | ".join(cells) + f" | {above} | {np.mean([r['seconds'][m] for r in x]):.1f} |")
     n = len({r['patient'] for r in rows})
     from monai_npc.apps.registration.models import names_stack_network
 

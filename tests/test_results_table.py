@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from results_table import PROFILE_BINS, profile_table, slice_profile  # noqa: E402
+from results_table import PROFILE_BINS, profile_table, slice_profile, table  # noqa: E402
 
 
 def _stack(z: int = 7, size: int = 40) -> np.ndarray:
@@ -46,3 +46,15 @@ def test_the_profile_table_pools_the_pairs():
     base, nxt = line.split(" | ")[2:4]
     assert base.split(" / ") == ["0.667", "-", "1.000"] and nxt.split(" / ") == ["1.000", "-", "1.000"]  # no Myo: "-"
     assert profile_table([{"direction": "ED->ES"}], ["npc"]) == []  # rows from before the profile
+
+
+def test_pairs_above_demons_count_only_against_a_demons_row_of_the_same_run():
+    rows = [{"patient": "p1", "group": "NOR", "direction": "ES->ED", "dice": {"demons": [0.8] * 3, "npc-images": [0.9] * 3},
+             "seconds": {"demons": 10.0, "npc-images": 2.0}},
+            {"patient": "p2", "group": "DCM", "direction": "ES->ED", "dice": {"demons": [0.9] * 3, "npc-images": [0.85] * 3},
+             "seconds": {"demons": 10.0, "npc-images": 3.0}}]
+    line = [ln for ln in table(rows, ["demons", "npc-images"]).splitlines() if ln.startswith("| `npc-images`")][0]
+    assert line.endswith("| 0.850 | 0.900 | 0.875 | 1 / 2 | 2.5 |"), line  # DCM, NOR, all
+    alone = [dict(r, dice={"npc-images": r["dice"]["npc-images"]}) for r in rows]  # a run of the NPC row only
+    line = [ln for ln in table(alone, ["npc-images"]).splitlines() if ln.startswith("| `npc-images`")][0]
+    assert line.endswith("| 0.875 | - | 2.5 |"), line
