@@ -77,13 +77,12 @@ def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tenso
     ``(None, None, None, None)``: no labelled slice, nothing for the prior to steer; otherwise ``why not`` says why
     it does not act.
     """
-    _, _, h, w = moving.shape
     area = (label > 0).flatten(1).sum(1).cpu().numpy()
     labelled = np.flatnonzero(area > 0)
     if labelled.size == 0:
         return None, None, None, None
-    if h % 16 or w % 16:
-        return None, None, None, f"the model grid ({h} x {w}) is not a multiple of 16 on each side, which its U-Net needs"
+    if _grid_note(moving):
+        return None, None, None, _grid_note(moving)
     check = np.argsort(-area, kind="stable")[: min(PRIOR_CHECK_SLICES, labelled.size)]
     if area[check].sum() < PRIOR_MIN_CHECK_VOXELS:
         return None, None, None, (f"too little of the moving label lies in the model grid to check the prior against it "
@@ -113,15 +112,20 @@ def moving_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tens
     :data:`PRIOR_IMAGES_AGREEMENT` (the caller's, on the network's field). ``(None, None, None, None)``: it found no
     structure on the moving slices; otherwise ``why not`` says why it does not act (then both tensors are ``None``).
     """
-    h, w = moving.shape[2:]
-    if h % 16 or w % 16:
-        return None, None, None, f"the model grid ({h} x {w}) is not a multiple of 16 on each side, which its U-Net needs"
+    if _grid_note(moving):
+        return None, None, None, _grid_note(moving)
     label = label_prior.predict(moving).max(1, keepdim=True).indices.to(device=moving.device, dtype=torch.float32)
     labelled = np.flatnonzero((label > 0).flatten(1).any(1).cpu().numpy())
     if labelled.size == 0:
         return None, None, None, None
     prior, on_fixed, why = _on_fixed(label_prior, moving, fixed, label, labelled, "no moving label to check it against")
     return (None if why else label), prior, on_fixed, why
+
+
+def _grid_note(moving: torch.Tensor) -> Optional[str]:
+    """Why the prior cannot segment slices ``(N, 1, h, w)`` of this model grid, or ``None`` when it can."""
+    h, w = moving.shape[2:]
+    return f"the model grid ({h} x {w}) is not a multiple of 16 on each side, which its U-Net needs" if h % 16 or w % 16 else None
 
 
 def _on_fixed(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, label: torch.Tensor, labelled: np.ndarray,
