@@ -28,8 +28,8 @@ __all__ = ["through_plane_taps", "stack_tap_slabs", "warp_stack_taps"]
 def through_plane_taps(through: torch.Tensor, group: torch.Tensor, n_groups: int, through_padding: str = "border"
                        ) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(rows (K, N) int64, weights (K, N, 1, H, W))`` of a through-plane displacement ``through`` ``(N, H, W)``
-    (slices): for each of the ``K = 2 * ceil(max |d|) + 1`` slice offsets ``k - K // 2`` (``d``: how far the clamped
-    slice coordinate lies from the slice, at most ``|through|``), the batch row of every
+    (slices): for each slice offset from ``-R`` to ``R`` (``R = ceil(max |d|)``, ``d``: how far the clamped
+    slice coordinate lies from the slice, at most ``|through|``) that has a weight above 0 somewhere, the batch row of every
     slice's neighbour at that offset (clamped to its stack) and its trilinear weight (0 where the sampled coordinate is
     not within one slice of it). ``through_padding`` as :func:`~monai_npc.functional.warp_stack_slices`'s: with
     ``"border"`` the weights of a slice sum to 1 at every pixel; with ``"zeros"`` (labels) less within one slice past
@@ -49,7 +49,12 @@ def through_plane_taps(through: torch.Tensor, group: torch.Tensor, n_groups: int
         # a clamped offset repeats the end slice: count it once (the offset that is the end slice itself)
         hat = torch.where((position + offset == at).view(-1, 1, 1), hat, torch.zeros_like(hat))
         weights.append(hat.unsqueeze(1))
-    return torch.stack(rows), torch.stack(weights)
+    rows_k, weights_k = torch.stack(rows), torch.stack(weights)
+    # an offset that weighs nothing anywhere (a coordinate past a stack's end with zero padding reaches further than
+    # any slice it reads) would only add zero channels to every warp: leave it out
+    used = weights_k.flatten(1).gt(0).any(1)
+    used[reach] = True
+    return rows_k[used], weights_k[used]
 
 
 def stack_tap_slabs(image: torch.Tensor, taps: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
