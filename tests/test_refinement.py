@@ -31,6 +31,8 @@ def test_box_sum_counts_the_window_with_zero_padding():
         conv = (torch.nn.functional.conv2d, torch.nn.functional.conv3d)[dims - 2]
         ref = conv(y.flatten(0, 1)[:, None], torch.ones((1, 1) + (window,) * dims, dtype=torch.float64), padding=window // 2)
         assert torch.allclose(box_sum(y, window), ref.reshape(shape)), (shape, window)
+        single = box_sum(y.float(), window)  # each axis summed as the innermost one, the result laid out as the input
+        assert single.dtype == torch.float32 and single.is_contiguous() and torch.allclose(single.double(), ref.reshape(shape), atol=1e-5)
     with pytest.raises(ValueError, match="odd"):
         box_sum(x, 4)
 

@@ -26,16 +26,20 @@ def _box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
     Along each axis of length ``n``, with ``h = window // 2``: ``x`` zero-padded by ``h + 1`` before
     and ``h`` after, ``S`` its cumulative sum, ``out[i] = S[i + 2h + 1] - S[i]`` (the sum of
     ``x[i - h .. i + h]`` inside the axis): one padded copy, one cumulative sum and one subtraction
-    of two views per axis (faster than writing the clipped ends by slices).
+    of two views per axis (faster than writing the clipped ends by slices). Each axis is summed as the
+    innermost one (a transposed copy for the others): on the CPU a running sum along the innermost axis is
+    several times faster than along an outer one, and the sums are the same.
     """
     half = window // 2
     dtype = x.dtype
     x = x.double()  # running sums of float32 lose the small differences that local variances are made of
+    last = x.dim() - 1
     for axis in range(2, x.dim()):
-        n = x.shape[axis]
-        s = F.pad(x, [0, 0] * (x.dim() - 1 - axis) + [half + 1, half]).cumsum_(axis)
-        x = s.narrow(axis, 2 * half + 1, n) - s.narrow(axis, 0, n)
-    return x.to(dtype)
+        inner = x.movedim(axis, last).contiguous()
+        n = inner.shape[-1]
+        s = F.pad(inner, [half + 1, half]).cumsum_(-1)
+        x = (s[..., 2 * half + 1:] - s[..., :n]).movedim(last, axis)
+    return x.to(dtype, memory_format=torch.contiguous_format)
 
 
 class _BoxSum(torch.autograd.Function):
