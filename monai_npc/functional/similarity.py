@@ -27,18 +27,20 @@ def _box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
     and ``h`` after, ``S`` its cumulative sum, ``out[i] = S[i + 2h + 1] - S[i]`` (the sum of
     ``x[i - h .. i + h]`` inside the axis): one padded copy, one cumulative sum and one subtraction
     of two views per axis (faster than writing the clipped ends by slices). Each axis is summed as the
-    innermost one (a transposed copy for the others): on the CPU a running sum along the innermost axis is
+    innermost one on the CPU (a transposed copy for the others): there a running sum along the innermost axis is
     several times faster than along an outer one, and the sums are the same.
     """
     half = window // 2
     dtype = x.dtype
     x = x.double()  # running sums of float32 lose the small differences that local variances are made of
-    last = x.dim() - 1
+    last = x.dim() - 1 if x.device.type == "cpu" else None
     for axis in range(2, x.dim()):
-        inner = x.movedim(axis, last).contiguous()
-        n = inner.shape[-1]
-        s = F.pad(inner, [half + 1, half]).cumsum_(-1)
-        x = (s[..., 2 * half + 1:] - s[..., :n]).movedim(last, axis)
+        along = x.movedim(axis, last).contiguous() if last is not None else x
+        at = last if last is not None else axis
+        n = along.shape[at]
+        s = F.pad(along, [0, 0] * (x.dim() - 1 - at) + [half + 1, half]).cumsum_(at)
+        x = s.narrow(at, 2 * half + 1, n) - s.narrow(at, 0, n)
+        x = x.movedim(last, axis) if last is not None else x
     return x.to(dtype, memory_format=torch.contiguous_format)
 
 
