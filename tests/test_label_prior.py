@@ -278,8 +278,8 @@ def test_a_label_of_another_convention_is_not_pulled_by_the_prior(prior_always_a
     mixed = torch.full((1, 1, 2, 2), 3.0)
     mixed[..., 0] = 5.0
     assert prior_agreement(probs, mixed) == pytest.approx(2 / 3)  # LV on 2 of the 4 voxels the prior calls LV
-    # extra structures on an ACDC label keep the prior; too little label in the window to judge, an empty label,
-    # a model grid the U-Net cannot take: the summary says why (or, with nothing to steer, records nothing)
+    # extra structures on an ACDC label keep the prior; too little label in the window to judge, a model grid the
+    # U-Net cannot take: the summary says why; an empty label registers as images only (the prior's segmentation steers)
     extra = lab.copy()
     extra[(lab == 0) & (np.indices(lab.shape)[2] < 6)] = 5
     assert monai_npc.register(ed, es, moving_label=extra, **kw).summary["label_prior"]["weight"] == 8.0
@@ -287,7 +287,8 @@ def test_a_label_of_another_convention_is_not_pulled_by_the_prior(prior_always_a
     tiny[lab.shape[0] // 2, 30:33, 30:33] = 3
     with pytest.warns(RuntimeWarning, match="too little of the moving label"):
         assert monai_npc.register(ed, es, moving_label=tiny, **kw).summary["label_prior"]["weight"] == 0.0
-    assert monai_npc.register(ed, es, moving_label=np.zeros_like(lab), **kw).summary["label_prior"] is None
+    assert monai_npc.register(ed, es, moving_label=np.zeros_like(lab), **kw).summary["label_prior"]["steered"] == (
+        "its segmentation of the moving image")
     with pytest.warns(RuntimeWarning, match=r"model grid \(100 x 100\) is not a multiple of 16"):
         odd = monai_npc.register(ed, es, moving_label=lab, size=100, **kw)
     assert odd.summary["label_prior"]["weight"] == 0.0
@@ -454,3 +455,31 @@ def test_the_prior_stands_aside_where_the_transform_already_agrees_with_it():
     assert not any("stood aside" in w for w in reg.summary["warnings"])
     assert reg.prior_label is None and reg.fused_label is None
     torch.testing.assert_close(reg.ddf, monai_npc.register(ed, es, moving_label=lab, label_prior=0.0, **kw).ddf)
+
+
+def test_an_empty_moving_label_registers_as_images_only():
+    """A moving label with no structure tells the label-guided term nothing: the field is the images-only one (the
+    prior's segmentation of the moving image steers, as without a label), the summary says so, and the (empty) label is
+    still carried and warned about."""
+    import warnings
+
+    import SimpleITK as sitk
+
+    import monai_npc
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
+    ed, es = c["image"][0], c["image"][2]
+    kw = dict(spacing=c["spacing"], refine_iterations=10, threads=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        empty = monai_npc.register(ed, es, moving_label=np.zeros_like(c["label"][0]), **kw)
+    images = monai_npc.register(ed, es, **kw)
+    torch.testing.assert_close(empty.ddf, images.ddf, rtol=0, atol=0)
+    assert empty.summary["label_guidance"] == images.summary["label_guidance"]
+    assert empty.summary["label_prior"] == images.summary["label_prior"]
+    if images.summary["label_prior"] is not None:
+        assert empty.summary["label_prior"]["steered"] == "its segmentation of the moving image"
+    assert not sitk.GetArrayViewFromImage(empty.warped_label).any() and any("is empty" in str(w.message) for w in caught)
+    guided = monai_npc.register(ed, es, moving_label=c["label"][0], **kw)
+    assert float((guided.ddf - images.ddf).abs().max()) > 1e-3  # a label with structure does steer

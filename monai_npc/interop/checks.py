@@ -44,6 +44,7 @@ __all__ = [
     "spacing_warning",
     "orientation_warning",
     "slice_plane_warning",
+    "has_foreground",
     "empty_label_warning",
     "check_inputs",
     "input_warnings",
@@ -265,10 +266,15 @@ def slice_plane_warning(image: sitk.Image, name: str) -> Optional[str]:
 MANY_LABELS = 64
 
 
+def has_foreground(label: sitk.Image) -> bool:
+    """Whether a label map has a voxel > 0 (a structure to carry or to steer by)."""
+    return bool((sitk.GetArrayViewFromImage(label) > 0).any())
+
+
 def empty_label_warning(label: sitk.Image, what: str = "label") -> Optional[str]:
     """A warning when a label map has no foreground (no value > 0), or so many values that it is probably an image."""
     array = sitk.GetArrayViewFromImage(label)
-    if not (array > 0).any():
+    if not has_foreground(label):
         return f"{what} is empty (no voxel > 0): Dice and warped labels carry no information."
     values = np.unique(array)
     if values.size > MANY_LABELS + 1:

@@ -52,7 +52,7 @@ from torch import nn
 
 from monai_npc.functional import warp_image
 from monai_npc.functional.fold_repair import repair_folds
-from monai_npc.interop.checks import label_sigma_warning
+from monai_npc.interop.checks import has_foreground, label_sigma_warning
 from monai_npc.interop.images import resample
 from monai_npc.interop.inputs import ImageLike, PathLike, image_like
 from monai_npc.runtime import use_threads
@@ -226,14 +226,16 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
     profile = model_profile(net, size, settings.field_of_view)
     # the term acts only in an NPC network's test-time refinement, with a moving label: else it is 0 (and recorded so)
     refines = getattr(getattr(net, "refiner", None), "iterations", 0) > 0
+    # the label the term steers: an empty moving label tells it nothing (registered as images only, and still carried)
+    steer = inputs.moving_label if inputs.moving_label is not None and has_foreground(inputs.moving_label) else None
     # without a moving label, a prior the weights name segments the moving image and its segmentation is the label the
     # term steers (images only: nothing of it is written; label_prior=0 registers on the images alone)
-    segments = inputs.moving_label is None and bool(settings.label_prior) and settings.label_prior_weight > 0
+    segments = steer is None and bool(settings.label_prior) and settings.label_prior_weight > 0
     asked = settings.label_terms_asked()
-    if asked and inputs.moving_label is None and not segments:  # set by the caller, with nothing to steer: say so rather than drop it silently
+    if asked and steer is None and not segments:  # set by the caller, with nothing to steer: say so rather than drop it silently
         _warn(notes, f"{' and '.join(asked)} ignored: the label-guided term steers a moving label (moving_label, --moving-label), "
                      "or without one the label prior's segmentation of the moving image, and there is neither.")
-    guidance = settings.label_guidance if refines and (inputs.moving_label is not None or segments) else 0.0
+    guidance = settings.label_guidance if refines and (steer is not None or segments) else 0.0
     prior_weight = settings.label_prior_weight if guidance > 0 else 0.0  # it is part of the label-guided term
     prior_net = None
     if prior_weight > 0:
@@ -241,13 +243,13 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
 
         prior_net = load_label_prior(settings.label_prior, device)
     # a stack network that reads the moving label gets it whenever the label may guide (label_guidance > 0), refined or not
-    reads = inputs.moving_label is not None and settings.label_guidance > 0 and getattr(net, "uses_label", False)
-    result = run_pipeline(net, inputs.moving, inputs.fixed, profile, settings.keep_aspect, device, moving_label=inputs.moving_label,
+    reads = steer is not None and settings.label_guidance > 0 and getattr(net, "uses_label", False)
+    result = run_pipeline(net, inputs.moving, inputs.fixed, profile, settings.keep_aspect, device, moving_label=steer,
                           label_guidance=guidance or (settings.label_guidance if reads else 0.0), heart_centre=heart_centre,
                           align=wants_rigid(settings.align, inputs.moving, inputs.fixed), label_prior=prior_net, prior_weight=prior_weight)
     if segments and result.prior_label is None:  # the prior did not act, nor its segmentation: the images alone
         guidance = 0.0
-    prior = _prior_summary(result, settings.label_prior, prior_weight, inputs, notes)
+    prior = _prior_summary(result, settings.label_prior, prior_weight, inputs, notes, steer is not None)
     _check_result(result, inputs, settings, notes)
     stack = _stack_record(settings, inputs, notes, refines, len(getattr(net, "flip_codes", [0])),
                           result.network_read_label) if is_stack_network(net) else None
@@ -292,14 +294,16 @@ def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str], 
                             if not (refines and k in STACK_REFINED) and not (flips > 1 and k == "flip_ensemble")}}
 
 
-def _prior_summary(result: PipelineResult, prior_name: Optional[str], weight: float, inputs: Inputs, notes: List[str]) -> Optional[Dict[str, Any]]:
-    """``summary["label_prior"]``: what the prior did (acted, stood aside, or dropped with a warning); ``None`` unasked."""
+def _prior_summary(result: PipelineResult, prior_name: Optional[str], weight: float, inputs: Inputs, notes: List[str],
+                   label_steers: bool) -> Optional[Dict[str, Any]]:
+    """``summary["label_prior"]``: what the prior did (acted, stood aside, or dropped with a warning); ``None`` unasked.
+    ``label_steers``: the moving label steered the term (else the prior's segmentation of the moving image did)."""
     if not (weight > 0 and (result.prior_label is not None or result.prior_note)):  # asked for, with a label to steer
         return None
     summary = {"name": prior_name, "weight": weight, "agreement": result.prior_agreement,
                "fixed_agreement": result.prior_fixed_agreement, "carried_agreement": result.prior_carried_agreement,
-               "steered": "moving_label" if inputs.moving_label is not None else "its segmentation of the moving image"}
-    if inputs.moving_label is None and result.prior_label is None:  # images only: the helper stands aside, a note only
+               "steered": "moving_label" if label_steers else "its segmentation of the moving image"}
+    if not label_steers and result.prior_label is None:  # images only: the helper stands aside, a note only
         summary.update(weight=0.0, aside=f"label prior {prior_name} stood aside: {result.prior_note}. Registered on the images alone.")
     elif result.prior_label is None and result.prior_carried_agreement is not None:  # judged, and not needed: a note only
         why = f"label prior {prior_name} stood aside: {result.prior_note}. Registered without it."
