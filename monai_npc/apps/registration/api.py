@@ -136,8 +136,9 @@ def register(
         label_guidance: with a ``moving_label`` and an NPC network's refinement, the weight of a
             label-guided term: each carried label should cover fixed voxels that look like the
             moving image under that label (:mod:`monai_npc.functional.label_intensity`; no fixed
-            label is used). Without a ``moving_label`` the term steers the label prior's segmentation of the moving
-            image instead, when the weights name a prior (``label_prior`` below). ``None``:
+            label is used). Without a ``moving_label`` (or with an empty one) the term steers the label
+            prior's segmentation of the moving image instead, when the weights name a prior (``label_prior``
+            below). ``None``:
             :data:`monai_npc.apps.registration.settings.LABEL_GUIDANCE`; 0 = off (the field then depends on the images
             only). Set above 0 with neither a ``moving_label`` nor a prior: a warning.
         label_sigma: ``warped_label``'s in-plane smoothing of each label before it is resampled, in
