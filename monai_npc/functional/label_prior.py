@@ -34,7 +34,9 @@ def label_prior_weights(prior: torch.Tensor, values: Sequence[int], region: torc
         prior: ``(B, K, *S)`` class probabilities of the fixed image (channel ``k`` = label value ``k``,
             summing to 1 over ``K``).
         values: the label value of each of the ``C`` one-hot channels (:func:`label_onehot` order);
-            a value the prior does not know (``>= K``) gets weight 0 (only its intensity term acts).
+            a value the prior does not know (``>= K``) gets weight 0 (only its intensity term acts). Value 0 (the
+            label's background) is the prior's background together with every structure ``1 .. K - 1`` that
+            ``values`` do not name (a label of the LV alone calls the myocardium and the RV background).
         region: ``(B, 1, *S)`` where the term is evaluated.
         floor: probability floor before the log.
 
@@ -45,7 +47,15 @@ def label_prior_weights(prior: torch.Tensor, values: Sequence[int], region: torc
         raise ValueError(f"prior {tuple(prior.shape)} and region {tuple(region.shape)} must share batch and spatial shape.")
     known = [int(v) < prior.shape[1] for v in values]
     index = torch.tensor([int(v) if k else 0 for v, k in zip(values, known)], device=prior.device)
-    cost = -torch.log(prior.index_select(1, index).clamp(min=float(floor)))  # (B, C, *S)
+    chosen = prior.index_select(1, index)  # (B, C, *S)
+    unnamed = [k for k in range(1, prior.shape[1]) if k not in {int(v) for v in values}]
+    if unnamed and 0 in [int(v) for v in values]:
+        # a label that leaves out some of the prior's structures (an LV alone) calls them background: its 0 is the
+        # prior's background or any structure the label does not name
+        rest = prior.index_select(1, torch.tensor(unnamed, device=prior.device)).sum(1)
+        chosen = torch.cat([chosen[:, c:c + 1] + rest[:, None] if int(v) == 0 else chosen[:, c:c + 1]
+                            for c, v in enumerate(values)], 1)
+    cost = -torch.log(chosen.clamp(min=float(floor)))  # (B, C, *S)
     cost = cost * torch.tensor(known, dtype=cost.dtype, device=cost.device).view([1, -1] + [1] * (prior.dim() - 2))
     count = region.flatten(1).sum(1).clamp(min=1.0).view([-1] + [1] * (prior.dim() - 1))
     return cost.to(region.dtype) * region / count
