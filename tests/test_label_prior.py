@@ -257,12 +257,18 @@ def test_cli_label_prior(tmp_path, capsys, prior_always_acts):
     assert "label_prior (--label-prior) must be a finite number >= 0" in err and "Traceback" not in err
 
 
-def test_a_label_of_another_convention_is_not_pulled_by_the_prior(prior_always_acts):
-    """The same moving label with RV and LV swapped (M&Ms numbers them LV 1, RV 3): the prior's segmentation of the
-    moving image disagrees with it (mean Dice below PRIOR_MIN_AGREEMENT), so it does not act: a warning naming the
-    label and the number, the summary says why, and the field is the prior-free one."""
+def test_a_label_of_another_convention_is_steered_with_the_priors_values_and_other_anatomy_is_not(prior_always_acts):
+    """The same moving label with RV and LV swapped (M&Ms numbers them LV 1, RV 3), or its values times 10: each value
+    overlaps one of the prior's structures best (value_map), so the label term steers it with the prior's values: the
+    same field as the ACDC-numbered label, the summary names the renaming, the written label keeps the user's values.
+    A label of other anatomy (a square that overlaps no structure well) is not pulled: a warning naming the label and
+    the number, the summary says why, and the field is the prior-free one."""
+    import warnings
+
+    import SimpleITK as sitk
+
     import monai_npc
-    from monai_npc.apps.registration.label_prior import PRIOR_MIN_AGREEMENT, prior_agreement
+    from monai_npc.apps.registration.label_prior import PRIOR_MIN_AGREEMENT, prior_agreement, relabel, value_map
     from monai_npc.data.phantom_cine import cardiac_cine
 
     c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
@@ -270,12 +276,33 @@ def test_a_label_of_another_convention_is_not_pulled_by_the_prior(prior_always_a
     swapped = lab.copy()
     swapped[lab == 1], swapped[lab == 3] = 3, 1
     kw = dict(spacing=c["spacing"], refine_iterations=10, threads=1)
-    with pytest.warns(RuntimeWarning, match=r"label prior acdc_heart not used for moving label .*: .*\(mean Dice 0\.\d\d over the values 1-3, at least 0\.5 needed\)"):
-        reg = monai_npc.register(ed, es, moving_label=swapped, **kw)
+    acdc = monai_npc.register(ed, es, moving_label=lab, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for other, values in ((swapped, {"1": 3, "2": 2, "3": 1}), (lab * 10, {"10": 1, "20": 2, "30": 3})):
+            reg = monai_npc.register(ed, es, moving_label=other, **kw)
+            assert reg.summary["label_prior"]["weight"] == 8.0 and reg.summary["label_prior"]["values"] == values
+            torch.testing.assert_close(reg.ddf, acdc.ddf, rtol=0, atol=0)
+            assert set(np.unique(sitk.GetArrayViewFromImage(reg.warped_label)).tolist()) == set(np.unique(other).tolist())
+    assert "values" not in acdc.summary["label_prior"]
+    square = np.zeros_like(lab)
+    square[:, 4:20, 4:20] = 1  # other anatomy: it overlaps none of the prior's structures
+    with pytest.warns(RuntimeWarning, match=r"label prior acdc_heart not used for moving label .*: .*\(mean Dice 0\.\d\d over the values 1-3, at least 0\.5 needed"):
+        reg = monai_npc.register(ed, es, moving_label=square, **kw)
     summary = reg.summary["label_prior"]
     assert summary["weight"] == 0.0 and summary["agreement"] < PRIOR_MIN_AGREEMENT and "convention" in summary["dropped"]
     assert reg.prior_label is None
-    torch.testing.assert_close(reg.ddf, monai_npc.register(ed, es, moving_label=swapped, label_prior=0.0, **kw).ddf)
+    torch.testing.assert_close(reg.ddf, monai_npc.register(ed, es, moving_label=square, label_prior=0.0, **kw).ddf)
+    # value_map and relabel alone: one structure per value, none shared; a value it does not name becomes unknown
+    probs = torch.zeros(1, 4, 2, 2)
+    probs[0, 3, 0], probs[0, 1, 1] = 1.0, 1.0  # the prior: LV on row 0, RV on row 1
+    label = torch.tensor([[7.0, 7.0], [5.0, 5.0]]).view(1, 1, 2, 2)
+    assert value_map(probs, label) == {7: 3, 5: 1}
+    assert value_map(probs, torch.tensor([[7.0, 7.0], [7.0, 5.0]]).view(1, 1, 2, 2)) == {7: 3, 5: 1}  # each value's best
+    assert value_map(probs, torch.tensor([[7.0, 5.0], [7.0, 5.0]]).view(1, 1, 2, 2)) is None  # both the same best: not one for one
+    assert value_map(torch.zeros(1, 4, 2, 2).index_fill_(1, torch.tensor([0]), 1.0), label) is None  # nothing it overlaps
+    assert value_map(probs, torch.tensor([[3.0, 3.0], [1.0, 1.0]]).view(1, 1, 2, 2)) is None  # already the prior's values
+    assert relabel(torch.tensor([0.0, 7.0, 5.0, 9.0]), {7: 3, 5: 1}, 4).tolist() == [0.0, 3.0, 1.0, 13.0]
     # the agreement itself: Dice per present value, values the prior cannot see count 0, no label -> None
     probs = torch.zeros(1, 4, 2, 2)
     probs[0, 3] = 1.0

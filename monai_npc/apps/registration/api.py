@@ -304,6 +304,8 @@ def _prior_summary(result: PipelineResult, prior_name: Optional[str], weight: fl
     summary = {"name": prior_name, "weight": weight, "agreement": result.prior_agreement,
                "fixed_agreement": result.prior_fixed_agreement, "carried_agreement": result.prior_carried_agreement,
                "steered": "moving_label" if label_steers else "its segmentation of the moving image"}
+    if result.prior_values:  # a label of another convention, its values renamed to the prior's for the label term
+        summary["values"] = {str(v): k for v, k in result.prior_values.items()}
     if not label_steers and result.prior_label is None:  # images only: the helper stands aside, a note only
         summary.update(weight=0.0, aside=f"label prior {prior_name} stood aside: {result.prior_note}. Registered on the images alone.")
     elif result.prior_label is None and result.prior_carried_agreement is not None:  # judged, and not needed: a note only

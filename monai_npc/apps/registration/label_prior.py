@@ -4,7 +4,7 @@ of the fixed slices for the refinement's label-guided term (:mod:`monai_npc.func
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -14,7 +14,7 @@ from monai_npc.functional import contrast_polarity, dice_by_value, warp_image
 from monai_npc.functional.stack_field import warp_stack_slices
 
 __all__ = ["PRIOR_CHECK_SLICES", "PRIOR_IMAGES_AGREEMENT", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "PRIOR_MIN_FIXED_AGREEMENT", "PRIOR_MIN_GAP",
-           "prior_agreement", "fixed_prior", "moving_prior", "carried_prior_check"]
+           "prior_agreement", "value_map", "relabel", "fixed_prior", "moving_prior", "carried_prior_check"]
 
 
 #: the label prior acts only when its segmentation of the moving image agrees with the moving label at least this much
@@ -61,42 +61,79 @@ def prior_agreement(probabilities: torch.Tensor, label: torch.Tensor) -> Optiona
     return float(np.mean(list(dice_by_value(seen, lab, values).values()))) if values else None
 
 
+def value_map(probabilities: torch.Tensor, label: torch.Tensor) -> Optional[Dict[int, int]]:
+    """``{label value: the prior's value}`` for a label of another convention (M&Ms: LV 1, RV 3; or 10 / 20 / 30): each
+    value > 0 of ``label`` ``(N, 1, h, w)`` named by the structure ``1 .. K-1`` of the most likely values of
+    ``probabilities`` ``(N, K, h, w)`` it overlaps best (Dice), when every value overlaps one and no two values share
+    it; ``None`` otherwise, or when the values already are the prior's. The renamed label is then judged as any label
+    (:func:`prior_agreement` at least :data:`PRIOR_MIN_AGREEMENT`), so a label of other anatomy still does not pass."""
+    seen = probabilities.max(1).indices.cpu().numpy()
+    lab = label[:, 0].round().to(torch.int64).cpu().numpy()
+    mapping: Dict[int, int] = {}
+    for v in (int(v) for v in np.unique(lab) if v > 0):
+        mine = lab == v
+        dice = [2 * float((mine & (seen == k)).sum()) / max(float(mine.sum() + (seen == k).sum()), 1.0)
+                for k in range(1, probabilities.shape[1])]
+        if max(dice, default=0.0) <= 0.0:
+            return None
+        mapping[v] = 1 + int(np.argmax(dice))
+    if not mapping or len(set(mapping.values())) < len(mapping) or all(k == v for k, v in mapping.items()):
+        return None
+    return mapping
+
+
+def relabel(label: torch.Tensor, mapping: Dict[int, int], num_classes: int) -> torch.Tensor:
+    """``label`` with its values renamed by ``mapping`` (:func:`value_map`); a value > 0 it does not name becomes one the
+    prior does not know (``num_classes`` + the value), so that it cannot be taken for one of the prior's structures."""
+    out = torch.where(label > 0, label + num_classes, label)
+    for v, k in mapping.items():
+        out = torch.where(label == v, torch.full_like(label, float(k)), out)
+    return out
+
+
 def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, label: torch.Tensor
-                 ) -> Tuple[Optional[torch.Tensor], Optional[float], Optional[float], Optional[str]]:
+                ) -> Tuple[Optional[torch.Tensor], Optional[float], Optional[float], Optional[str], Optional[Dict[int, int]]]:
     """``(class probabilities (N, K, h, w) of the fixed slices or None, agreement on the moving image, overlap on the
-    fixed image, why not)`` for the label term.
+    fixed image, why not, how the label's values name the prior's or None)`` for the label term.
 
     First on the moving slices: a label map of another convention (LV = 1, say) would be pulled onto the
     wrong structures, so the prior acts only where it agrees with the moving label on its own image
     (:func:`prior_agreement` on the :data:`PRIOR_CHECK_SLICES` slices with the most label; each costs a
-    U-Net pass). The fixed slices are segmented where the moving label has something (the term's
+    U-Net pass), or where the label's values name its structures one for one (:func:`value_map`; the label term then
+    steers the label with the prior's values, :func:`relabel`). The fixed slices are segmented where the moving label has something (the term's
     region is the label's); elsewhere the probabilities are uniform. Their segmentation must overlap the moving
     label there (:data:`PRIOR_MIN_FIXED_AGREEMENT`): a fixed image unlike the prior's training data is segmented
     wrongly even when the moving one is not; a fixed image whose contrast is the moving one's inverted
     (:func:`~monai_npc.functional.polarity.contrast_polarity` on most labelled slices) is not segmented at all.
-    ``(None, None, None, None)``: no labelled slice, nothing for the prior to steer; otherwise ``why not`` says why
-    it does not act.
+    ``(None, None, None, None, None)``: no labelled slice, nothing for the prior to steer; otherwise ``why not`` says
+    why it does not act.
     """
     area = (label > 0).flatten(1).sum(1).cpu().numpy()
     labelled = np.flatnonzero(area > 0)
     if labelled.size == 0:
-        return None, None, None, None
+        return None, None, None, None, None
     if _grid_note(moving):
-        return None, None, None, _grid_note(moving)
+        return None, None, None, _grid_note(moving), None
     check = np.argsort(-area, kind="stable")[: min(PRIOR_CHECK_SLICES, labelled.size)]
     if area[check].sum() < PRIOR_MIN_CHECK_VOXELS:
         return None, None, None, (f"too little of the moving label lies in the model grid to check the prior against it "
-                            f"({int(area[check].sum())} voxels on its fullest slices, at least {PRIOR_MIN_CHECK_VOXELS} needed)")
-    agreement = prior_agreement(label_prior.predict(moving[check]), label[check])
+                                  f"({int(area[check].sum())} voxels on its fullest slices, at least {PRIOR_MIN_CHECK_VOXELS} needed)"), None
+    seen = label_prior.predict(moving[check])
+    agreement = prior_agreement(seen, label[check])
+    mapping = value_map(seen, label[check]) if agreement is None or agreement < PRIOR_MIN_AGREEMENT else None
+    if mapping is not None:
+        label = relabel(label, mapping, label_prior.num_classes)
+        agreement = prior_agreement(seen, label[check])
     known = label_prior.num_classes - 1
     if agreement is None:
-        return None, None, None, f"the moving label has none of the values it knows (1-{known})"
+        return None, None, None, f"the moving label has none of the values it knows (1-{known})", None
     if agreement < PRIOR_MIN_AGREEMENT:
         return None, agreement, None, (f"its segmentation of the moving image does not match the moving label (mean Dice {agreement:.2f} "
-                                 f"over the values 1-{known}, at least {PRIOR_MIN_AGREEMENT} needed): the label's values may "
-                                 f"follow another convention than the prior's ({_named_values(label_prior)}) or show other anatomy")
+                                       f"over the values 1-{known}, at least {PRIOR_MIN_AGREEMENT} needed, and its values do not name "
+                                       f"the prior's structures one for one): the label's values may follow another convention than "
+                                       f"the prior's ({_named_values(label_prior)}) or show other anatomy"), None
     prior, on_fixed, why = _on_fixed(label_prior, moving, fixed, label, labelled, f"it agrees {agreement:.2f} with the label on the moving image")
-    return prior, agreement, on_fixed, why
+    return prior, agreement, on_fixed, why, mapping
 
 
 def moving_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tensor

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import SimpleITK as sitk
@@ -34,7 +34,7 @@ from monai_npc.interop.transforms import displacement_field_transform
 
 from .align import RigidAlignment, rigid_in_plane
 from .grids import constant_slices, given_centres, heart_grid, inside_grid, slice_images, slices_of
-from .label_prior import PRIOR_IMAGES_AGREEMENT, carried_prior_check, fixed_prior, moving_prior
+from .label_prior import PRIOR_IMAGES_AGREEMENT, carried_prior_check, fixed_prior, moving_prior, relabel
 from .localize import motion_centre
 from .models import ModelProfile, is_stack_network
 
@@ -172,6 +172,8 @@ class PipelineResult:
             the network's field (:func:`~monai_npc.apps.registration.label_prior.carried_prior_check`), or ``None``.
         prior_note: why a given prior did not act (:func:`~monai_npc.apps.registration.label_prior.fixed_prior`), else ``None``.
         network_read_label: whether a stack network that reads the moving label got it (:func:`_label_for_network`).
+        prior_values: ``{moving label value: the prior's}`` when the label follows another convention and the prior
+            acted with its values renamed (:func:`~monai_npc.apps.registration.label_prior.value_map`), else ``None``.
     """
 
     ddf: np.ndarray
@@ -195,6 +197,7 @@ class PipelineResult:
     prior_note: Optional[str] = None
     prior_carried_agreement: Optional[float] = None
     network_read_label: bool = False
+    prior_values: Optional[Dict[int, int]] = None
 
 
 def _label_for_network(net: nn.Module, label: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -304,6 +307,7 @@ def run_pipeline(
         alignment=alignment, aligned_label=aligned_label, prior_label=rated.prior_label, prior_agreement=rated.prior_agreement,
         prior_fixed_agreement=rated.prior_fixed_agreement, prior_note=rated.prior_note,
         prior_carried_agreement=rated.prior_carried_agreement, network_read_label=main.network_read_label,
+        prior_values=rated.prior_values,
     )
 
 
@@ -358,6 +362,7 @@ class _GridRun:
     prior_note: Optional[str] = None  # why a prior that was given did not act (None: it acted, or had nothing to steer)
     prior_carried_agreement: Optional[float] = None  # its fixed-image segmentation against the label the network's field carries
     network_read_label: bool = False  # a stack network that reads the moving label got it
+    prior_values: Optional[Dict[int, int]] = None  # how the moving label's values named the prior's (another convention)
 
 
 def _label_term_inputs(grids, m_t: torch.Tensor, f_t: torch.Tensor, active: np.ndarray, moving_label: Optional[sitk.Image],
@@ -366,25 +371,28 @@ def _label_term_inputs(grids, m_t: torch.Tensor, f_t: torch.Tensor, active: np.n
     probabilities of the ``active`` fixed slices or None, its agreement with the moving label, the agreement its last
     check judges by (:func:`carried_prior_check`), its overlap on the fixed image, why it does not act)``. With a
     ``moving_label``: that label and :func:`fixed_prior`; without one (images only), :func:`moving_prior`: the prior's
-    segmentation of the moving slices, judged with :data:`PRIOR_IMAGES_AGREEMENT`."""
+    segmentation of the moving slices, judged with :data:`PRIOR_IMAGES_AGREEMENT`; last, how a label of another
+    convention named the prior's values (``None``: as given)."""
     z, _, h, w = m_t.shape
     device = m_t.device
     if moving_label is not None and label_guidance > 0:
         lab = np.concatenate([slices_of(resample(moving_label, grid, "nearest", 0.0), grid.GetDimension()) for grid, _ in grids])
         lab_t = torch.from_numpy(np.ascontiguousarray(lab, dtype=np.float32))[:, None].to(device=device)
         if label_prior is not None and prior_weight > 0 and active.size:  # what a segmentation network sees on the fixed slices
-            prior_t, agreement, on_fixed, note = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
-            return lab_t, prior_t, agreement, agreement, on_fixed, note
-        return lab_t, None, None, None, None, None
+            prior_t, agreement, on_fixed, note, values = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
+            if values is not None and note is None:  # a label of another convention steers with the prior's values
+                lab_t = relabel(lab_t, values, label_prior.num_classes)
+            return lab_t, prior_t, agreement, agreement, on_fixed, note, values if note is None else None
+        return lab_t, None, None, None, None, None, None
     if label_prior is not None and prior_weight > 0 and label_guidance > 0 and active.size:
         # images only: the prior's segmentation of the moving slices is the label the term steers (it writes nothing)
         seg, prior_t, on_fixed, note = moving_prior(label_prior.to(device), m_t[active], f_t[active])
         if seg is None:
-            return None, None, None, None, on_fixed, note
+            return None, None, None, None, on_fixed, note, None
         lab_t = torch.zeros(z, 1, h, w, device=device)
         lab_t[active] = seg
-        return lab_t, prior_t, None, PRIOR_IMAGES_AGREEMENT, on_fixed, note  # no expert's label: its agreement assumed
-    return None, None, None, None, None, None
+        return lab_t, prior_t, None, PRIOR_IMAGES_AGREEMENT, on_fixed, note, None  # no expert's label: its agreement assumed
+    return None, None, None, None, None, None, None
 
 
 def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image]], window: bool, profile: ModelProfile, device,
@@ -412,7 +420,7 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     stack = is_stack_network(net)
     if stack:  # the whole stack is refined together: the label term and the prior see every slice
         active = np.arange(z) if active.size else active
-    lab_t, prior_t, agreement, judged, fixed_agreement, prior_note = _label_term_inputs(
+    lab_t, prior_t, agreement, judged, fixed_agreement, prior_note, prior_values = _label_term_inputs(
         grids, m_t, f_t, active, moving_label, label_guidance, label_prior, prior_weight)
     if stack:
         network_label = _label_for_network(net, lab_t if moving_label is not None else None)
@@ -467,4 +475,4 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     seen_fixed = np.concatenate(seen) if window else np.ones((ddf_fixed.shape[0],) + tuple(ddf_fixed.shape[2:]), bool)
     return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, ddf_fixed, torch.cat(weights) if window else None,
                     rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None, agreement, fixed_agreement, prior_note,
-                    carried_agreement, network_label is not None)
+                    carried_agreement, network_label is not None, prior_values if prior_t is not None else None)
