@@ -284,6 +284,14 @@ def test_a_label_of_another_convention_is_steered_with_the_priors_values_and_oth
             assert reg.summary["label_prior"]["weight"] == 8.0 and reg.summary["label_prior"]["values"] == values
             torch.testing.assert_close(reg.ddf, acdc.ddf, rtol=0, atol=0)
             assert set(np.unique(sitk.GetArrayViewFromImage(reg.warped_label)).tolist()) == set(np.unique(other).tolist())
+            # the prior's segmentation (and so fused_label) in the label's numbering: the ACDC-numbered run's, renamed
+            back = np.zeros(4, np.int64)
+            for v, k in values.items():
+                back[k] = int(v)
+            np.testing.assert_array_equal(sitk.GetArrayViewFromImage(reg.prior_label), back[sitk.GetArrayViewFromImage(acdc.prior_label)])
+            assert (reg.fused_label is None) == (acdc.fused_label is None)
+            if acdc.fused_label is not None:
+                np.testing.assert_array_equal(sitk.GetArrayViewFromImage(reg.fused_label), back[sitk.GetArrayViewFromImage(acdc.fused_label)])
     assert "values" not in acdc.summary["label_prior"]
     square = np.zeros_like(lab)
     square[:, 4:20, 4:20] = 1  # other anatomy: it overlaps none of the prior's structures
@@ -523,10 +531,11 @@ CINE = SHARED / "data" / "acdc_cine_example" / "patient090"
 
 
 @pytest.mark.skipif(not CINE.is_dir(), reason="shared ACDC cine example not available")
-def test_a_label_of_the_lv_alone_is_carried_at_least_as_well_as_images_only():
+def test_a_real_pair_with_a_label_of_the_lv_alone_or_numbered_otherwise():
     """A user's label of the LV alone (value 3, ACDC's convention): its background is the prior's background, RV or
     myocardium (label_prior_weights), so the prior steers it as it steers a whole label. Real ED -> ES pair
-    (patient090): measured 0.939 (0.866 when its background was the prior's background alone), images only 0.897."""
+    (patient090): measured 0.939 (0.866 when its background was the prior's background alone), images only 0.897.
+    The whole label numbered 10 / 20 / 30 is renamed for the prior, and its fused_label is in its own numbering."""
     import SimpleITK as sitk
 
     import monai_npc
@@ -544,3 +553,7 @@ def test_a_label_of_the_lv_alone_is_carried_at_least_as_well_as_images_only():
     images = monai_npc.register(ed, es, threads=1)
     assert with_label.summary["label_prior"]["weight"] == 8.0
     assert dice(with_label.warped_label) > dice(sitk.Resample(lv, images.fixed, images.transform, sitk.sitkNearestNeighbor, 0)) + 0.02
+    # the whole label numbered 10 / 20 / 30: the ACDC-numbered label's fused_label, in the label's numbering
+    tens, acdc = (monai_npc.register(ed, es, moving_label=lab * m, threads=1) for m in (10, 1))
+    assert tens.summary["label_prior"]["values"] == {"10": 1, "20": 2, "30": 3} and acdc.fused_label is not None
+    np.testing.assert_array_equal(sitk.GetArrayViewFromImage(tens.fused_label), 10 * sitk.GetArrayViewFromImage(acdc.fused_label))

@@ -360,8 +360,21 @@ def _registration(run: _Run, inputs: Inputs, settings: RegisterSettings) -> Regi
         ddf=torch.from_numpy(ddf).float(), reliability=rel_img, summary={}, fixed=fixed,
         moving=inputs.moving, moving_label=inputs.moving_label, ddf_array=ddf,
         label_sigma=settings.label_sigma,
-        prior_label=None if result.prior_label is None else image_like(result.prior_label, fixed, np.uint8),
+        prior_label=None if result.prior_label is None else _in_label_values(result.prior_label, result.prior_values, fixed),
     )
+
+
+def _in_label_values(prior_label: np.ndarray, values: Optional[Dict[int, int]], fixed) -> "sitk.Image":
+    """The prior's segmentation ``(Z, H, W)`` on the fixed grid in the moving label's values: renamed back when the label
+    follows another convention (``values``: label value -> prior value; structures it does not name are background), so
+    that ``fused_label`` mixes one numbering."""
+    if not values:
+        return image_like(prior_label, fixed, np.uint8)
+    back = np.zeros(int(prior_label.max()) + 1, np.int64)
+    for v, k in values.items():
+        if k < back.size:
+            back[k] = v
+    return image_like(back[prior_label], fixed, np.uint8 if max(values) <= 255 else np.int32)
 
 
 def _figure(run: _Run, inputs: Inputs, name: str) -> Dict[str, Any]:
