@@ -557,3 +557,28 @@ def test_a_real_pair_with_a_label_of_the_lv_alone_or_numbered_otherwise():
     tens, acdc = (monai_npc.register(ed, es, moving_label=lab * m, threads=1) for m in (10, 1))
     assert tens.summary["label_prior"]["values"] == {"10": 1, "20": 2, "30": 3} and acdc.fused_label is not None
     np.testing.assert_array_equal(sitk.GetArrayViewFromImage(tens.fused_label), 10 * sitk.GetArrayViewFromImage(acdc.fused_label))
+
+
+def test_slices_the_label_leaves_empty_are_steered_by_the_priors_segmentation_of_the_structures_it_names():
+    """fill_unlabelled: a label drawn on one slice of two (a blood pool in its wall on both): the empty slice takes the
+    prior's segmentation of the moving slice, of the structures the label names only (an LV-only label: LV), and the
+    prior's view of that fixed slice; a label on every slice, or a slice where the prior finds none of them, stays."""
+    from monai_npc.apps.registration.label_prior import fill_unlabelled
+
+    net = load_label_prior("acdc_heart")
+    yy, xx = np.mgrid[:128, :128]
+    r = np.hypot(yy - 64, xx - 70)
+    m, f = (torch.from_numpy(np.where(r < a, 0.8, np.where(r < a + 6, 0.15, 0.35)).astype(np.float32))[None, None].repeat(2, 1, 1, 1)
+            for a in (14, 12))
+    lv = torch.from_numpy(r < 14)[None, None].float() * 3
+    label = torch.cat([lv, torch.zeros_like(lv)])  # the LV on slice 0 only
+    prior = torch.full((2, 4, 128, 128), 0.25)
+    filled, seen = fill_unlabelled(net, m, f, label, prior)
+    assert torch.equal(filled[0], label[0]) and torch.equal(seen[0], prior[0])  # the labelled slice as given
+    assert set(filled[1].unique().tolist()) == {0.0, 3.0}  # the LV only, though the prior sees a wall around it
+    assert 2 * ((filled[1] == 3) & (lv[0] == 3)).sum() / ((filled[1] == 3).sum() + (lv[0] == 3).sum()) > 0.8
+    assert not torch.equal(seen[1], prior[1]) and torch.allclose(seen[1].sum(0), torch.ones(128, 128))
+    whole = torch.cat([lv, lv])
+    assert fill_unlabelled(net, m, f, whole, prior)[0] is whole  # nothing empty: unchanged
+    # no heart on the moving image (the prior's view of it does not overlap the fixed one's): it may not act there
+    assert torch.equal(fill_unlabelled(net, torch.zeros_like(m), f, label, prior)[0], label)

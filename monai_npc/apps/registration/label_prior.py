@@ -14,7 +14,7 @@ from monai_npc.functional import contrast_polarity, dice_by_value, warp_image
 from monai_npc.functional.stack_field import warp_stack_slices
 
 __all__ = ["PRIOR_CHECK_SLICES", "PRIOR_IMAGES_AGREEMENT", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "PRIOR_MIN_FIXED_AGREEMENT", "PRIOR_MIN_GAP",
-           "prior_agreement", "value_map", "relabel", "fixed_prior", "moving_prior", "carried_prior_check"]
+           "prior_agreement", "value_map", "relabel", "fixed_prior", "moving_prior", "fill_unlabelled", "carried_prior_check"]
 
 
 #: the label prior acts only when its segmentation of the moving image agrees with the moving label at least this much
@@ -157,6 +157,28 @@ def moving_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tens
         return None, None, None, None
     prior, on_fixed, why = _on_fixed(label_prior, moving, fixed, label, labelled, "no moving label to check it against")
     return (None if why else label), prior, on_fixed, why
+
+
+def fill_unlabelled(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, label: torch.Tensor, prior: torch.Tensor
+                    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(label, prior)`` for the label term with the slices the moving label leaves empty steered as images only: there
+    the prior's segmentation of the moving slice (:func:`moving_prior`, under its checks), of the structures the label
+    names, takes the label's place, and its class probabilities of the fixed slice the prior's. ``moving``, ``fixed``,
+    ``label`` ``(N, 1, h, w)`` (the label in the prior's values), ``prior`` ``(N, K, h, w)`` (:func:`fixed_prior`);
+    returned as given where the prior finds nothing or may not act. A label drawn on a few slices then steers the
+    others as no label would, instead of leaving them to the images alone; the empty slices of a whole label (beyond
+    the heart) stay empty where the prior finds none of its structures there."""
+    empty = ~(label > 0).flatten(1).any(1)
+    named = [v for v in torch.unique(label).tolist() if 0 < v < label_prior.num_classes]
+    if not bool(empty.any()) or not named:
+        return label, prior
+    seg, seen, _, why = moving_prior(label_prior, moving[empty], fixed[empty])
+    if seg is None or why:
+        return label, prior
+    label, prior = label.clone(), prior.clone()
+    label[empty] = torch.where(torch.isin(seg, torch.tensor(named, dtype=seg.dtype, device=seg.device)), seg, torch.zeros_like(seg))
+    prior[empty] = seen.to(prior.dtype)
+    return label, prior
 
 
 def _grid_note(moving: torch.Tensor) -> Optional[str]:

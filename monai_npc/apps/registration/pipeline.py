@@ -34,7 +34,7 @@ from monai_npc.interop.transforms import displacement_field_transform
 
 from .align import RigidAlignment, rigid_in_plane
 from .grids import constant_slices, given_centres, heart_grid, inside_grid, slice_images, slices_of
-from .label_prior import PRIOR_IMAGES_AGREEMENT, carried_prior_check, fixed_prior, moving_prior, relabel
+from .label_prior import PRIOR_IMAGES_AGREEMENT, carried_prior_check, fill_unlabelled, fixed_prior, moving_prior, relabel
 from .localize import motion_centre
 from .models import ModelProfile, is_stack_network
 
@@ -382,6 +382,9 @@ def _label_term_inputs(grids, m_t: torch.Tensor, f_t: torch.Tensor, active: np.n
             prior_t, agreement, on_fixed, note, values = fixed_prior(label_prior.to(device), m_t[active], f_t[active], lab_t[active])
             if values is not None and note is None:  # a label of another convention steers with the prior's values
                 lab_t = relabel(lab_t, values, label_prior.num_classes)
+            if note is None and prior_t is not None:  # slices the label leaves empty: steered as images only
+                lab_t = lab_t.clone()
+                lab_t[active], prior_t = fill_unlabelled(label_prior, m_t[active], f_t[active], lab_t[active], prior_t)
             return lab_t, prior_t, agreement, agreement, on_fixed, note, values if note is None else None
         return lab_t, None, None, None, None, None, None
     if label_prior is not None and prior_weight > 0 and label_guidance > 0 and active.size:
