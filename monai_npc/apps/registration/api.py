@@ -166,9 +166,12 @@ def register(
             each carried label pays ``-log p_label`` on the fixed voxels it covers. The network is the
             one the weights' register settings name (``acdc``: ``acdc_heart``, weight 8; docs/design_notes.md,
             "Register settings of the shipped models"). ``None``: that setting (0 for models that name none);
-            0 = off. It acts only where its segmentation of the moving image agrees with the moving label
+            0 = off. It acts only where its segmentation of the moving image agrees with the moving label (a
+            label numbered otherwise, LV 1 say, is first renamed to its values where each value overlaps one of
+            its structures best: ``label_prior.values``; a label of some structures calls the others background)
             and its segmentation of the fixed image overlaps it (else a warning, and the summary's
-            ``label_prior.dropped`` says why), and where the label the network's own field carries is further
+            ``label_prior.dropped`` says why; moving slices the label leaves empty are steered by its segmentation
+            of them, as images only), and where the label the network's own field carries is further
             from its segmentation of the fixed image than the moving label is from its segmentation of the moving
             image (else it stands aside without a warning: ``label_prior.aside``, with ``carried_agreement``).
             **Without a** ``moving_label`` (images only) the prior segments the moving image and the label-guided
