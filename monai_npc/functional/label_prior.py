@@ -48,13 +48,13 @@ def label_prior_weights(prior: torch.Tensor, values: Sequence[int], region: torc
     known = [int(v) < prior.shape[1] for v in values]
     index = torch.tensor([int(v) if k else 0 for v, k in zip(values, known)], device=prior.device)
     chosen = prior.index_select(1, index)  # (B, C, *S)
-    unnamed = [k for k in range(1, prior.shape[1]) if k not in {int(v) for v in values}]
-    if unnamed and 0 in [int(v) for v in values]:
+    named = {int(v) for v in values}
+    unnamed = [k for k in range(1, prior.shape[1]) if k not in named]
+    if unnamed and 0 in named:
         # a label that leaves out some of the prior's structures (an LV alone) calls them background: its 0 is the
         # prior's background or any structure the label does not name
-        rest = prior.index_select(1, torch.tensor(unnamed, device=prior.device)).sum(1)
-        chosen = torch.cat([chosen[:, c:c + 1] + rest[:, None] if int(v) == 0 else chosen[:, c:c + 1]
-                            for c, v in enumerate(values)], 1)
+        background = [c for c, v in enumerate(values) if int(v) == 0]
+        chosen[:, background] += prior.index_select(1, torch.tensor(unnamed, device=prior.device)).sum(1, keepdim=True)
     cost = -torch.log(chosen.clamp(min=float(floor)))  # (B, C, *S)
     cost = cost * torch.tensor(known, dtype=cost.dtype, device=cost.device).view([1, -1] + [1] * (prior.dim() - 2))
     count = region.flatten(1).sum(1).clamp(min=1.0).view([-1] + [1] * (prior.dim() - 1))

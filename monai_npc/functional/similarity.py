@@ -33,14 +33,12 @@ def _box_sum(x: torch.Tensor, window: int) -> torch.Tensor:
     half = window // 2
     dtype = x.dtype
     x = x.double()  # running sums of float32 lose the small differences that local variances are made of
-    last = x.dim() - 1 if x.device.type == "cpu" else None
     for axis in range(2, x.dim()):
-        along = x.movedim(axis, last).contiguous() if last is not None else x
-        at = last if last is not None else axis
+        at = x.dim() - 1 if x.device.type == "cpu" else axis  # the axis the running sum goes along
+        along = x.movedim(axis, at).contiguous()
         n = along.shape[at]
         s = F.pad(along, [0, 0] * (x.dim() - 1 - at) + [half + 1, half]).cumsum_(at)
-        x = s.narrow(at, 2 * half + 1, n) - s.narrow(at, 0, n)
-        x = x.movedim(last, axis) if last is not None else x
+        x = (s.narrow(at, 2 * half + 1, n) - s.narrow(at, 0, n)).movedim(at, axis)
     return x.to(dtype, memory_format=torch.contiguous_format)
 
 

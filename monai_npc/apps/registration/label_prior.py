@@ -112,8 +112,9 @@ def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tenso
     labelled = np.flatnonzero(area > 0)
     if labelled.size == 0:
         return None, None, None, None, None
-    if _grid_note(moving):
-        return None, None, None, _grid_note(moving), None
+    grid_note = _grid_note(moving)
+    if grid_note:
+        return None, None, None, grid_note, None
     check = np.argsort(-area, kind="stable")[: min(PRIOR_CHECK_SLICES, labelled.size)]
     if area[check].sum() < PRIOR_MIN_CHECK_VOXELS:
         return None, None, None, (f"too little of the moving label lies in the model grid to check the prior against it "
@@ -149,8 +150,9 @@ def moving_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tens
     :data:`PRIOR_IMAGES_AGREEMENT` (the caller's, on the network's field). ``(None, None, None, None)``: it found no
     structure on the moving slices; otherwise ``why not`` says why it does not act (then both tensors are ``None``).
     """
-    if _grid_note(moving):
-        return None, None, None, _grid_note(moving)
+    grid_note = _grid_note(moving)
+    if grid_note:
+        return None, None, None, grid_note
     label = label_prior.predict(moving).max(1, keepdim=True).indices.to(device=moving.device, dtype=torch.float32)
     labelled = np.flatnonzero((label > 0).flatten(1).any(1).cpu().numpy())
     if labelled.size == 0:

@@ -383,7 +383,6 @@ def _label_term_inputs(grids, m_t: torch.Tensor, f_t: torch.Tensor, active: np.n
             if values is not None and note is None:  # a label of another convention steers with the prior's values
                 lab_t = relabel(lab_t, values, label_prior.num_classes)
             if note is None and prior_t is not None:  # slices the label leaves empty: steered as images only
-                lab_t = lab_t.clone()
                 lab_t[active], prior_t = fill_unlabelled(label_prior, m_t[active], f_t[active], lab_t[active], prior_t)
             return lab_t, prior_t, agreement, agreement, on_fixed, note, values if note is None else None
         return lab_t, None, None, None, None, None, None
