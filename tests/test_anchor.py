@@ -127,6 +127,7 @@ def test_anchored_scheme_on_a_phantom_cine():
     assert chain.pop("settings")["refine_iterations"] == {"value": 0, "source": "default"}  # the scheme's own, in register's record
     settings = dict(a.settings, **{"consecutive frames": chain})
     assert settings.pop("fold_repair")["registrations"] == 10  # register's fold repair, recorded for every registration
+    assert settings.pop("structures")["values"] == {"rv": 1, "myo": 2, "lv": 3}  # the label's numbering the volumes read
     assert a.registrations == 10 and settings == {
         "consecutive frames": {"model": "acdc", "num_steps": 4, "refine_iterations": 0},
         "anchored to the reference": {"refine_iterations": 6, "grid_stride": 2, "label_guidance": 0.05,

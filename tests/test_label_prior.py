@@ -282,6 +282,8 @@ def test_a_label_of_another_convention_is_steered_with_the_priors_values_and_oth
         for other, values in ((swapped, {"1": 3, "2": 2, "3": 1}), (lab * 10, {"10": 1, "20": 2, "30": 3})):
             reg = monai_npc.register(ed, es, moving_label=other, **kw)
             assert reg.summary["label_prior"]["weight"] == 8.0 and reg.summary["label_prior"]["values"] == values
+            # what each of the label's values is, by the prior's names (track reads its volumes by them)
+            assert reg.summary["label_prior"]["structures"] == {{1: "rv", 2: "myo", 3: "lv"}[k]: int(v) for v, k in values.items()}
             torch.testing.assert_close(reg.ddf, acdc.ddf, rtol=0, atol=0)
             assert set(np.unique(sitk.GetArrayViewFromImage(reg.warped_label)).tolist()) == set(np.unique(other).tolist())
             # the prior's segmentation (and so fused_label) in the label's numbering: the ACDC-numbered run's, renamed
@@ -292,13 +294,14 @@ def test_a_label_of_another_convention_is_steered_with_the_priors_values_and_oth
             assert (reg.fused_label is None) == (acdc.fused_label is None)
             if acdc.fused_label is not None:
                 np.testing.assert_array_equal(sitk.GetArrayViewFromImage(reg.fused_label), back[sitk.GetArrayViewFromImage(acdc.fused_label)])
-    assert "values" not in acdc.summary["label_prior"]
+    assert "values" not in acdc.summary["label_prior"] and acdc.summary["label_prior"]["structures"] == {"rv": 1, "myo": 2, "lv": 3}
     square = np.zeros_like(lab)
     square[:, 4:20, 4:20] = 1  # other anatomy: it overlaps none of the prior's structures
     with pytest.warns(RuntimeWarning, match=r"label prior acdc_heart not used for moving label .*: .*\(mean Dice 0\.\d\d over the values 1-3, at least 0\.5 needed"):
         reg = monai_npc.register(ed, es, moving_label=square, **kw)
     summary = reg.summary["label_prior"]
     assert summary["weight"] == 0.0 and summary["agreement"] < PRIOR_MIN_AGREEMENT and "convention" in summary["dropped"]
+    assert "structures" not in summary  # nothing it could name
     assert reg.prior_label is None
     torch.testing.assert_close(reg.ddf, monai_npc.register(ed, es, moving_label=square, label_prior=0.0, **kw).ddf)
     # value_map and relabel alone: one structure per value, none shared; a value it does not name becomes unknown

@@ -158,7 +158,9 @@ def test_track_settings_per_pair(cine, monkeypatch):
     res = track_schemes(cine["image"], cine["label"][0], 0, ("direct", "sequential"), spacing=cine["spacing"], refine_iterations=0,
                         threads=1, progress=False)
     chain = res["sequential"].summary["registration_settings"]
-    assert list(chain) == ["consecutive frames", "fold_repair"]
+    assert list(chain) == ["consecutive frames", "fold_repair", "structures"]
+    # no refinement, so no label prior looked at the label: ACDC's numbering, which this label has (no warning)
+    assert chain["structures"] == {"values": {"rv": 1, "myo": 2, "lv": 3}, "from": "assumed: ACDC numbering"}
     repair = chain["fold_repair"]  # register smoothed the few folds of the fields the chain used
     assert repair["registrations"] == 5 and repair["largest_folding_percent_after"] <= repair["largest_folding_percent_before"]
     assert {k: chain["consecutive frames"][k] for k in ("model", "num_steps", "refine_iterations")} == {
@@ -238,6 +240,15 @@ def test_cli_writes_4d_in_input_geometry(cine, tmp_path):
     assert {"lv_ef", "rv_ef", "lv_mass_g", "ed_frame", "es_frame"} <= set(summary["function"])
     assert (out / "function.png").stat().st_size > 10_000
     assert sorted(p.name for p in out.iterdir()) == ["function.json", "function.png", "labels_4d.nii.gz", "volumes.csv"]
+    # the label numbered 10 / 20 / 30, its structures given: the same volumes, the labels in its own numbering
+    sitk.WriteImage(_frame_label(cine, ref, 2) * 10, str(tmp_path / "frame2_tens.nii.gz"))
+    rc = main(["--threads", "1", "--quiet", "track", "--cine", str(tmp_path / "cine_4d.nii.gz"), "--label", str(tmp_path / "frame2_tens.nii.gz"),
+               "--label-frame", "2", "--model", "phase-correlation", "--out", str(tmp_path / "tens"), "--no-progress", "--no-figure",
+               "--structures", "rv=10,myo=20,lv=30"])
+    assert rc == 0 and (tmp_path / "tens" / "volumes.csv").read_text().splitlines() == rows
+    np.testing.assert_array_equal(sitk.GetArrayFromImage(sitk.ReadImage(str(tmp_path / "tens" / "labels_4d.nii.gz"))), 10 * arr)
+    tens = json.loads((tmp_path / "tens" / "function.json").read_text())
+    assert tens["structures"] == {"rv": 10, "myo": 20, "lv": 30} and tens["function"] == summary["function"]
 
 
 def test_bad_inputs(cine, tmp_path, capsys):
@@ -269,6 +280,9 @@ def test_bad_inputs(cine, tmp_path, capsys):
                "--out", str(tmp_path / "o")])
     assert rc == 1 and "a cine must be 4-D" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+    with pytest.raises(SystemExit):
+        main(["--quiet", "track", "--cine", str(ref), "--label", str(tmp_path / "gt.nii.gz"), "--out", str(tmp_path / "o"), "--structures", "lv=x"])
+    assert "'lv=x': expected NAME=VALUE" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
 def test_read_cine_dicom_folder_and_array(tmp_path):
@@ -416,3 +430,38 @@ def test_direct_frames_are_register_with_the_reference_label():
                                label_guidance=0.0)
     assert "label" not in unguided.settings
     assert float((unguided.ddf[2] - res.ddf[2]).abs().max()) > 1e-3  # the label changed the field
+
+
+def test_a_label_numbered_otherwise_is_tracked_as_the_acdc_numbered_one(caplog):
+    """A label numbered as M&Ms does (LV 1, RV 3): the label prior names its values in the registrations that carry it
+    (register's ``summary["label_prior"]["structures"]``), so track reports the same function, field and basal rules
+    as with the ACDC-numbered label (before, the RV's volumes were reported as the LV's and the RV rule cleared the
+    LV's base), and the tracked labels keep the label's values; for a two-frame pair and for the schemes' path. Given as
+    ``structures`` (no label guidance, so no prior), the same as the ACDC-numbered label without guidance. Values
+    nothing names (x 10, no prior): volumes 0, with a warning that says what to give."""
+    import logging
+
+    c = cardiac_cine(frames=4, size=64, levels=(0.15, 0.4, 0.65), spacing=(8.0, 2.0, 2.0), seed=2)
+    lab = c["label"][0]
+    mnms = np.array([0, 3, 2, 1], lab.dtype)[lab]  # ACDC -> M&Ms (the same swap both ways)
+    to_acdc = np.array([0, 3, 2, 1])
+    kw = dict(spacing=c["spacing"], threads=1, progress=False)
+    for frames in (np.stack([c["image"][0], c["image"][2]]), c["image"]):
+        acdc, other = (monai_npc.track(frames, label, 0, **kw) for label in (lab, mnms))
+        assert acdc.structures == {"rv": 1, "myo": 2, "lv": 3} and other.structures == {"rv": 3, "myo": 2, "lv": 1}
+        assert other.settings["structures"]["from"] == "the label prior's segmentation of the labelled frame"
+        assert other.function == pytest.approx(acdc.function, abs=1e-6), (other.function, acdc.function)
+        np.testing.assert_array_equal(to_acdc[other.labels], acdc.labels)
+        torch.testing.assert_close(other.ddf, acdc.ddf, atol=1e-4, rtol=0)
+    pair = np.stack([c["image"][0], c["image"][2]])
+    plain = monai_npc.track(pair, lab, 0, label_guidance=0.0, **kw)
+    given = monai_npc.track(pair, mnms, 0, label_guidance=0.0, structures={"LV": 1, "myo": 2, "rv": 3}, **kw)
+    assert given.settings["structures"] == {"values": {"lv": 1, "myo": 2, "rv": 3}, "from": "the structures argument"}
+    assert given.function == pytest.approx(plain.function, abs=1e-6) and plain.function["lv_ef"] > 20
+    with caplog.at_level(logging.WARNING, logger="monai_npc.apps.tracking.structures"):
+        tens = monai_npc.track(pair, lab * 10, 0, label_guidance=0.0, **kw)
+    assert tens.function["lv_edv"] == 0.0 and "values [10, 20, 30]" in tens.settings["structures"]["warning"]
+    assert "--structures" in caplog.text
+    for bad, match in (({"la": 3}, "names 'la'"), ({"lv": 0}, "integer > 0"), ({"lv": 1, "rv": 1}, "one value to two"), ({}, "must map")):
+        with pytest.raises(ValueError, match=match):
+            monai_npc.track(pair, lab, 0, structures=bad, **kw)

@@ -372,18 +372,21 @@ def _read_beside(field: np.ndarray, written: np.ndarray, k: int, j: int, where: 
 
 
 def basal_rules(direction: str, carried: np.ndarray, reference_label: np.ndarray, slice_spacing_mm: float,
-                prior_label: Optional[np.ndarray] = None) -> Tuple[np.ndarray, Optional[int]]:
+                prior_label: Optional[np.ndarray] = None, structures: Mapping[str, int] = ACDC_STRUCTURES
+                ) -> Tuple[np.ndarray, Optional[int]]:
     """The basal rules of an ED/ES pair of short-axis stacks: ``(label, the slice the prior found the LV gone from)``.
 
     ``"ED->ES"``: the basal RV slices the base leaves cleared (:func:`apply_basal_descent`) and, with the label
     prior's segmentation of the ES frame (``prior_label``), the LV and myocardium of the most basal LV slice when the
     prior finds the LV gone (:func:`clear_basal_by_prior`); ``"ES->ED"``: the basal slices the structures re-enter
     filled (:func:`apply_basal_ascent`). Any other direction, fewer than 3 slices or an empty reference: ``carried``
-    as it is (the same object) and ``None``.
+    as it is (the same object) and ``None``. ``structures``: the value of each structure in the labels (``prior_label``
+    numbered the same).
     """
     carried = np.asarray(carried)
     if direction not in ("ED->ES", "ES->ED") or carried.ndim != 3 or carried.shape[0] < 3 or not (np.asarray(reference_label) > 0).any():
         return carried, None
     if direction == "ES->ED":
-        return apply_basal_ascent(carried, reference_label, slice_spacing_mm), None
-    return clear_basal_by_prior(apply_basal_descent(carried, reference_label, slice_spacing_mm), reference_label, prior_label)
+        return apply_basal_ascent(carried, reference_label, slice_spacing_mm, structures=structures), None
+    return clear_basal_by_prior(apply_basal_descent(carried, reference_label, slice_spacing_mm, structures=structures), reference_label,
+                                prior_label, structures)

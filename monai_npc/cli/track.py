@@ -59,6 +59,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "the others none; W > 0: every registration gets its moving frame's label (carried by the chain) at weight W; "
                    "0: none (docs/tracking.md; the anchored scheme's correction against the reference frame always uses the "
                    "reference label)")
+    p.add_argument("--structures", type=_structures, default=None, metavar="NAME=VALUE[,NAME=VALUE]",
+                   help="which label value is which structure, e.g. lv=1,myo=2,rv=3 (M&Ms) or rv=10,myo=20,lv=30: the volumes, EF, "
+                   "basal rules and strain read them (the tracked labels keep the label's values). Default: as the label prior "
+                   "finds it on the labelled frame (a label of another convention is recognised), else ACDC's (rv=1,myo=2,lv=3)")
     p.add_argument("--no-basal-descent", action="store_true",
                    help="keep every slice of the in-plane result (default: from an ED label clear the basal RV slices the base leaves in systole, "
                    "from an ES label fill the basal slices the structures re-enter in diastole; docs/tracking.md)")
@@ -92,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     result, files = track_to_folder(args.cine, args.label, args.out, args.label_frame, args.scheme, args.model, figure=not args.no_figure,
                                     progress=not (args.no_progress or quiet), refine_iterations=args.refine, num_steps=args.steps, threads=getattr(args, "threads", None),
                                     basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance,
-                                    strain=args.strain, frame_ms=args.frame_ms, **device)
+                                    strain=args.strain, frame_ms=args.frame_ms, structures=args.structures, **device)
     frame = result.reference_frame
     if not quiet:
         f = result.function
@@ -101,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
               f"RV EF {f['rv_ef']:.1f} %; LV mass {f['lv_mass_g']:.1f} g"
               + (f"; peak strain circumferential {result.strain.peak['circumferential']:.1f} %, radial {result.strain.peak['radial']:.1f} %"
                  if args.strain else "")
-              + _prior_line(result.settings.get("label"))
+              + _prior_line(result.settings.get("label")) + _numbering_line(result.settings.get("structures"))
               + f"; wrote {len(files)} files to {args.out}")
     return 0
 
@@ -114,6 +118,30 @@ def _prior_line(label: Optional[Dict[str, Any]]) -> str:
     return f"; label prior {', '.join(label['label_prior'])} acted on {len(acted)} of {len(acted) + len(idle)} frames"
 
 
+def _numbering_line(numbering: Optional[Dict[str, Any]]) -> str:
+    """``"; structures lv=1, myo=2, rv=3 (from ...)"`` when the label is not numbered as ACDC's ("" when it is)."""
+    from monai_npc.cardiac.function import ACDC_STRUCTURES
+
+    if not numbering or numbering.get("values") == ACDC_STRUCTURES:
+        return ""
+    values = ", ".join(f"{k}={v}" for k, v in sorted(numbering["values"].items(), key=lambda kv: kv[1]))
+    return f"; structures {values} ({numbering['from']})"
+
+
+def _structures(text: str) -> Dict[str, int]:
+    """``--structures lv=1,myo=2,rv=3`` -> ``{"lv": 1, "myo": 2, "rv": 3}`` (checked by ``track``)."""
+    out: Dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"{part!r}: expected NAME=VALUE with NAME one of rv, myo, lv and VALUE an integer > 0 "
+                                             "(e.g. lv=1,myo=2,rv=3)")
+        out[name.strip().lower()] = int(value)
+    if not out:
+        raise argparse.ArgumentTypeError("expected NAME=VALUE[,NAME=VALUE], e.g. lv=1,myo=2,rv=3")
+    return out
+
+
 def run_batch(args: argparse.Namespace) -> int:
     """``--batch``: :func:`monai_npc.apps.tracking.cohort.track_cohort`; a one-line tally (rank 0); 1 when a study failed."""
     from monai_npc.apps.tracking.cohort import COHORT_FILE, track_cohort
@@ -124,7 +152,7 @@ def run_batch(args: argparse.Namespace) -> int:
     rows = track_cohort(args.batch, args.out, args.model, args.scheme, refine_iterations=args.refine, num_steps=args.steps, strict=args.strict,
                         figure=not args.no_figure, progress=not (args.no_progress or quiet), threads=getattr(args, "threads", None),
                         basal_descent=False if args.no_basal_descent else None, label_guidance=args.label_guidance,
-                        strain=args.strain, frame_ms=args.frame_ms, device=args.device)
+                        strain=args.strain, frame_ms=args.frame_ms, device=args.device, structures=args.structures)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
     if not quiet and int(os.environ.get("RANK", "0")) == 0:
         print(f"tracked {len(rows)} studies: {counts['ok']} ok, {counts['skipped']} skipped (already done), {counts['failed']} failed; "

@@ -60,6 +60,7 @@ from monai_npc.runtime import use_threads
 from .align import check_align, wants_rigid
 from .grids import slices_of
 from .inputs import Inputs, read_inputs
+from .label_prior import PRIOR_MIN_AGREEMENT, label_structures
 from .models import is_stack_network, model_profile, resolve_model
 from .pipeline import PipelineResult, run_pipeline
 from .result import Registration
@@ -168,7 +169,8 @@ def register(
             "Register settings of the shipped models"). ``None``: that setting (0 for models that name none);
             0 = off. It acts only where its segmentation of the moving image agrees with the moving label (a
             label numbered otherwise, LV 1 say, is first renamed to its values where each value overlaps one of
-            its structures best: ``label_prior.values``; a label of some structures calls the others background)
+            its structures best: ``label_prior.values``, and ``label_prior.structures`` names each value, as ``track``
+            reads them; a label of some structures calls the others background)
             and its segmentation of the fixed image overlaps it (else a warning, and the summary's
             ``label_prior.dropped`` says why; moving slices the label leaves empty are steered by its segmentation
             of them, as images only), and where the label the network's own field carries is further
@@ -253,7 +255,7 @@ def _run(net: nn.Module, name: str, settings: RegisterSettings, inputs: Inputs, 
                           align=wants_rigid(settings.align, inputs.moving, inputs.fixed), label_prior=prior_net, prior_weight=prior_weight)
     if segments and result.prior_label is None:  # the prior did not act, nor its segmentation: the images alone
         guidance = 0.0
-    prior = _prior_summary(result, settings.label_prior, prior_weight, inputs, notes, steer is not None)
+    prior = _prior_summary(result, prior_net, settings.label_prior, prior_weight, inputs, notes, steer is not None)
     _check_result(result, inputs, settings, notes)
     stack = _stack_record(settings, inputs, notes, refines, len(getattr(net, "flip_codes", [0])),
                           result.network_read_label) if is_stack_network(net) else None
@@ -298,8 +300,8 @@ def _stack_record(settings: RegisterSettings, inputs: Inputs, notes: List[str], 
                             if not (refines and k in STACK_REFINED) and not (flips > 1 and k == "flip_ensemble")}}
 
 
-def _prior_summary(result: PipelineResult, prior_name: Optional[str], weight: float, inputs: Inputs, notes: List[str],
-                   label_steers: bool) -> Optional[Dict[str, Any]]:
+def _prior_summary(result: PipelineResult, prior_net: Optional[nn.Module], prior_name: Optional[str], weight: float, inputs: Inputs,
+                   notes: List[str], label_steers: bool) -> Optional[Dict[str, Any]]:
     """``summary["label_prior"]``: what the prior did (acted, stood aside, or dropped with a warning); ``None`` unasked.
     ``label_steers``: the moving label steered the term (else the prior's segmentation of the moving image did)."""
     if not (weight > 0 and (result.prior_label is not None or result.prior_note)):  # asked for, with a label to steer
@@ -307,8 +309,10 @@ def _prior_summary(result: PipelineResult, prior_name: Optional[str], weight: fl
     summary = {"name": prior_name, "weight": weight, "agreement": result.prior_agreement,
                "fixed_agreement": result.prior_fixed_agreement, "carried_agreement": result.prior_carried_agreement,
                "steered": "moving_label" if label_steers else "its segmentation of the moving image"}
-    if result.prior_values:  # a label of another convention, its values renamed to the prior's for the label term
+    if result.prior_values:  # a label of another convention: its values renamed to the prior's (for the label term if it acts)
         summary["values"] = {str(v): k for v, k in result.prior_values.items()}
+    if label_steers and result.prior_agreement is not None and result.prior_agreement >= PRIOR_MIN_AGREEMENT:
+        summary["structures"] = label_structures(prior_net, result.prior_values)  # what each of the label's values is
     if not label_steers and result.prior_label is None:  # images only: the helper stands aside, a note only
         summary.update(weight=0.0, aside=f"label prior {prior_name} stood aside: {result.prior_note}. Registered on the images alone.")
     elif result.prior_label is None and result.prior_carried_agreement is not None:  # judged, and not needed: a note only

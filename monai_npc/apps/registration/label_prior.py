@@ -14,7 +14,8 @@ from monai_npc.functional import contrast_polarity, dice_by_value, warp_image
 from monai_npc.functional.stack_field import warp_stack_slices
 
 __all__ = ["PRIOR_CHECK_SLICES", "PRIOR_IMAGES_AGREEMENT", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "PRIOR_MIN_FIXED_AGREEMENT", "PRIOR_MIN_GAP",
-           "prior_agreement", "value_map", "relabel", "fixed_prior", "moving_prior", "fill_unlabelled", "carried_prior_check"]
+           "prior_agreement", "value_map", "relabel", "label_structures", "fixed_prior", "moving_prior", "fill_unlabelled",
+           "carried_prior_check"]
 
 
 #: the label prior acts only when its segmentation of the moving image agrees with the moving label at least this much
@@ -89,6 +90,15 @@ def relabel(label: torch.Tensor, mapping: Dict[int, int], num_classes: int) -> t
     for v, k in mapping.items():
         out = torch.where(label == v, torch.full_like(label, float(k)), out)
     return out
+
+
+def label_structures(label_prior: nn.Module, mapping: Optional[Dict[int, int]]) -> Dict[str, int]:
+    """``{structure name: its value in the moving label}`` by the prior's names (``meta["labels"]``, e.g. ``"lv"``): the
+    prior's own values, or through ``mapping`` (:func:`value_map`: label value -> the prior's) those of a label of
+    another convention, only the structures it names. Values the prior has no name for are left out."""
+    names = (getattr(label_prior, "meta", None) or {}).get("labels") or {}
+    pairs = mapping.items() if mapping else ((k, k) for k in range(1, label_prior.num_classes))
+    return {str(names[str(k)]): int(v) for v, k in pairs if str(k) in names}
 
 
 def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, label: torch.Tensor

@@ -172,8 +172,9 @@ class PipelineResult:
             the network's field (:func:`~monai_npc.apps.registration.label_prior.carried_prior_check`), or ``None``.
         prior_note: why a given prior did not act (:func:`~monai_npc.apps.registration.label_prior.fixed_prior`), else ``None``.
         network_read_label: whether a stack network that reads the moving label got it (:func:`_label_for_network`).
-        prior_values: ``{moving label value: the prior's}`` when the label follows another convention and the prior
-            acted with its values renamed (:func:`~monai_npc.apps.registration.label_prior.value_map`), else ``None``.
+        prior_values: ``{moving label value: the prior's}`` when the label follows another convention, found on the moving
+            image (:func:`~monai_npc.apps.registration.label_prior.value_map`; the prior then steers with its values
+            renamed, if it acts), else ``None``.
     """
 
     ddf: np.ndarray
@@ -372,7 +373,7 @@ def _label_term_inputs(grids, m_t: torch.Tensor, f_t: torch.Tensor, active: np.n
     check judges by (:func:`carried_prior_check`), its overlap on the fixed image, why it does not act)``. With a
     ``moving_label``: that label and :func:`fixed_prior`; without one (images only), :func:`moving_prior`: the prior's
     segmentation of the moving slices, judged with :data:`PRIOR_IMAGES_AGREEMENT`; last, how a label of another
-    convention named the prior's values (``None``: as given)."""
+    convention names the prior's values, found on the moving image whether or not the prior acts (``None``: as given)."""
     z, _, h, w = m_t.shape
     device = m_t.device
     if moving_label is not None and label_guidance > 0:
@@ -384,7 +385,7 @@ def _label_term_inputs(grids, m_t: torch.Tensor, f_t: torch.Tensor, active: np.n
                 lab_t = relabel(lab_t, values, label_prior.num_classes)
             if note is None and prior_t is not None:  # slices the label leaves empty: steered as images only
                 lab_t[active], prior_t = fill_unlabelled(label_prior, m_t[active], f_t[active], lab_t[active], prior_t)
-            return lab_t, prior_t, agreement, agreement, on_fixed, note, values if note is None else None
+            return lab_t, prior_t, agreement, agreement, on_fixed, note, values  # values: found on the moving image
         return lab_t, None, None, None, None, None, None
     if label_prior is not None and prior_weight > 0 and label_guidance > 0 and active.size:
         # images only: the prior's segmentation of the moving slices is the label the term steers (it writes nothing)
@@ -477,4 +478,4 @@ def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image
     seen_fixed = np.concatenate(seen) if window else np.ones((ddf_fixed.shape[0],) + tuple(ddf_fixed.shape[2:]), bool)
     return _GridRun(window, moving_m, fixed_m, still, ddf_m, warped_m, ddf_fixed, torch.cat(weights) if window else None,
                     rel, seen_fixed, seconds_network, np.concatenate(priors) if priors else None, agreement, fixed_agreement, prior_note,
-                    carried_agreement, network_label is not None, prior_values if prior_t is not None else None)
+                    carried_agreement, network_label is not None, prior_values)

@@ -9,10 +9,11 @@ warped label then all say the same, and nothing edits the label afterwards.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import SimpleITK as sitk
 
+from monai_npc.cardiac.function import ACDC_STRUCTURES
 from monai_npc.cardiac.through_plane import basal_rules, through_plane_field
 
 from .result import Registration
@@ -20,7 +21,7 @@ from .result import Registration
 __all__ = ["basal_through_plane"]
 
 
-def basal_through_plane(reg: Registration, direction: str) -> Optional[Dict[str, Any]]:
+def basal_through_plane(reg: Registration, direction: str, structures: Mapping[str, int] = ACDC_STRUCTURES) -> Optional[Dict[str, Any]]:
     """Apply the basal rules of ``direction`` (``"ED->ES"`` or ``"ES->ED"``) to ``reg`` in place, as a through-plane part
     of its field; returns what ``reg.summary["basal_descent"]`` records (``None``: nothing to do: no moving label, not a
     3-D stack of 3 slices or more, another direction, or no rule changed anything). A stack network's field
@@ -31,6 +32,7 @@ def basal_through_plane(reg: Registration, direction: str) -> Optional[Dict[str,
     a prior) and ``rule_agreement``: the share of the labelled voxels on which the transform's label equals the rules'
     (below 1 where a rule could act only by folding the field, e.g. a voxel to clear under a structure the slice beside
     it towards the base keeps: :func:`~monai_npc.cardiac.through_plane.through_plane_field` leaves those out).
+    ``structures``: the value of each structure (``"rv"``, ``"myo"``, ``"lv"``) in the moving label (default ACDC's).
     """
     stack = reg.summary.get("stack_network")
     if stack is not None:
@@ -44,7 +46,7 @@ def basal_through_plane(reg: Registration, direction: str) -> Optional[Dict[str,
     reference = sitk.GetArrayFromImage(sitk.Resample(reg.moving_label, on_fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
     carried = sitk.GetArrayFromImage(on_fixed)
     prior = None if reg.prior_label is None else sitk.GetArrayFromImage(reg.prior_label)
-    new, lv_left = basal_rules(direction, carried, reference, on_fixed.GetSpacing()[2], prior)
+    new, lv_left = basal_rules(direction, carried, reference, on_fixed.GetSpacing()[2], prior, structures)
     if new is carried or not (new != carried).any():
         return None
     reg.set_field(through_plane_field(new, carried, reference, reg.ddf_array))

@@ -15,12 +15,12 @@ import numpy as np
 
 from monai_npc.viz.figures import save_figure
 
-from monai_npc.cardiac.function import agreement
+from monai_npc.cardiac.function import ACDC_STRUCTURES, agreement
 
 __all__ = ["function_figure", "bland_altman_figure"]
 
-#: contour colour per ACDC label value (RV, myocardium, LV)
-_COLOURS = {1: "tab:blue", 2: "tab:green", 3: "tab:red"}
+#: colour per structure (curves and contours)
+_COLOURS = {"lv": "tab:red", "rv": "tab:blue", "myo": "tab:green"}
 
 
 def _heart_box(labels: np.ndarray, margin: int = 12) -> tuple:
@@ -43,6 +43,7 @@ def function_figure(
     title: Optional[str] = None,
     max_frames: int = 8,
     slice_index: Optional[int] = None,
+    structures: Mapping[str, int] = ACDC_STRUCTURES,
 ) -> Path:
     """Write the volume curves and a strip of frames with contours as a PNG.
 
@@ -53,6 +54,7 @@ def function_figure(
         path: PNG file; folders are created.
         max_frames: frames in the strip (evenly spaced, ED and ES included).
         slice_index: slice shown (default: the slice with the largest LV cavity at ED).
+        structures: the value of each structure in ``labels`` (default ACDC's: 1 RV, 2 myocardium, 3 LV).
     """
     import matplotlib
 
@@ -61,13 +63,13 @@ def function_figure(
 
     n = images.shape[0]
     if slice_index is None:
-        slice_index = int(np.argmax((labels[ed] == 3).reshape(labels.shape[1], -1).sum(1)))
+        slice_index = int(np.argmax((labels[ed] == structures.get("lv", 3)).reshape(labels.shape[1], -1).sum(1)))
     shown = sorted(set(np.linspace(0, n - 1, min(max_frames, n)).round().astype(int).tolist()) | {ed, es})
     fig = plt.figure(figsize=(max(1.6 * len(shown), 8.0), 6.0))
     grid = fig.add_gridspec(2, len(shown), height_ratios=[1.2, 1.0])
     ax = fig.add_subplot(grid[0, :])
     frames = np.arange(n)
-    for name, colour in (("lv", "tab:red"), ("rv", "tab:blue"), ("myo", "tab:green")):
+    for name, colour in _COLOURS.items():
         if name in curves:
             ax.plot(frames, np.asarray(curves[name]), "o-", color=colour, label="LV myocardium" if name == "myo" else f"{name.upper()} cavity")
     ax.axvline(ed, color="k", ls="--", lw=1)
@@ -81,8 +83,8 @@ def function_figure(
     for k, t in enumerate(shown):
         a = fig.add_subplot(grid[1, k])
         a.imshow(images[t, slice_index][rows, cols], cmap="gray")
-        for value, colour in _COLOURS.items():
-            mask = labels[t, slice_index][rows, cols] == value
+        for name, colour in _COLOURS.items():
+            mask = labels[t, slice_index][rows, cols] == structures.get(name)
             if mask.any():
                 a.contour(mask.astype(float), levels=[0.5], colors=colour, linewidths=0.8)
         a.set_title(f"{t}" + (" ED" if t == ed else " ES" if t == es else ""), fontsize=9)

@@ -130,7 +130,8 @@ def write_tracking(tracking: Tracking, out: Union[str, os.PathLike, RunFolder], 
             title = (f"LV EF {f['lv_ef']:.1f} %, RV EF {f['rv_ef']:.1f} %, LV mass {f['lv_mass_g']:.0f} g "
                      f"({tracking.scheme}, reference frame {tracking.reference_frame})")
             folder.put(TRACK_OUTPUTS["figure"], lambda p: function_figure(tracking.volumes, f["ed_frame"], f["es_frame"],
-                                                                          tracking.cine.arrays(), tracking.labels, p, title=title))
+                                                                          tracking.cine.arrays(), tracking.labels, p, title=title,
+                                                                          structures=tracking.structures))
         folder.commit()
     except BaseException:
         folder.discard()

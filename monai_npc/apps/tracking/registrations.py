@@ -18,6 +18,7 @@ from monai_npc.functional.label_warp import indicator_tensor
 
 from .cine import Cine
 from .fields import carry_label, zero_field
+from .structures import found_structures
 
 __all__ = ["TrackSettings", "TRACK_NUM_STEPS", "TRACK_REFINE_ITERATIONS", "TRACK_FLIP_ENSEMBLE", "tracking_model", "FrameRegistrations", "TrackingRun"]
 
@@ -246,6 +247,9 @@ class FrameRegistrations:
                 "prior_acted_on_frames": [f for f, p in priors.items() if p.get("weight", 0) > 0],
                 "prior_did_not_act_on_frames": [f for f, p in priors.items() if not p.get("weight", 0) > 0],
             }
+            found = found_structures(priors.values())  # the label's numbering, as the prior found it on the moving frame
+            if found:
+                out["label"]["structures"] = found
         return out
 
     @property

@@ -46,6 +46,9 @@ class Tracking:
             ``anchored``: its anchored chain; 1 = no drift), else ``None``.
         seconds: wall time; ``seconds_per_frame`` = seconds / (T - 1).
         cine: the input.
+        structures: the value of each structure (``"rv"``, ``"myo"``, ``"lv"``) in ``labels``, which keep the given
+            label's values: the numbering ``volumes``, ``function``, the basal rules and strain read
+            (:mod:`~monai_npc.apps.tracking.structures`; ``-1``: a structure the label does not hold).
     """
 
     labels: np.ndarray
@@ -63,6 +66,7 @@ class Tracking:
     #: on and stood aside on; with a stack network ``"stack_network"``: its through-plane channel, what was not applied
     #: to it and why (:func:`~monai_npc.apps.tracking.fields.stack_record`)
     settings: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    structures: Dict[str, int] = field(default_factory=lambda: dict(ACDC_STRUCTURES))
     _lazy: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -91,7 +95,7 @@ class Tracking:
         return {
             "cine": self.cine.source, "frames": len(self.cine), "reference_frame": self.reference_frame,
             "scheme": self.scheme, "function": self.function, "drift_dice": self.drift,
-            "volumes_ml": {k: v.tolist() for k, v in self.volumes.items()},
+            "volumes_ml": {k: v.tolist() for k, v in self.volumes.items()}, "structures": self.structures,
             "registrations": self.registrations, "registration_settings": self.settings,
             "seconds": self.seconds, "seconds_per_frame": self.seconds_per_frame,
             "convention": "ddf in frame voxels, label_t(x) = label_ref(x + ddf_t(x)); frames 0-based",

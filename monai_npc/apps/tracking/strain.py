@@ -29,12 +29,14 @@ def strain(tracking: Any, label: Optional[Any] = None, frame_ms: Optional[float]
 
     Args:
         tracking: the tracked cine (:class:`~monai_npc.apps.tracking.track.Tracking`).
-        label: ``(Z, H, W)`` label of the reference frame (1 RV, 2 myocardium, 3 LV) that defines the
-            myocardium, its radial / circumferential directions and the AHA segments; ``None``: the
-            tracking's own reference label (``tracking.labels[tracking.reference_frame]``).
+        label: ``(Z, H, W)`` label of the reference frame that defines the myocardium, its radial / circumferential
+            directions and the AHA segments, numbered as the tracking's (``tracking.structures``: ACDC's 1 RV, 2
+            myocardium, 3 LV unless the tracking found or was given another numbering); ``None``: the tracking's own
+            reference label (``tracking.labels[tracking.reference_frame]``).
         frame_ms: time between two frames in ms (time to peak in ms, strain rate in 1/s); ``None``:
             frames (the cine headers of ACDC carry no time unit).
-        kwargs: of :func:`~monai_npc.cardiac.strain.strain_from_displacements` (``kind``, ``mirrored``...).
+        kwargs: of :func:`~monai_npc.cardiac.strain.strain_from_displacements` (``kind``, ``mirrored``...; ``rv``,
+            ``myocardium``, ``lv`` default to ``tracking.structures``).
 
     Raises:
         ValueError: a ``label`` that is not on the cine's grid, a ``frame_ms`` that is not > 0.
@@ -48,7 +50,8 @@ def strain(tracking: Any, label: Optional[Any] = None, frame_ms: Optional[float]
         if not (np.isfinite(frame_ms) and frame_ms > 0):
             raise ValueError(f"frame_ms (--frame-ms) must be a number > 0 (ms between frames), got {frame_ms}.")
         times = float(frame_ms) * np.arange(len(tracking.labels))
-    out = strain_from_displacements(tracking.ddf, reference, tracking.cine.spacing, ref, times, **kwargs)
+    values = {"rv": tracking.structures["rv"], "myocardium": tracking.structures["myo"], "lv": tracking.structures["lv"]}
+    out = strain_from_displacements(tracking.ddf, reference, tracking.cine.spacing, ref, times, **dict(values, **kwargs))
     if "stack_network" in (tracking.settings or {}):
         moved = float(tracking.ddf[:, 0].abs().max())
         out.notes.append(f"the tracking's stack network moves up to {moved:.2f} slices through the plane; this strain is in-plane "

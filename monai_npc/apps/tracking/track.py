@@ -41,6 +41,7 @@ from .pair import track_pair
 from .progress import progress_bar
 from .registrations import TRACK_FLIP_ENSEMBLE, TRACK_NUM_STEPS, TRACK_REFINE_ITERATIONS, TrackingRun, TrackSettings, tracking_model
 from .result import Tracking, label_dice
+from .structures import check_structures, resolve_structures
 from .schemes import DEFAULT_SCHEME, SCHEMES, TrackingScheme, registration_count
 from .schemes import scheme as find_scheme
 
@@ -82,47 +83,51 @@ def _descent(basal_descent: Any, slices: int) -> Tuple[Dict[str, float], Dict[st
 
 
 def _result(run: TrackingRun, method: TrackingScheme, ed_frame: Optional[int], es_frame: Optional[int],
-            descent: Tuple[Mapping[str, float], Mapping[str, float]]) -> Tracking:
-    """Compose ``method``'s fields (registering what the run's cache lacks) into a :class:`Tracking`."""
+            descent: Tuple[Mapping[str, float], Mapping[str, float]], structures: Optional[Dict[str, int]]) -> Tracking:
+    """Compose ``method``'s fields (registering what the run's cache lacks) into a :class:`Tracking`; ``structures``: the
+    label's numbering as given, else as the registrations' label prior found it (:func:`resolve_structures`)."""
     t0 = time.perf_counter()
     data, ref, ref_label = run.cine, run.reference, run.label
     values = sorted(int(v) for v in np.unique(ref_label) if v != 0)
     built = method.fields(run)
+    numbered, numbering = resolve_structures(structures, (built.settings.get("label") or {}).get("structures"), ref_label)
     stack = built.pairs.channels == 3  # a stack network's fields, through the plane too (fields.stack_record)
     indicators = indicator_tensor(ref_label, values, LABEL_SIGMA)  # smoothed once for every frame
     labels = np.stack([ref_label if t == ref else carry_label(indicators, f) for t, f in enumerate(built.per_frame)])
     ddf = torch.stack([frame_ddf(f) for f in built.per_frame]).float()  # (T, 3, Z, H, W)
     through_plane = None
     if any(descent) and values and not stack:
-        labels, through_plane = _basal_rules_in_field(labels, ddf, ref_label, ref, data.spacing, descent, indicators)
-    drift = label_dice(carry_label(indicators, built.cycle), ref_label) if built.cycle is not None else None
-    volumes = volume_curves(labels, data.spacing)
+        labels, through_plane = _basal_rules_in_field(labels, ddf, ref_label, ref, data.spacing, descent, indicators, numbered)
+    drift = label_dice(carry_label(indicators, built.cycle), ref_label, numbered) if built.cycle is not None else None
+    volumes = volume_curves(labels, data.spacing, numbered)
     function = cardiac_function(volumes, ed_frame, es_frame)
     # registration seconds of every pair the scheme uses (also those cached by another scheme) + composition
     seconds = built.pairs.seconds + (time.perf_counter() - t0) - built.pairs.new_seconds
     return Tracking(labels=labels, ddf=ddf.float(), volumes=volumes, function=function, reference_frame=ref, scheme=method.name,
                     drift=drift, seconds=seconds, cine=data, registrations=sum(k[0] != k[1] for k in built.pairs.used),
                     settings=dict(built.settings, **({} if through_plane is None else {"basal rules in the transform": through_plane}),
-                                  **({"stack_network": stack_record(method.name)} if stack else {})))
+                                  **({"stack_network": stack_record(method.name)} if stack else {}), structures=numbering),
+                    structures=numbered)
 
 
 def _basal_rules_in_field(labels: np.ndarray, ddf: torch.Tensor, ref_label: np.ndarray, ref: int, spacing: Sequence[float],
-                          descent: Tuple[Mapping[str, float], Mapping[str, float]], indicators: Tuple[np.ndarray, torch.Tensor]
-                          ) -> Tuple[np.ndarray, Dict[str, Any]]:
+                          descent: Tuple[Mapping[str, float], Mapping[str, float]], indicators: Tuple[np.ndarray, torch.Tensor],
+                          structures: Mapping[str, int]) -> Tuple[np.ndarray, Dict[str, Any]]:
     """The basal rules of every frame made part of its field (``ddf`` ``(T, 3, Z, H, W)``, changed in place):
     ``(labels, what the settings record)``. The phase of each frame comes from the in-plane LV curve: towards ES from
     an ED reference (the base descends: basal slices cleared), towards ED from an ES reference (it rises: filled);
     where a rule changes a frame's label, :func:`~monai_npc.cardiac.through_plane.through_plane_field` gives the field
     that does the same and the frame's label is the reference label carried by that field (trilinear, as every
-    other frame's): nothing edits a label afterwards."""
+    other frame's): nothing edits a label afterwards. ``structures``: the value of each structure in the labels."""
     from monai_npc.cardiac.through_plane import through_plane_field
     from monai_npc.functional.label_warp import warp_indicators_volume
 
-    lv = volume_curves(labels, spacing)["lv"]
+    lv = volume_curves(labels, spacing, structures)["lv"]
     down, up = systolic_phase(lv, ref), diastolic_phase(lv, ref)
     out, agreement, changed = labels.copy(), [], []
     for t, (lab, d, u) in enumerate(zip(labels, down, up)):
-        edited = apply_basal_ascent(apply_basal_descent(lab, ref_label, spacing[0], d, descent[0]), ref_label, spacing[0], u, descent[1])
+        edited = apply_basal_ascent(apply_basal_descent(lab, ref_label, spacing[0], d, descent[0], structures), ref_label, spacing[0], u,
+                                    descent[1], structures)
         if t == ref or not (edited != lab).any():
             continue
         ddf[t] = torch.from_numpy(through_plane_field(edited, lab, ref_label, ddf[t].double().numpy())).float()
@@ -149,6 +154,7 @@ def track(
     basal_descent: Union[None, bool, Mapping[str, float]] = None,
     label_guidance: Optional[float] = None,
     progress: bool = True,
+    structures: Optional[Mapping[str, int]] = None,
     **register_kwargs: Any,
 ) -> Tracking:
     """Carry the label of one frame of a 4-D short-axis cine to every frame.
@@ -197,17 +203,24 @@ def track(
             at weight ``W``; ``0``: none (:meth:`~monai_npc.apps.tracking.schemes.TrackingScheme.labels`; ``anchored``'s
             correction has its own term, :class:`~monai_npc.apps.tracking.schemes.Anchored`).
         progress: a tqdm bar over the registrations.
+        structures: which value of ``label`` is which structure, ``{"lv": 1, "myo": 2, "rv": 3}`` (M&Ms) say, for the
+            volumes, function, basal rules and strain (the carried labels keep the label's values; ``--structures``);
+            ``None``: as the label prior finds it when the registrations carry the label (``register``'s
+            ``summary["label_prior"]["structures"]``; a label of another convention is recognised, docs/interop.md),
+            else ACDC's (1 RV, 2 myocardium, 3 LV), with a warning for values it has not. ``Tracking.structures`` and
+            ``settings["structures"]`` say which was used and where it came from.
 
     Returns:
         :class:`Tracking` (labels and displacements on every frame, volumes, function, drift).
 
     Raises:
         FileNotFoundError: a missing cine or label file.
-        ValueError: a 3-D input, a label frame out of range, a label off the frame grid, an unknown scheme.
+        ValueError: a 3-D input, a label frame out of range, a label off the frame grid, an unknown scheme, ``structures``
+            naming other structures or values that are not integers > 0.
     """
     return track_schemes(cine, label, reference_frame, (scheme,), model, spacing=spacing, refine_iterations=refine_iterations,
-                         num_steps=num_steps, ed_frame=ed_frame, es_frame=es_frame, basal_descent=basal_descent, label_guidance=label_guidance, progress=progress,
-                         **register_kwargs)[scheme]
+                         num_steps=num_steps, ed_frame=ed_frame, es_frame=es_frame, basal_descent=basal_descent, label_guidance=label_guidance,
+                         progress=progress, structures=structures, **register_kwargs)[scheme]
 
 
 def track_schemes(
@@ -225,6 +238,7 @@ def track_schemes(
     basal_descent: Union[None, bool, Mapping[str, float]] = None,
     label_guidance: Optional[float] = None,
     progress: bool = True,
+    structures: Optional[Mapping[str, int]] = None,
     **register_kwargs: Any,
 ) -> Dict[str, Tracking]:
     """:func:`track` with several schemes sharing their registrations (``{scheme: Tracking}``);
@@ -232,12 +246,13 @@ def track_schemes(
     if not schemes:
         raise ValueError(f"no scheme given; use one or more of {SCHEMES}.")
     methods = [find_scheme(s) for s in schemes]
+    given = check_structures(structures)
     settings = TrackSettings(model, refine_iterations, num_steps, label_guidance, register_kwargs)
     data, ref, ref_label = _prepare(cine, label, reference_frame, spacing)
     descent = _descent(basal_descent, ref_label.shape[0])
     if len(data) == 2 and not isinstance(model, torch.nn.Module) and not isinstance(basal_descent, Mapping):
         # two frames (an ED/ES pair) are one registration: register's own, so that track([ED, ES]) is register(ED, ES)
-        pair = track_pair(data, ref, ref_label, settings, any(descent), ed_frame, es_frame, progress)
+        pair = track_pair(data, ref, ref_label, settings, any(descent), ed_frame, es_frame, progress, given)
         return {s: dataclasses.replace(pair, scheme=s, _lazy={}) for s in schemes}
     # the networks the schemes share, loaded once: consecutive frames with tracking's steps, the rest with register's
     kinds = [near for near in (True, False) if any(near in m.networks for m in methods)]
@@ -245,7 +260,7 @@ def track_schemes(
     bar = progress_bar(progress, registration_count(methods, len(data)), f"track ({', '.join(schemes)})")
     run = TrackingRun(data, ref, ref_label, settings, models, bar.update if bar else None)
     try:
-        return {m.name: _result(run, m, ed_frame, es_frame, descent) for m in methods}
+        return {m.name: _result(run, m, ed_frame, es_frame, descent, given) for m in methods}
     finally:
         if bar is not None:
             bar.close()

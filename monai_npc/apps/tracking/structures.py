@@ -1,0 +1,86 @@
+"""Which value of a tracked label is which structure: the RV, myocardium and LV whose volumes, function, basal rules,
+strain and figures :func:`monai_npc.track` reports.
+
+ACDC numbers them 1 RV, 2 myocardium, 3 LV; M&Ms 1 LV, 2 myocardium, 3 RV; other tools use 10 / 20 / 30 or 500 / 600.
+``track`` takes them from its ``structures`` argument, else from what the label prior found when the registrations
+carried the label (``register``'s ``summary["label_prior"]["structures"]``: its segmentation of the moving frame
+against the label, :func:`~monai_npc.apps.registration.label_prior.value_map`), else it assumes ACDC's numbering and
+warns when the label holds other values. The labels themselves keep the user's values throughout.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+
+import numpy as np
+
+from monai_npc.cardiac.function import ACDC_STRUCTURES
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["STRUCTURE_NAMES", "ABSENT", "check_structures", "found_structures", "resolve_structures"]
+
+#: the structures tracking reports (:data:`~monai_npc.cardiac.function.ACDC_STRUCTURES`' names)
+STRUCTURE_NAMES = tuple(ACDC_STRUCTURES)
+#: the value given to a structure the label does not hold: no voxel has it, so its volume is 0 and no rule acts on it
+ABSENT = -1
+
+
+def check_structures(structures: Optional[Mapping[str, Any]]) -> Optional[Dict[str, int]]:
+    """``structures`` (``{"lv": 1, "myo": 2, "rv": 3}``, some of :data:`STRUCTURE_NAMES`) as ``{name: int}``, or ``None``.
+
+    Raises:
+        ValueError: another name, a value that is not an integer > 0, or one value for two structures.
+    """
+    if structures is None:
+        return None
+    if not isinstance(structures, Mapping) or not structures:
+        raise ValueError(f"structures (--structures) must map some of {list(STRUCTURE_NAMES)} to label values, e.g. "
+                         f"{{'lv': 1, 'myo': 2, 'rv': 3}} (M&Ms); got {structures!r}.")
+    out: Dict[str, int] = {}
+    for name, value in structures.items():
+        key = str(name).strip().lower()
+        if key not in STRUCTURE_NAMES:
+            raise ValueError(f"structures (--structures) names {name!r}; the structures are {list(STRUCTURE_NAMES)}.")
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            number = 0
+        if number <= 0 or number != value:
+            raise ValueError(f"structures (--structures): the value of {key!r} must be an integer > 0, got {value!r}.")
+        out[key] = number
+    if len(set(out.values())) < len(out):
+        raise ValueError(f"structures (--structures) gives one value to two structures: {out}.")
+    return out
+
+
+def found_structures(prior_summaries: Iterable[Optional[Mapping[str, Any]]]) -> Optional[Dict[str, int]]:
+    """The first ``structures`` among ``register``'s ``summary["label_prior"]`` records (``None`` entries skipped) whose
+    names are tracking's, or ``None``."""
+    for summary in prior_summaries:
+        found = (summary or {}).get("structures")
+        if found and set(found) <= set(STRUCTURE_NAMES):
+            return {str(k): int(v) for k, v in found.items()}
+    return None
+
+
+def resolve_structures(given: Optional[Mapping[str, int]], found: Optional[Mapping[str, int]], label: np.ndarray
+                       ) -> Tuple[Dict[str, int], Dict[str, Any]]:
+    """``({name: value} for every name of :data:`STRUCTURE_NAMES`, what the settings record)``: ``given`` (the
+    ``structures`` argument), else ``found`` (:func:`found_structures`), else ACDC's numbering; a name left out gets
+    :data:`ABSENT`. Assumed ACDC numbering on a ``label`` ``(Z, H, W)`` holding values ACDC has not (10 / 20 / 30, say)
+    is logged as a warning and recorded (``warning``): its volumes would be 0."""
+    if given:
+        chosen, source = dict(given), "the structures argument"
+    elif found:
+        chosen, source = dict(found), "the label prior's segmentation of the labelled frame"
+    else:
+        chosen, source = dict(ACDC_STRUCTURES), "assumed: ACDC numbering"
+    record: Dict[str, Any] = {"values": dict(chosen), "from": source}
+    unnamed = sorted(int(v) for v in np.unique(label) if v > 0 and int(v) not in chosen.values())
+    if not given and not found and unnamed:
+        record["warning"] = (f"the label holds values {unnamed} that are not ACDC's (1 RV, 2 myocardium, 3 LV), and no label prior "
+                             "named them: their volumes are not counted; give structures (--structures lv=1,myo=2,rv=3)")
+        logger.warning("track: %s", record["warning"])
+    return {name: int(chosen.get(name, ABSENT)) for name in STRUCTURE_NAMES}, record
