@@ -365,3 +365,46 @@ def test_summary_and_jacobian_describe_the_written_field_with_through_plane_moti
     written_jac = sitk.GetArrayFromImage(sitk.ReadImage(str(tmp_path / "out" / "jacobian.nii.gz")))
     np.testing.assert_allclose(written_jac, jac, atol=1e-3)
     assert summary["basal_descent"]["cleared_voxels"] > 0
+
+
+def test_the_basal_rules_read_the_label_in_its_own_numbering():
+    """An ED stack labelled as M&Ms does (LV 1, RV 3): the rules clear its basal RV (value 3) as they clear an
+    ACDC-numbered one's (value 1), whether the numbering is given or read from what the label prior named
+    (``summary["label_prior"]["structures"]``); read as ACDC's, they would clear the LV's base instead."""
+    import SimpleITK as sitk
+    import torch
+    from torch import nn
+
+    import monai_npc
+    from monai_npc.apps.registration.through_plane import basal_through_plane
+
+    class Shift(nn.Module):  # the same in-plane displacement everywhere (model voxels)
+        def forward(self, pair):
+            return torch.tensor([0.6, 0.0]).view(1, 2, 1, 1).expand(pair.shape[0], 2, *pair.shape[2:]).clone()
+
+    lab = np.zeros((5, 48, 48), np.int32)
+    lab[0:4, 12:24, 8:20] = 1  # RV, basal end at slice 0
+    lab[0:5, 16:36, 20:36] = 3  # LV
+    lab[0:5, 14:38, 18:20] = 2
+    mnms = np.array([0, 3, 2, 1], np.int32)[lab]
+    image = sitk.GetImageFromArray((lab * 40.0 + 10.0).astype(np.float32))
+    image.SetSpacing((1.5, 1.5, 10.0))
+
+    def ruled(values, structures=None, named=None):
+        label = sitk.GetImageFromArray(values.astype(np.int16))
+        label.CopyInformation(image)
+        reg = monai_npc.register(image, image, model=Shift(), moving_label=label, field_of_view="image", size=48, threads=1)
+        if named is not None:
+            reg.summary["label_prior"] = {"structures": named}
+        info = basal_through_plane(reg, "ED->ES", structures)
+        return info, sitk.GetArrayFromImage(reg.warped_label)
+
+    acdc, carried = ruled(lab)
+    assert acdc["cleared_voxels"] > 0 and acdc["structures"] == {"rv": 1, "myo": 2, "lv": 3}
+    to_acdc = np.array([0, 3, 2, 1])
+    for kwargs in ({"structures": {"lv": 1, "myo": 2, "rv": 3}}, {"named": {"lv": 1, "myo": 2, "rv": 3}}):
+        info, other = ruled(mnms, **kwargs)
+        assert info["cleared_voxels"] == acdc["cleared_voxels"] and info["structures"] == {"rv": 3, "myo": 2, "lv": 1}
+        np.testing.assert_array_equal(to_acdc[other], carried)
+    _, misread = ruled(mnms)  # read as ACDC's: the LV (1) loses its basal slice, the RV (3) keeps it
+    assert (misread[0] == 1).sum() < (mnms[0] == 1).sum() and (misread[0] == 3).sum() > 0

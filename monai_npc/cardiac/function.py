@@ -13,6 +13,8 @@ import numpy as np
 
 __all__ = [
     "ACDC_STRUCTURES",
+    "ABSENT_STRUCTURE",
+    "structure_values",
     "MYOCARDIUM_DENSITY",
     "voxel_volume_ml",
     "structure_volumes",
@@ -27,6 +29,16 @@ __all__ = [
 
 #: structure name -> label value (ACDC)
 ACDC_STRUCTURES: Dict[str, int] = {"rv": 1, "myo": 2, "lv": 3}
+#: the value of a structure a label does not hold: no voxel has it, so its volume is 0 and no basal rule acts on it
+ABSENT_STRUCTURE = -1
+
+
+def structure_values(named: Optional[Mapping[str, int]]) -> Dict[str, int]:
+    """Every name of :data:`ACDC_STRUCTURES` -> its value in a label numbered as ``named`` says (``{"lv": 1, "myo": 2,
+    "rv": 3}`` for M&Ms; a name it leaves out: :data:`ABSENT_STRUCTURE`); ``None`` or empty: ACDC's own values."""
+    if not named:
+        return dict(ACDC_STRUCTURES)
+    return {name: int(named.get(name, ABSENT_STRUCTURE)) for name in ACDC_STRUCTURES}
 
 #: myocardial tissue density, g/mL (the value cardiac MRI software uses)
 MYOCARDIUM_DENSITY = 1.05

@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import SimpleITK as sitk
 
-from monai_npc.cardiac.function import ACDC_STRUCTURES
+from monai_npc.cardiac.function import structure_values
 from monai_npc.cardiac.through_plane import basal_rules, through_plane_field
 
 from .result import Registration
@@ -21,7 +21,7 @@ from .result import Registration
 __all__ = ["basal_through_plane"]
 
 
-def basal_through_plane(reg: Registration, direction: str, structures: Mapping[str, int] = ACDC_STRUCTURES) -> Optional[Dict[str, Any]]:
+def basal_through_plane(reg: Registration, direction: str, structures: Optional[Mapping[str, int]] = None) -> Optional[Dict[str, Any]]:
     """Apply the basal rules of ``direction`` (``"ED->ES"`` or ``"ES->ED"``) to ``reg`` in place, as a through-plane part
     of its field; returns what ``reg.summary["basal_descent"]`` records (``None``: nothing to do: no moving label, not a
     3-D stack of 3 slices or more, another direction, or no rule changed anything). A stack network's field
@@ -32,7 +32,9 @@ def basal_through_plane(reg: Registration, direction: str, structures: Mapping[s
     a prior) and ``rule_agreement``: the share of the labelled voxels on which the transform's label equals the rules'
     (below 1 where a rule could act only by folding the field, e.g. a voxel to clear under a structure the slice beside
     it towards the base keeps: :func:`~monai_npc.cardiac.through_plane.through_plane_field` leaves those out).
-    ``structures``: the value of each structure (``"rv"``, ``"myo"``, ``"lv"``) in the moving label (default ACDC's).
+    ``structures``: the value of each structure (``"rv"``, ``"myo"``, ``"lv"``) in the moving label; ``None``: as the
+    label prior named them (``reg.summary["label_prior"]["structures"]``: a label of another convention, M&Ms' LV 1 and
+    RV 3 say, is recognised), else ACDC's; recorded as ``structures``.
     """
     stack = reg.summary.get("stack_network")
     if stack is not None:
@@ -46,7 +48,8 @@ def basal_through_plane(reg: Registration, direction: str, structures: Mapping[s
     reference = sitk.GetArrayFromImage(sitk.Resample(reg.moving_label, on_fixed, sitk.Transform(), sitk.sitkNearestNeighbor, 0, sitk.sitkInt32))
     carried = sitk.GetArrayFromImage(on_fixed)
     prior = None if reg.prior_label is None else sitk.GetArrayFromImage(reg.prior_label)
-    new, lv_left = basal_rules(direction, carried, reference, on_fixed.GetSpacing()[2], prior, structures)
+    values = structure_values(structures or (reg.summary.get("label_prior") or {}).get("structures"))
+    new, lv_left = basal_rules(direction, carried, reference, on_fixed.GetSpacing()[2], prior, values)
     if new is carried or not (new != carried).any():
         return None
     reg.set_field(through_plane_field(new, carried, reference, reg.ddf_array))
@@ -54,7 +57,8 @@ def basal_through_plane(reg: Registration, direction: str, structures: Mapping[s
     labelled = (result > 0) | (new > 0)
     key = "cleared_voxels" if direction == "ED->ES" else "filled_voxels"
     info: Dict[str, Any] = {key: int((carried != new).sum()), "direction": direction, "module": "monai_npc.cardiac.through_plane",
-                            "in_transform": True, "rule_agreement": float((result == new)[labelled].mean()) if labelled.any() else 1.0}
+                            "in_transform": True, "rule_agreement": float((result == new)[labelled].mean()) if labelled.any() else 1.0,
+                            "structures": values}
     if prior is not None and direction == "ED->ES":
         info["lv_left_slice"] = lv_left
     reg.summary["basal_descent"] = info

@@ -15,16 +15,14 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 import numpy as np
 
-from monai_npc.cardiac.function import ACDC_STRUCTURES
+from monai_npc.cardiac.function import ACDC_STRUCTURES, structure_values
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STRUCTURE_NAMES", "ABSENT", "check_structures", "found_structures", "resolve_structures"]
+__all__ = ["STRUCTURE_NAMES", "check_structures", "found_structures", "resolve_structures"]
 
 #: the structures tracking reports (:data:`~monai_npc.cardiac.function.ACDC_STRUCTURES`' names)
 STRUCTURE_NAMES = tuple(ACDC_STRUCTURES)
-#: the value given to a structure the label does not hold: no voxel has it, so its volume is 0 and no rule acts on it
-ABSENT = -1
 
 
 def check_structures(structures: Optional[Mapping[str, Any]]) -> Optional[Dict[str, int]]:
@@ -69,7 +67,7 @@ def resolve_structures(given: Optional[Mapping[str, int]], found: Optional[Mappi
                        ) -> Tuple[Dict[str, int], Dict[str, Any]]:
     """``({name: value} for every name of :data:`STRUCTURE_NAMES`, what the settings record)``: ``given`` (the
     ``structures`` argument), else ``found`` (:func:`found_structures`), else ACDC's numbering; a name left out gets
-    :data:`ABSENT`. Assumed ACDC numbering on a ``label`` ``(Z, H, W)`` holding values ACDC has not (10 / 20 / 30, say)
+    :data:`~monai_npc.cardiac.function.ABSENT_STRUCTURE` (:func:`~monai_npc.cardiac.function.structure_values`). Assumed ACDC numbering on a ``label`` ``(Z, H, W)`` holding values ACDC has not (10 / 20 / 30, say)
     is logged as a warning and recorded (``warning``): its volumes would be 0."""
     if given:
         chosen, source = dict(given), "the structures argument"
@@ -83,4 +81,4 @@ def resolve_structures(given: Optional[Mapping[str, int]], found: Optional[Mappi
         record["warning"] = (f"the label holds values {unnamed} that are not ACDC's (1 RV, 2 myocardium, 3 LV), and no label prior "
                              "named them: their volumes are not counted; give structures (--structures lv=1,myo=2,rv=3)")
         logger.warning("track: %s", record["warning"])
-    return {name: int(chosen.get(name, ABSENT)) for name in STRUCTURE_NAMES}, record
+    return structure_values(chosen), record
