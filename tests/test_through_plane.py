@@ -3,6 +3,7 @@ re-enters at ED, and track's use of it."""
 
 import numpy as np
 import pytest
+import torch
 
 from monai_npc.cardiac.through_plane import (
     PRIOR_LEFT_SHARE,
@@ -324,32 +325,39 @@ def test_through_plane_field_keeps_the_slices_in_order_where_rules_act_over_seve
     np.testing.assert_array_equal(written[~under], carried[~under])
 
 
+class _ShiftModel(torch.nn.Module):
+    """The same in-plane displacement everywhere (0.6 model voxels along rows): a stand-in network."""
+
+    def forward(self, pair):
+        return torch.tensor([0.6, 0.0]).view(1, 2, 1, 1).expand(pair.shape[0], 2, *pair.shape[2:]).clone()
+
+
+def _basal_rv_stack() -> np.ndarray:
+    """``(5, 48, 48)`` ACDC-numbered label whose RV ends one slice short of the apex, its base at slice 0."""
+    lab = np.zeros((5, 48, 48), np.int32)
+    lab[0:4, 12:24, 8:20] = 1  # RV, basal end at slice 0
+    lab[0:5, 16:36, 20:36] = 3  # LV
+    lab[0:5, 14:38, 18:20] = 2
+    return lab
+
+
 def test_summary_and_jacobian_describe_the_written_field_with_through_plane_motion(tmp_path):
     """A stack whose basal RV slice the rules clear (ED->ES): the field then has a through-plane part. The summary's
     folding and Jacobian range, and ``jacobian.nii.gz``, are those of the field written to ``displacement.nii.gz``
     (its full 3-D determinant), not of the in-plane field before the rules (whose Jacobian is 1 everywhere here)."""
     import SimpleITK as sitk
-    import torch
-    from torch import nn
 
     import monai_npc
     from monai_npc.apps.registration.through_plane import basal_through_plane
     from monai_npc.functional import jacobian_determinant
     from monai_npc.interop.transforms import read_displacement_field
 
-    class Shift(nn.Module):  # the same in-plane displacement everywhere (model voxels)
-        def forward(self, pair):
-            return torch.tensor([0.6, 0.0]).view(1, 2, 1, 1).expand(pair.shape[0], 2, *pair.shape[2:]).clone()
-
-    lab = np.zeros((5, 48, 48), np.int32)
-    lab[0:4, 12:24, 8:20] = 1  # RV, basal end at slice 0
-    lab[0:5, 16:36, 20:36] = 3  # LV
-    lab[0:5, 14:38, 18:20] = 2
+    lab = _basal_rv_stack()
     image = sitk.GetImageFromArray((lab * 40.0 + 10.0).astype(np.float32))
     image.SetSpacing((1.5, 1.5, 10.0))
     label = sitk.GetImageFromArray(lab.astype(np.int16))
     label.CopyInformation(image)
-    reg = monai_npc.register(image, image, model=Shift(), moving_label=label, field_of_view="image", size=48, threads=1)
+    reg = monai_npc.register(image, image, model=_ShiftModel(), moving_label=label, field_of_view="image", size=48, threads=1)
     before = dict(reg.summary)
     assert basal_through_plane(reg, "ED->ES") is not None and np.any(reg.ddf_array[0])
     summary = reg.save(tmp_path / "out", overview=False)
@@ -372,20 +380,11 @@ def test_the_basal_rules_read_the_label_in_its_own_numbering():
     ACDC-numbered one's (value 1), whether the numbering is given or read from what the label prior named
     (``summary["label_prior"]["structures"]``); read as ACDC's, they would clear the LV's base instead."""
     import SimpleITK as sitk
-    import torch
-    from torch import nn
 
     import monai_npc
     from monai_npc.apps.registration.through_plane import basal_through_plane
 
-    class Shift(nn.Module):  # the same in-plane displacement everywhere (model voxels)
-        def forward(self, pair):
-            return torch.tensor([0.6, 0.0]).view(1, 2, 1, 1).expand(pair.shape[0], 2, *pair.shape[2:]).clone()
-
-    lab = np.zeros((5, 48, 48), np.int32)
-    lab[0:4, 12:24, 8:20] = 1  # RV, basal end at slice 0
-    lab[0:5, 16:36, 20:36] = 3  # LV
-    lab[0:5, 14:38, 18:20] = 2
+    lab = _basal_rv_stack()
     mnms = np.array([0, 3, 2, 1], np.int32)[lab]
     image = sitk.GetImageFromArray((lab * 40.0 + 10.0).astype(np.float32))
     image.SetSpacing((1.5, 1.5, 10.0))
@@ -393,7 +392,7 @@ def test_the_basal_rules_read_the_label_in_its_own_numbering():
     def ruled(values, structures=None, named=None):
         label = sitk.GetImageFromArray(values.astype(np.int16))
         label.CopyInformation(image)
-        reg = monai_npc.register(image, image, model=Shift(), moving_label=label, field_of_view="image", size=48, threads=1)
+        reg = monai_npc.register(image, image, model=_ShiftModel(), moving_label=label, field_of_view="image", size=48, threads=1)
         if named is not None:
             reg.summary["label_prior"] = {"structures": named}
         info = basal_through_plane(reg, "ED->ES", structures)
