@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import SimpleITK as sitk
@@ -366,14 +366,23 @@ class _GridRun:
     prior_values: Optional[Dict[int, int]] = None  # how the moving label's values named the prior's (another convention)
 
 
+class _LabelTerm(NamedTuple):
+    """What the label-guided term steers on the model grid (:func:`_label_term_inputs`); ``None`` where it has none."""
+
+    label: Optional[torch.Tensor] = None  # (Z, 1, h, w): the moving label, or images only the prior's segmentation of it
+    prior: Optional[torch.Tensor] = None  # (N, K, h, w): the prior's class probabilities of the active fixed slices
+    agreement: Optional[float] = None  # the prior against the moving label on the moving image
+    judged: Optional[float] = None  # the agreement its last check judges by (carried_prior_check)
+    fixed_agreement: Optional[float] = None  # its segmentation of the fixed image against the label, unregistered
+    note: Optional[str] = None  # why it does not act
+    values: Optional[Dict[int, int]] = None  # a label of another convention: its values -> the prior's (found on the moving image)
+
+
 def _label_term_inputs(grids, m_t: torch.Tensor, f_t: torch.Tensor, active: np.ndarray, moving_label: Optional[sitk.Image],
-                       label_guidance: float, label_prior: Optional[nn.Module], prior_weight: float):
-    """What the label-guided term steers on the model grid: ``(label (Z, 1, h, w) or None, the prior's class
-    probabilities of the ``active`` fixed slices or None, its agreement with the moving label, the agreement its last
-    check judges by (:func:`carried_prior_check`), its overlap on the fixed image, why it does not act)``. With a
-    ``moving_label``: that label and :func:`fixed_prior`; without one (images only), :func:`moving_prior`: the prior's
-    segmentation of the moving slices, judged with :data:`PRIOR_IMAGES_AGREEMENT`; last, how a label of another
-    convention names the prior's values, found on the moving image whether or not the prior acts (``None``: as given)."""
+                       label_guidance: float, label_prior: Optional[nn.Module], prior_weight: float) -> _LabelTerm:
+    """What the label-guided term steers on the model grid (:class:`_LabelTerm`). With a ``moving_label``: that label and
+    :func:`fixed_prior`; without one (images only), :func:`moving_prior`: the prior's segmentation of the moving slices,
+    judged with :data:`PRIOR_IMAGES_AGREEMENT` (no expert's label: its agreement assumed)."""
     z, _, h, w = m_t.shape
     device = m_t.device
     if moving_label is not None and label_guidance > 0:
@@ -385,17 +394,17 @@ def _label_term_inputs(grids, m_t: torch.Tensor, f_t: torch.Tensor, active: np.n
                 lab_t = relabel(lab_t, values, label_prior.num_classes)
             if note is None and prior_t is not None:  # slices the label leaves empty: steered as images only
                 lab_t[active], prior_t = fill_unlabelled(label_prior, m_t[active], f_t[active], lab_t[active], prior_t)
-            return lab_t, prior_t, agreement, agreement, on_fixed, note, values  # values: found on the moving image
-        return lab_t, None, None, None, None, None, None
+            return _LabelTerm(lab_t, prior_t, agreement, agreement, on_fixed, note, values)
+        return _LabelTerm(lab_t)
     if label_prior is not None and prior_weight > 0 and label_guidance > 0 and active.size:
         # images only: the prior's segmentation of the moving slices is the label the term steers (it writes nothing)
         seg, prior_t, on_fixed, note = moving_prior(label_prior.to(device), m_t[active], f_t[active])
         if seg is None:
-            return None, None, None, None, on_fixed, note, None
+            return _LabelTerm(fixed_agreement=on_fixed, note=note)
         lab_t = torch.zeros(z, 1, h, w, device=device)
         lab_t[active] = seg
-        return lab_t, prior_t, None, PRIOR_IMAGES_AGREEMENT, on_fixed, note, None  # no expert's label: its agreement assumed
-    return None, None, None, None, None, None, None
+        return _LabelTerm(lab_t, prior_t, None, PRIOR_IMAGES_AGREEMENT, on_fixed, note)
+    return _LabelTerm()
 
 
 def _register_on_grids(net, moving, grids: Sequence[Tuple[sitk.Image, sitk.Image]], window: bool, profile: ModelProfile, device,
