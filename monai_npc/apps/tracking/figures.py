@@ -19,8 +19,8 @@ from monai_npc.cardiac.function import ACDC_STRUCTURES, agreement
 
 __all__ = ["function_figure", "bland_altman_figure"]
 
-#: colour per structure (curves and contours)
-_COLOURS = {"lv": "tab:red", "rv": "tab:blue", "myo": "tab:green"}
+#: colour per structure (curves and contours; contours drawn in this order, the LV's last, over the myocardium's)
+_COLOURS = {"rv": "tab:blue", "myo": "tab:green", "lv": "tab:red"}
 
 
 def _heart_box(labels: np.ndarray, margin: int = 12) -> tuple:
@@ -69,7 +69,8 @@ def function_figure(
     grid = fig.add_gridspec(2, len(shown), height_ratios=[1.2, 1.0])
     ax = fig.add_subplot(grid[0, :])
     frames = np.arange(n)
-    for name, colour in _COLOURS.items():
+    for name in ("lv", "rv", "myo"):
+        colour = _COLOURS[name]
         if name in curves:
             ax.plot(frames, np.asarray(curves[name]), "o-", color=colour, label="LV myocardium" if name == "myo" else f"{name.upper()} cavity")
     ax.axvline(ed, color="k", ls="--", lw=1)
