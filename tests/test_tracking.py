@@ -460,8 +460,15 @@ def test_a_label_numbered_otherwise_is_tracked_as_the_acdc_numbered_one(caplog):
     assert given.function == pytest.approx(plain.function, abs=1e-6) and plain.function["lv_ef"] > 20
     with caplog.at_level(logging.WARNING, logger="monai_npc.apps.tracking.structures"):
         tens = monai_npc.track(pair, lab * 10, 0, label_guidance=0.0, **kw)
-    assert tens.function["lv_edv"] == 0.0 and "values [10, 20, 30]" in tens.settings["structures"]["warning"]
+    assert tens.volumes["lv"].max() == 0.0 and np.isnan(tens.function["lv_ef"]) and np.isnan(tens.function["lv_mass_g"])
+    assert "values [10, 20, 30]" in tens.settings["structures"]["warning"] and tens.settings["structures"]["absent"] == ["rv", "myo", "lv"]
     assert "--structures" in caplog.text
+    # a label of the LV alone: no RV EF and no LV mass (not 0 mL and 0 g), null in function.json (strict JSON)
+    lv = monai_npc.track(pair, np.where(lab == 3, 3, 0), 0, label_guidance=0.0, **kw)
+    assert lv.settings["structures"]["absent"] == ["rv", "myo"] and lv.function["lv_ef"] == pytest.approx(plain.function["lv_ef"], abs=2.0)
+    assert np.isnan(lv.function["rv_ef"]) and np.isnan(lv.function["rv_edv"]) and np.isnan(lv.function["lv_mass_g"])
+    summary = json.loads(json.dumps(lv.summary, allow_nan=False, default=str))
+    assert summary["function"]["rv_ef"] is None and summary["function"]["lv_ef"] > 20
     for bad, match in (({"la": 3}, "names 'la'"), ({"lv": 0}, "integer > 0"), ({"lv": 1, "rv": 1}, "one value to two"), ({}, "must map")):
         with pytest.raises(ValueError, match=match):
             monai_npc.track(pair, lab, 0, structures=bad, **kw)

@@ -16,7 +16,7 @@ from monai_npc.cardiac.function import cardiac_function, volume_curves
 from .cine import Cine
 from .progress import progress_bar
 from .result import Tracking
-from .structures import found_structures, resolve_structures
+from .structures import found_structures, resolve_structures, without_absent
 from .registrations import TrackSettings
 
 __all__ = ["track_pair"]
@@ -59,6 +59,7 @@ def track_pair(data: Cine, ref: int, ref_label: np.ndarray, settings: TrackSetti
                 "structures": numbering}
     if reg.summary.get("stack_network") is not None:  # a stack network's field, and what register left out
         settings["stack_network"] = reg.summary["stack_network"]
-    return Tracking(labels=labels, ddf=ddf, volumes=volumes, function=cardiac_function(volumes, ed_frame, es_frame), reference_frame=ref,
+    function = without_absent(cardiac_function(volumes, ed_frame, es_frame), numbering.get("absent", ()))
+    return Tracking(labels=labels, ddf=ddf, volumes=volumes, function=function, reference_frame=ref,
                     scheme="pair", drift=None, seconds=time.perf_counter() - t0, cine=data, registrations=1, settings=settings,
                     structures=values)

@@ -26,6 +26,11 @@ def label_dice(a: np.ndarray, b: np.ndarray, structures: Dict[str, int] = ACDC_S
     return {name: float("nan") if dice[v] is None else dice[v] for name, v in structures.items()}
 
 
+def _json_numbers(values: Dict[str, float]) -> Dict[str, Optional[float]]:
+    """``values`` with NaN (a figure a structure the label does not hold cannot have) as ``None``: JSON's ``null``."""
+    return {k: None if isinstance(v, float) and not np.isfinite(v) else v for k, v in values.items()}
+
+
 @dataclass
 class Tracking:
     """The result of :func:`track`.
@@ -94,7 +99,7 @@ class Tracking:
         """JSON-ready figures: function, ED/ES, drift, volumes per frame, timings."""
         return {
             "cine": self.cine.source, "frames": len(self.cine), "reference_frame": self.reference_frame,
-            "scheme": self.scheme, "function": self.function, "drift_dice": self.drift,
+            "scheme": self.scheme, "function": _json_numbers(self.function), "drift_dice": None if self.drift is None else _json_numbers(self.drift),
             "volumes_ml": {k: v.tolist() for k, v in self.volumes.items()}, "structures": self.structures,
             "registrations": self.registrations, "registration_settings": self.settings,
             "seconds": self.seconds, "seconds_per_frame": self.seconds_per_frame,

@@ -19,7 +19,7 @@ from monai_npc.cardiac.function import ACDC_STRUCTURES, structure_values
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STRUCTURE_NAMES", "check_structures", "found_structures", "resolve_structures"]
+__all__ = ["STRUCTURE_NAMES", "check_structures", "found_structures", "resolve_structures", "without_absent"]
 
 #: the structures tracking reports (:data:`~monai_npc.cardiac.function.ACDC_STRUCTURES`' names)
 STRUCTURE_NAMES = tuple(ACDC_STRUCTURES)
@@ -76,9 +76,27 @@ def resolve_structures(given: Optional[Mapping[str, int]], found: Optional[Mappi
     else:
         chosen, source = dict(ACDC_STRUCTURES), "assumed: ACDC numbering"
     record: Dict[str, Any] = {"values": dict(chosen), "from": source}
+    values = structure_values(chosen)
+    absent = [name for name, value in values.items() if not np.any(np.asarray(label) == value)]
+    if absent:  # a label of some structures: the others' figures are not defined (without_absent)
+        record["absent"] = absent
     unnamed = sorted(int(v) for v in np.unique(label) if v > 0 and int(v) not in chosen.values())
     if not given and not found and unnamed:
         record["warning"] = (f"the label holds values {unnamed} that are not ACDC's (1 RV, 2 myocardium, 3 LV), and no label prior "
                              "named them: their volumes are not counted; give structures (--structures lv=1,myo=2,rv=3)")
         logger.warning("track: %s", record["warning"])
-    return structure_values(chosen), record
+    return values, record
+
+
+#: the figures of :func:`~monai_npc.cardiac.function.cardiac_function` that each structure defines
+_FIGURES = {"lv": ("lv_edv", "lv_esv", "lv_sv", "lv_ef"), "rv": ("rv_edv", "rv_esv", "rv_sv", "rv_ef"), "myo": ("lv_mass_g",)}
+
+
+def without_absent(function: Mapping[str, float], absent: Iterable[str]) -> Dict[str, float]:
+    """``function`` (:func:`~monai_npc.cardiac.function.cardiac_function`) with the figures of the structures the label
+    does not hold (``absent``, :func:`resolve_structures`' record) NaN: an LV-only label has no RV EF and no LV
+    mass, rather than 0 mL and 0 g."""
+    out = dict(function)
+    for name in absent:
+        out.update({key: float("nan") for key in _FIGURES.get(name, ()) if key in out})
+    return out

@@ -41,7 +41,7 @@ from .pair import track_pair
 from .progress import progress_bar
 from .registrations import TRACK_FLIP_ENSEMBLE, TRACK_NUM_STEPS, TRACK_REFINE_ITERATIONS, TrackingRun, TrackSettings, tracking_model
 from .result import Tracking, label_dice
-from .structures import check_structures, resolve_structures
+from .structures import check_structures, resolve_structures, without_absent
 from .schemes import DEFAULT_SCHEME, SCHEMES, TrackingScheme, registration_count
 from .schemes import scheme as find_scheme
 
@@ -100,7 +100,7 @@ def _result(run: TrackingRun, method: TrackingScheme, ed_frame: Optional[int], e
         labels, through_plane = _basal_rules_in_field(labels, ddf, ref_label, ref, data.spacing, descent, indicators, numbered)
     drift = label_dice(carry_label(indicators, built.cycle), ref_label, numbered) if built.cycle is not None else None
     volumes = volume_curves(labels, data.spacing, numbered)
-    function = cardiac_function(volumes, ed_frame, es_frame)
+    function = without_absent(cardiac_function(volumes, ed_frame, es_frame), numbering.get("absent", ()))
     # registration seconds of every pair the scheme uses (also those cached by another scheme) + composition
     seconds = built.pairs.seconds + (time.perf_counter() - t0) - built.pairs.new_seconds
     return Tracking(labels=labels, ddf=ddf.float(), volumes=volumes, function=function, reference_frame=ref, scheme=method.name,
