@@ -1,6 +1,7 @@
 """``monai-npc track``: carry a label through a 4-D short-axis cine; volumes, EF and LV mass.
 
-The label (0 bg, 1 RV, 2 myocardium, 3 LV, as ACDC) belongs to one frame: --label-frame (0-based),
+The label (ACDC's 0 bg, 1 RV, 2 myocardium, 3 LV; another numbering, M&Ms' LV 1 and RV 3 say, is recognised by the
+label prior or given with --structures lv=1,myo=2,rv=3) belongs to one frame: --label-frame (0-based),
 by default, with an ACDC Info.cfg beside the cine, the frame the label file names
 (patient090_frame11_gt.nii.gz: frame 10) or else Info.cfg's ED (ED: n -> frame n - 1), else frame 0.
 Writes into --out, all at once (it may only hold a previous run's files): labels_4d.nii.gz (the

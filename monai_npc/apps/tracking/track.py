@@ -167,7 +167,8 @@ def track(
     Args:
         cine: a 4-D file (NIfTI ``(X, Y, Z, T)``), a cine DICOM folder, a 4-D ``sitk.Image``, a
             ``(T, Z, H, W)`` array (with ``spacing``) or a list of 3-D frames (:func:`read_cine`).
-        label: the label map (0 bg, 1 RV, 2 Myo, 3 LV) of frame ``reference_frame``: a file,
+        label: the label map (ACDC's 0 bg, 1 RV, 2 Myo, 3 LV, or another numbering: ``structures``) of frame
+            ``reference_frame``: a file,
             ``sitk.Image`` or ``(Z, H, W)`` array on the frame grid (a 4-D label: that frame of it).
         reference_frame: 0-based frame the label belongs to; ``None``: the frame an ACDC label file
             names (``patient090_frame04_gt.nii.gz``: 3), else ED of an ACDC ``Info.cfg`` beside the
