@@ -201,6 +201,16 @@ def test_without_a_moving_label_the_prior_segments_the_moving_image(prior_always
     assert 2 * ((seg == 3) & lv).sum() / ((seg == 3).sum() + 2 * lv.sum()) > 0.7 and on_fixed > 0.3
     seg, prior, _, why = moving_prior(net, torch.zeros_like(m), f)  # a blank moving image: no heart to steer
     assert seg is None and prior is None and why
+    # an echocardiogram-like frame (a dark cavity in a bright wall, in a speckled cone): it finds no LV, so it does not
+    # steer (on 80 CAMUS pairs it acted on 15 and cost 0.015 there); some slices of a labelled stack need no such check
+    rng = np.random.default_rng(0)
+    cone = np.where((np.abs(xx - 64) < yy * 0.6) & (yy < 120), 0.25 + 0.15 * rng.random((128, 128)), 0.0)
+    echo = np.where(((yy - 70) / 30) ** 2 + ((xx - 64) / 14) ** 2 < 1, 0.05,
+                    np.where(((yy - 70) / 36) ** 2 + ((xx - 64) / 20) ** 2 < 1, 0.7, cone))
+    echo = torch.from_numpy(echo.astype(np.float32))[None, None]
+    seg, prior, _, why = moving_prior(net, echo, echo)
+    assert seg is None and prior is None and "lacks lv" in why and "another modality" in why
+    assert "lacks" not in (moving_prior(net, echo, echo, whole=False)[3] or "")
     assert "multiple of 16" in moving_prior(net, m[..., :60, :60], f[..., :60, :60])[3]
     aside = inverted.summary["label_prior"]
     assert aside["weight"] == 0.0 and "turned upside down" in aside["aside"] and inverted.summary["label_guidance"] == 0.0
@@ -585,3 +595,23 @@ def test_slices_the_label_leaves_empty_are_steered_by_the_priors_segmentation_of
     assert fill_unlabelled(net, m, f, whole, prior)[0] is whole  # nothing empty: unchanged
     # no heart on the moving image (the prior's view of it does not overlap the fixed one's): it may not act there
     assert torch.equal(fill_unlabelled(net, torch.zeros_like(m), f, label, prior)[0], label)
+
+
+CAMUS = SHARED / "data" / "camus_224" / "val" / "patient0200"
+
+
+@pytest.mark.skipif(not CAMUS.is_dir(), reason="shared CAMUS data not available")
+def test_images_only_on_an_echocardiogram_the_prior_stands_aside():
+    """Another modality: the acdc model (register's default) on a CAMUS echo pair, images only. The MRI prior's
+    segmentation of the echo frame has no LV, so it stands aside (a note, no warning) and the field is the images-alone
+    one; before, it acted on this pair (and on 15 of 80 CAMUS pairs, 0.015 worse there)."""
+    from PIL import Image
+
+    import monai_npc
+
+    ed, es = (np.asarray(Image.open(CAMUS / f"patient0200_2CH_{p}.png")).astype(np.float32) for p in ("ED", "ES"))
+    kw = dict(spacing=(0.7, 0.7), threads=1)
+    reg = monai_npc.register(ed, es, **kw)
+    summary = reg.summary["label_prior"]
+    assert summary["weight"] == 0.0 and "lacks lv" in summary["aside"] and not reg.summary["warnings"]
+    torch.testing.assert_close(reg.ddf, monai_npc.register(ed, es, label_prior=0.0, **kw).ddf)

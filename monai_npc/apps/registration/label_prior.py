@@ -13,7 +13,7 @@ from torch import nn
 from monai_npc.functional import contrast_polarity, dice_by_value, warp_image
 from monai_npc.functional.stack_field import warp_stack_slices
 
-__all__ = ["PRIOR_CHECK_SLICES", "PRIOR_IMAGES_AGREEMENT", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "PRIOR_MIN_FIXED_AGREEMENT", "PRIOR_MIN_GAP",
+__all__ = ["PRIOR_CHECK_SLICES", "PRIOR_IMAGES_AGREEMENT", "PRIOR_MIN_STRUCTURE_VOXELS", "PRIOR_MIN_CHECK_VOXELS", "PRIOR_MIN_AGREEMENT", "PRIOR_MIN_FIXED_AGREEMENT", "PRIOR_MIN_GAP",
            "prior_agreement", "value_map", "relabel", "label_structures", "fixed_prior", "moving_prior", "fill_unlabelled",
            "carried_prior_check"]
 
@@ -50,6 +50,11 @@ PRIOR_MIN_GAP = 0.04
 #: segmentation of the moving image onto that of the fixed one with a mean Dice above 0.88 (calibrated on the
 #: validation patients and the quickstart phantoms, docs/design_notes.md)
 PRIOR_IMAGES_AGREEMENT = 0.92
+#: ... and only when its segmentation of the moving slices holds every structure it knows (at least this many model-grid
+#: voxels of each): on a short-axis stack it finds RV, myocardium and LV under every acquisition shift of the validation
+#: suite, on an echocardiogram it finds no LV on most frames, and its outlines there would pull the field astray
+#: (docs/design_notes.md, "Images only: the prior's segmentation of the moving image")
+PRIOR_MIN_STRUCTURE_VOXELS = 20
 
 
 def prior_agreement(probabilities: torch.Tensor, label: torch.Tensor) -> Optional[float]:
@@ -142,12 +147,13 @@ def fixed_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tenso
         return None, agreement, None, (f"its segmentation of the moving image does not match the moving label (mean Dice {agreement:.2f} "
                                        f"over the values 1-{known}, at least {PRIOR_MIN_AGREEMENT} needed, and its values do not name "
                                        f"the prior's structures one for one): the label's values may follow another convention than "
-                                       f"the prior's ({_named_values(label_prior)}) or show other anatomy"), None
+                                       f"the prior's ({_named_values(label_prior)}) or show other anatomy, or the moving image is "
+                                       "unlike the images it was trained on (another modality or sequence)"), None
     prior, on_fixed, why = _on_fixed(label_prior, moving, fixed, label, labelled, f"it agrees {agreement:.2f} with the label on the moving image")
     return prior, agreement, on_fixed, why, mapping
 
 
-def moving_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tensor
+def moving_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tensor, whole: bool = True
                  ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[float], Optional[str]]:
     """Without a moving label: ``(the prior's segmentation of the moving slices (N, 1, h, w) float or None, class
     probabilities (N, K, h, w) of the fixed slices or None, overlap on the fixed image, why not)`` for the label term.
@@ -157,8 +163,11 @@ def moving_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tens
     slices scores where the field carries it. No expert's label to check the prior against, so it acts under the fixed
     side's checks of :func:`fixed_prior` (contrast not inverted, its segmentations of the two frames overlapping
     before registration by at least :data:`PRIOR_MIN_FIXED_AGREEMENT`), and then :func:`carried_prior_check` with
-    :data:`PRIOR_IMAGES_AGREEMENT` (the caller's, on the network's field). ``(None, None, None, None)``: it found no
-    structure on the moving slices; otherwise ``why not`` says why it does not act (then both tensors are ``None``).
+    :data:`PRIOR_IMAGES_AGREEMENT` (the caller's, on the network's field). ``whole``: the moving slices are the whole
+    moving image, and its segmentation of them must hold every structure it knows (:data:`PRIOR_MIN_STRUCTURE_VOXELS`
+    of each; an image of another modality or view lacks some); ``False``: some slices of an image whose label already
+    vouched for the prior (:func:`fill_unlabelled`). ``(None, None, None, None)``: it found no structure on the moving
+    slices; otherwise ``why not`` says why it does not act (then both tensors are ``None``).
     """
     grid_note = _grid_note(moving)
     if grid_note:
@@ -167,6 +176,12 @@ def moving_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tens
     labelled = np.flatnonzero((label > 0).flatten(1).any(1).cpu().numpy())
     if labelled.size == 0:
         return None, None, None, None
+    missing = [k for k in range(1, label_prior.num_classes) if int((label == k).sum()) < PRIOR_MIN_STRUCTURE_VOXELS] if whole else []
+    if missing:
+        names = (getattr(label_prior, "meta", None) or {}).get("labels") or {}
+        return None, None, None, (f"its segmentation of the moving image lacks {', '.join(names.get(str(k), str(k)) for k in missing)} "
+                                  f"(fewer than {PRIOR_MIN_STRUCTURE_VOXELS} voxels): the moving image is unlike the images it was "
+                                  "trained on (another modality, view or sequence)")
     prior, on_fixed, why = _on_fixed(label_prior, moving, fixed, label, labelled, "no moving label to check it against")
     return (None if why else label), prior, on_fixed, why
 
@@ -184,7 +199,7 @@ def fill_unlabelled(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.T
     named = [v for v in torch.unique(label).tolist() if 0 < v < label_prior.num_classes]
     if not bool(empty.any()) or not named:
         return label, prior
-    seg, seen, _, why = moving_prior(label_prior, moving[empty], fixed[empty])
+    seg, seen, _, why = moving_prior(label_prior, moving[empty], fixed[empty], whole=False)
     if seg is None or why:
         return label, prior
     label, prior = label.clone(), prior.clone()
