@@ -67,8 +67,10 @@ def resolve_structures(given: Optional[Mapping[str, int]], found: Optional[Mappi
                        ) -> Tuple[Dict[str, int], Dict[str, Any]]:
     """``({name: value} for every name of :data:`STRUCTURE_NAMES`, what the settings record)``: ``given`` (the
     ``structures`` argument), else ``found`` (:func:`found_structures`), else ACDC's numbering; a name left out gets
-    :data:`~monai_npc.cardiac.function.ABSENT_STRUCTURE` (:func:`~monai_npc.cardiac.function.structure_values`). Assumed ACDC numbering on a ``label`` ``(Z, H, W)`` holding values ACDC has not (10 / 20 / 30, say)
-    is logged as a warning and recorded (``warning``): its volumes would be 0."""
+    :data:`~monai_npc.cardiac.function.ABSENT_STRUCTURE` (:func:`~monai_npc.cardiac.function.structure_values`), and the
+    names whose value ``label`` ``(Z, H, W)`` does not hold are recorded (``absent``). Assumed ACDC numbering on a label
+    holding values ACDC has not (10 / 20 / 30, say) is logged as a warning and recorded (``warning``): its volumes would
+    be 0."""
     if given:
         chosen, source = dict(given), "the structures argument"
     elif found:

@@ -41,9 +41,9 @@ from .pair import track_pair
 from .progress import progress_bar
 from .registrations import TRACK_FLIP_ENSEMBLE, TRACK_NUM_STEPS, TRACK_REFINE_ITERATIONS, TrackingRun, TrackSettings, tracking_model
 from .result import Tracking, label_dice
-from .structures import check_structures, resolve_structures, without_absent
 from .schemes import DEFAULT_SCHEME, SCHEMES, TrackingScheme, registration_count
 from .schemes import scheme as find_scheme
+from .structures import check_structures, resolve_structures, without_absent
 
 logger = logging.getLogger(__name__)
 
