@@ -159,8 +159,8 @@ def test_track_settings_per_pair(cine, monkeypatch):
                         threads=1, progress=False)
     chain = res["sequential"].summary["registration_settings"]
     assert list(chain) == ["consecutive frames", "fold_repair", "structures"]
-    # no refinement, so no label prior looked at the label: ACDC's numbering, which this label has (no warning)
-    assert chain["structures"] == {"values": {"rv": 1, "myo": 2, "lv": 3}, "from": "assumed: ACDC numbering"}
+    # no refinement, so no label prior looked at the label: the model's training labels, ACDC's, which this label has
+    assert chain["structures"] == {"values": {"rv": 1, "myo": 2, "lv": 3}, "from": "the model's training labels"}
     repair = chain["fold_repair"]  # register smoothed the few folds of the fields the chain used
     assert repair["registrations"] == 5 and repair["largest_folding_percent_after"] <= repair["largest_folding_percent_before"]
     assert {k: chain["consecutive frames"][k] for k in ("model", "num_steps", "refine_iterations")} == {
@@ -469,6 +469,18 @@ def test_a_label_numbered_otherwise_is_tracked_as_the_acdc_numbered_one(caplog):
     assert np.isnan(lv.function["rv_ef"]) and np.isnan(lv.function["rv_edv"]) and np.isnan(lv.function["lv_mass_g"])
     summary = json.loads(json.dumps(lv.summary, allow_nan=False, default=str))
     assert summary["function"]["rv_ef"] is None and summary["function"]["lv_ef"] > 20
+    # the camus model and a label in CAMUS's numbering (1 LV, 2 myocardium, 3 left atrium): no prior names it, the
+    # model's training labels do (before: ACDC's assumed, the atrium's volumes reported as the LV's)
+    from monai_npc.apps.registration.models import model_label_structures
+
+    assert model_label_structures("acdc") == {"rv": 1, "myo": 2, "lv": 3} and model_label_structures("camus") == {"lv": 1, "myo": 2}
+    assert model_label_structures("phase-correlation") is None
+    camus = np.array([0, 3, 2, 1], lab.dtype)[lab]  # the phantom's RV stands in for the atrium
+    echo = monai_npc.track(pair, camus, 0, model="camus", **kw)
+    assert echo.settings["structures"]["from"] == "the model's training labels" and echo.structures == {"rv": -1, "myo": 2, "lv": 1}
+    assert "warning" not in echo.settings["structures"]  # the atrium is CAMUS's, not a value nothing names
+    voxel_ml = float(np.prod(c["spacing"])) / 1000.0
+    assert echo.function["lv_edv"] == pytest.approx((lab == 3).sum() * voxel_ml) and np.isnan(echo.function["rv_ef"])
     for bad, match in (({"la": 3}, "names 'la'"), ({"lv": 0}, "integer > 0"), ({"lv": 1, "rv": 1}, "one value to two"), ({}, "must map")):
         with pytest.raises(ValueError, match=match):
             monai_npc.track(pair, lab, 0, structures=bad, **kw)

@@ -130,6 +130,8 @@ register_dataset("acdc", DatasetSpec(
         "register_settings": {"num_steps": 6, "refine_iterations": 30, "refine_learning_rate": 0.5, "refine_learning_rate_end": 0.15,
                               "refine_grid_stride": 8, "field_of_view": "heart-stack", "flip_ensemble": 2, "label_sigma": 1.0,
                               "label_model_mix": 0.5, "label_prior": "acdc_heart", "label_prior_weight": 8.0},
+        # which label value is which structure tracking reports (monai_npc.apps.tracking.structures)
+        "label_structures": {"rv": 1, "myo": 2, "lv": 3},
     },
 ))
 register_dataset("camus", DatasetSpec(
@@ -137,6 +139,7 @@ register_dataset("camus", DatasetSpec(
     labels={1: "LV endocardium", 2: "LV myocardium", 3: "left atrium"},
     phantom="monai_npc.data.phantom_layouts:write_camus_phantom",
     bundle="npc_camus",
-    # the carried label smoothed in-plane by 1 voxel before its label-linear resampling
-    bundle_defaults={"register_settings": {"label_sigma": 1.0}},
+    # the carried label smoothed in-plane by 1 voxel before its label-linear resampling; tracking reads the LV cavity
+    # and myocardium (the left atrium is no structure it reports)
+    bundle_defaults={"register_settings": {"label_sigma": 1.0}, "label_structures": {"lv": 1, "myo": 2}},
 ))

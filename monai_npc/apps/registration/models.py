@@ -46,6 +46,7 @@ __all__ = [
     "ModelProfile",
     "model_profile",
     "register_settings",
+    "model_label_structures",
     "resolve_model",
     "is_phase_correlation",
     "is_stack_network",
@@ -226,6 +227,15 @@ def _model_meta(net: nn.Module) -> Dict[str, Any]:
     registered with that bundle (:func:`monai_npc.apps.registration.settings.model_meta`)."""
     own, dataset = model_meta(net)
     return {**dataset, **own}
+
+
+def model_label_structures(model: Union[str, PathLike, nn.Module]) -> Optional[Dict[str, int]]:
+    """``{structure name: label value}`` of the labels the weights were trained with (their meta's ``label_structures``,
+    else their dataset's: ``acdc`` 1 RV, 2 myocardium, 3 LV; ``camus`` 1 LV, 2 myocardium), or ``None`` (a network
+    without such meta, ``"phase-correlation"``). ``model`` as for :func:`resolve_model` (loaded here when not a module)."""
+    net = model if isinstance(model, nn.Module) else resolve_model(model)[0]
+    found = _model_meta(net).get("label_structures")
+    return {str(k): int(v) for k, v in found.items()} if found else None
 
 
 def register_settings(net: nn.Module) -> Dict[str, Union[int, float, str]]:

@@ -42,7 +42,7 @@ def track_pair(data: Cine, ref: int, ref_label: np.ndarray, settings: TrackSetti
         bar.update()
         bar.close()
     carried = sitk.GetArrayFromImage(reg.warped_label).astype(ref_label.dtype)
-    values, numbering = resolve_structures(structures, found_structures([reg.summary.get("label_prior")]), ref_label)
+    values, numbering = resolve_structures(structures, found_structures([reg.summary.get("label_prior")]), ref_label, settings.model)
     if descent:
         lv = values["lv"]
         basal_through_plane(reg, "ED->ES" if (carried == lv).sum() < (ref_label == lv).sum() else "ES->ED", values)

@@ -1,11 +1,13 @@
 """Which value of a tracked label is which structure: the RV, myocardium and LV whose volumes, function, basal rules,
 strain and figures :func:`monai_npc.track` reports.
 
-ACDC numbers them 1 RV, 2 myocardium, 3 LV; M&Ms 1 LV, 2 myocardium, 3 RV; other tools use 10 / 20 / 30 or 500 / 600.
-``track`` takes them from its ``structures`` argument, else from what the label prior found when the registrations
-carried the label (``register``'s ``summary["label_prior"]["structures"]``: its segmentation of the moving frame
-against the label, :func:`~monai_npc.apps.registration.label_prior.value_map`), else it assumes ACDC's numbering and
-warns when the label holds other values. The labels themselves keep the user's values throughout.
+ACDC numbers them 1 RV, 2 myocardium, 3 LV; M&Ms 1 LV, 2 myocardium, 3 RV; CAMUS 1 LV, 2 myocardium (3 left atrium);
+other tools use 10 / 20 / 30 or 500 / 600. ``track`` takes them from its ``structures`` argument, else from what the
+label prior found when the registrations carried the label (``register``'s ``summary["label_prior"]["structures"]``:
+its segmentation of the moving frame against the label, :func:`~monai_npc.apps.registration.label_prior.value_map`),
+else from the model's training labels (:func:`~monai_npc.apps.registration.models.model_label_structures`: ``camus``'s
+are CAMUS's), else it assumes ACDC's numbering and warns when the label holds other values. The labels themselves keep
+the user's values throughout.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 import numpy as np
 
+from monai_npc.apps.registration.models import model_label_structures
 from monai_npc.cardiac.function import ACDC_STRUCTURES, structure_values
 
 logger = logging.getLogger(__name__)
@@ -63,18 +66,22 @@ def found_structures(prior_summaries: Iterable[Optional[Mapping[str, Any]]]) -> 
     return None
 
 
-def resolve_structures(given: Optional[Mapping[str, int]], found: Optional[Mapping[str, int]], label: np.ndarray
-                       ) -> Tuple[Dict[str, int], Dict[str, Any]]:
+def resolve_structures(given: Optional[Mapping[str, int]], found: Optional[Mapping[str, int]], label: np.ndarray,
+                       model: Any = None) -> Tuple[Dict[str, int], Dict[str, Any]]:
     """``({name: value} for every name of :data:`STRUCTURE_NAMES`, what the settings record)``: ``given`` (the
-    ``structures`` argument), else ``found`` (:func:`found_structures`), else ACDC's numbering; a name left out gets
+    ``structures`` argument), else ``found`` (:func:`found_structures`), else ``model``'s training labels (a name, file
+    or network; looked up only then), else ACDC's numbering; a name left out gets
     :data:`~monai_npc.cardiac.function.ABSENT_STRUCTURE` (:func:`~monai_npc.cardiac.function.structure_values`), and the
-    names whose value ``label`` ``(Z, H, W)`` does not hold are recorded (``absent``). Assumed ACDC numbering on a label
-    holding values ACDC has not (10 / 20 / 30, say) is logged as a warning and recorded (``warning``): its volumes would
-    be 0."""
+    names whose value ``label`` ``(Z, H, W)`` does not hold are recorded (``absent``). A label holding values the
+    numbering taken does not name (10 / 20 / 30, say), where ACDC's was assumed or none of its structures is found, is
+    logged as a warning and recorded (``warning``): its volumes would be 0."""
+    declared = None if given or found or model is None else model_label_structures(model)
     if given:
         chosen, source = dict(given), "the structures argument"
     elif found:
         chosen, source = dict(found), "the label prior's segmentation of the labelled frame"
+    elif declared:
+        chosen, source = dict(declared), "the model's training labels"
     else:
         chosen, source = dict(ACDC_STRUCTURES), "assumed: ACDC numbering"
     record: Dict[str, Any] = {"values": dict(chosen), "from": source}
@@ -83,9 +90,10 @@ def resolve_structures(given: Optional[Mapping[str, int]], found: Optional[Mappi
     if absent:  # a label of some structures: the others' figures are not defined (without_absent)
         record["absent"] = absent
     unnamed = sorted(int(v) for v in np.unique(label) if v > 0 and int(v) not in chosen.values())
-    if not given and not found and unnamed:
-        record["warning"] = (f"the label holds values {unnamed} that are not ACDC's (1 RV, 2 myocardium, 3 LV), and no label prior "
-                             "named them: their volumes are not counted; give structures (--structures lv=1,myo=2,rv=3)")
+    named = ", ".join(f"{v} {k}" for k, v in sorted(chosen.items(), key=lambda kv: kv[1]))
+    if unnamed and not given and not found and (source.startswith("assumed") or len(absent) == len(values)):
+        record["warning"] = (f"the label holds values {unnamed} that the numbering taken ({source}: {named}) does not name, and no "
+                             "label prior named them: their volumes are not counted; give structures (--structures lv=1,myo=2,rv=3)")
         logger.warning("track: %s", record["warning"])
     return values, record
 

@@ -90,7 +90,8 @@ def _result(run: TrackingRun, method: TrackingScheme, ed_frame: Optional[int], e
     data, ref, ref_label = run.cine, run.reference, run.label
     values = sorted(int(v) for v in np.unique(ref_label) if v != 0)
     built = method.fields(run)
-    numbered, numbering = resolve_structures(structures, (built.settings.get("label") or {}).get("structures"), ref_label)
+    numbered, numbering = resolve_structures(structures, (built.settings.get("label") or {}).get("structures"), ref_label,
+                                             next(iter(run.models.values()))[0] if run.models else run.settings.model)
     stack = built.pairs.channels == 3  # a stack network's fields, through the plane too (fields.stack_record)
     indicators = indicator_tensor(ref_label, values, LABEL_SIGMA)  # smoothed once for every frame
     labels = np.stack([ref_label if t == ref else carry_label(indicators, f) for t, f in enumerate(built.per_frame)])
