@@ -38,6 +38,20 @@ def test_a_field_without_folds_comes_back_as_it_is():
     assert np.array_equal(out, ddf) and info["rounds"] == 0 and info["voxels_changed"] == 0
 
 
+def test_the_determinant_of_the_repaired_field_comes_back():
+    """``return_determinant`` (register writes the repaired field's det J as ``jacobian.nii.gz`` and its summary's
+    folding without computing it again): :func:`field_determinant` of the returned field exactly, repaired or not; for a
+    field moving through the plane that the rounds changed, ``None`` (they recompute it on slabs of slices)."""
+    for ddf in (_folded_2d(), 0.3 * _folded_2d(amplitude=1.0)):
+        out, info, det = repair_folds(ddf, return_determinant=True)
+        assert np.array_equal(det, field_determinant(out)) and (out, info)[1] == repair_folds(ddf)[1]
+    stack = np.zeros((3, 3, 64, 64))
+    stack[1:, 1] = _folded_2d()
+    assert np.array_equal(repair_folds(stack, return_determinant=True)[2], field_determinant(repair_folds(stack)[0]))  # in-plane
+    stack[0] = 0.2  # and through the plane: changed by the rounds, so not told
+    out, info, det = repair_folds(stack, return_determinant=True)
+    assert info["rounds"] >= 1 and det is None
+
 def test_a_stack_field_with_a_through_plane_channel():
     """(3, Z, H, W): the 3-D determinant is used once channel 0 moves; the fold on slice 2 is repaired (its neighbours
     in the slices beside it smoothed too), the slices beyond keep their field bit for bit. Without a through-plane part
@@ -110,3 +124,16 @@ def test_register_writes_the_repaired_field_and_says_so():
     assert repair["folding_percent_before"] > 5.0 and repair["folding_percent_after"] == 0.0 and repair["rounds"] >= 1
     assert reg.summary["folding_percent"] == 0.0 and field_determinant(reg.ddf_array).min() > 0
     assert any("folded on" in w for w in reg.summary["warnings"])
+
+
+def test_register_writes_the_determinant_of_the_field_it_writes():
+    """register takes the written field's det J from its fold repair: the same as computing it from that field."""
+    import SimpleITK as sitk
+
+    import monai_npc
+    from monai_npc.data.phantom_cine import cardiac_cine
+
+    c = cardiac_cine(frames=4, size=64, levels=(0.4,), spacing=(8.0, 2.0, 2.0), seed=3)
+    reg = monai_npc.register(c["image"][0], c["image"][2], moving_label=c["label"][0], spacing=c["spacing"], threads=1)
+    assert np.array_equal(sitk.GetArrayFromImage(reg.jacobian), field_determinant(reg.ddf_array))
+    assert reg.summary["jacobian_min"] == float(field_determinant(reg.ddf_array).min())

@@ -53,18 +53,18 @@ def _grow(mask: np.ndarray, through_plane: bool) -> np.ndarray:
     return out
 
 
-def _refresh(bad: np.ndarray, field: np.ndarray, first: int, last: int) -> np.ndarray:
-    """``bad`` ``(Z, H, W)`` with slices ``first..last`` recomputed from ``field`` (the determinant there needs the
-    slices beside them too: central differences)."""
-    lo, hi = max(first - 1, 0), min(last + 2, bad.shape[0])
+def _refresh(det: np.ndarray, field: np.ndarray, first: int, last: int) -> np.ndarray:
+    """``det`` ``(Z, H, W)`` with slices ``first..last`` recomputed from ``field`` (the determinant there needs the
+    slices beside them too: central differences; a slab whose through-plane component is 0 gets the in-plane one)."""
+    lo, hi = max(first - 1, 0), min(last + 2, det.shape[0])
     part = field[:, lo:hi] if field.ndim == 4 else field
-    bad = bad.copy()
-    bad[first:last + 1] = (field_determinant(part) <= 0)[first - lo:last + 1 - lo]
-    return bad
+    det = det.copy()
+    det[first:last + 1] = field_determinant(part)[first - lo:last + 1 - lo]
+    return det
 
 
-def repair_folds(ddf: np.ndarray, sigma: float = 1.5, max_rounds: int = 30) -> Tuple[np.ndarray, Dict[str, Any]]:
-    """``(the field with its folds smoothed away, what was done)``.
+def repair_folds(ddf: np.ndarray, sigma: float = 1.5, max_rounds: int = 30, return_determinant: bool = False) -> Tuple[Any, ...]:
+    """``(the field with its folds smoothed away, what was done)`` (and its determinant with ``return_determinant``).
 
     Each round takes the voxels with ``det J <= 0`` (:func:`field_determinant`) and their 8 in-plane neighbours, and
     gives them the field smoothed by a Gaussian of ``sigma`` voxels in-plane (every channel, borders replicated);
@@ -77,6 +77,9 @@ def repair_folds(ddf: np.ndarray, sigma: float = 1.5, max_rounds: int = 30) -> T
         ddf: ``(2, H, W)`` or ``(3, Z, H, W)`` displacement in voxels (not changed).
         sigma: in-plane Gaussian width in voxels (> 0).
         max_rounds: at most this many rounds (>= 0; 0 returns the field as it is).
+        return_determinant: also return :func:`field_determinant` of the returned field, as it would compute it, or
+            ``None`` where the rounds cannot tell it exactly (a field that moves through the plane and was changed: the
+            rounds recompute it on slabs of slices).
 
     Returns:
         The field (float64, a copy; equal to ``ddf`` where no round acted) and ``{"rounds", "voxels_changed",
@@ -94,7 +97,8 @@ def repair_folds(ddf: np.ndarray, sigma: float = 1.5, max_rounds: int = 30) -> T
         raise ValueError(f"sigma must be > 0 and max_rounds >= 0, got sigma={sigma}, max_rounds={max_rounds}.")
     through = field.ndim == 4 and bool(np.any(field[0]))
     stack = field if field.ndim == 4 else field[:, None]  # a view: (C, Z, H, W)
-    bad = given_bad = field_determinant(field) <= 0
+    det = given_det = field_determinant(field)
+    bad = det <= 0
     before = int(bad.sum())
     given = field.copy() if before else field
     touched = np.zeros(bad.shape, bool)
@@ -113,8 +117,13 @@ def repair_folds(ddf: np.ndarray, sigma: float = 1.5, max_rounds: int = 30) -> T
         for z, box, m, values in updates:  # written after all are computed
             stack[:, z][(slice(None),) + box][:, m] = values
         touched |= where
-        bad = _refresh(bad, field, int(updates[0][0]), int(updates[-1][0]))
+        det = _refresh(det, field, int(updates[0][0]), int(updates[-1][0]))
+        bad = det <= 0
     if int(bad.sum()) > before:  # it folds more than the field given (a fold these rounds do not resolve): keep that
-        field, touched, bad = given, np.zeros_like(touched), given_bad
-    return field, {"rounds": rounds, "voxels_changed": int(touched.sum()), "folding_percent_before": 100.0 * before / bad.size,
-                   "folding_percent_after": float(100.0 * bad.mean())}
+        field, touched, det = given, np.zeros_like(touched), given_det
+        bad = det <= 0
+    info = {"rounds": rounds, "voxels_changed": int(touched.sum()), "folding_percent_before": 100.0 * before / bad.size,
+            "folding_percent_after": float(100.0 * bad.mean())}
+    if not return_determinant:
+        return field, info
+    return field, info, det if not (through and touched.any()) else None

@@ -358,7 +358,8 @@ def _registration(run: _Run, inputs: Inputs, settings: RegisterSettings) -> Regi
     image and label (what ITK, ANTs and Slicer compute) are built on first use."""
     result, fixed = run.result, inputs.fixed
     rel_img = None if result.reliability is None else image_like(result.reliability, fixed)
-    ddf, run.fold_repair = repair_folds(result.ddf)  # the written transform is invertible (det J > 0)
+    # the written transform is invertible (det J > 0); the repair's determinant is the written field's (summary, jacobian.nii.gz)
+    ddf, run.fold_repair, det = repair_folds(result.ddf, return_determinant=True)
     if run.fold_repair["folding_percent_before"] > FOLD_WARN_PERCENT:
         _warn(run.notes, f"the registration's field folded on {run.fold_repair['folding_percent_before']:.2f} % of the "
               f"voxels (det J <= 0), smoothed away before writing ({run.fold_repair['voxels_changed']} voxels changed, "
@@ -368,6 +369,7 @@ def _registration(run: _Run, inputs: Inputs, settings: RegisterSettings) -> Regi
         moving=inputs.moving, moving_label=inputs.moving_label, ddf_array=ddf,
         label_sigma=settings.label_sigma,
         prior_label=None if result.prior_label is None else _in_label_values(result.prior_label, result.prior_values, fixed),
+        _lazy={} if det is None else {"jacobian": image_like(det, fixed)},
     )
 
 
