@@ -63,7 +63,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--structures", type=_structures, default=None, metavar="NAME=VALUE[,NAME=VALUE]",
                    help="which label value is which structure, e.g. lv=1,myo=2,rv=3 (M&Ms) or rv=10,myo=20,lv=30: the volumes, EF, "
                    "basal rules and strain read them (the tracked labels keep the label's values). Default: as the label prior "
-                   "finds it on the labelled frame (a label of another convention is recognised), else ACDC's (rv=1,myo=2,lv=3)")
+                   "finds it on the labelled frame (a label of another convention is recognised), else the model's training labels "
+                   "(acdc: rv=1,myo=2,lv=3; camus: lv=1,myo=2)")
     p.add_argument("--no-basal-descent", action="store_true",
                    help="keep every slice of the in-plane result (default: from an ED label clear the basal RV slices the base leaves in systole, "
                    "from an ES label fill the basal slices the structures re-enter in diastole; docs/tracking.md)")

@@ -101,7 +101,7 @@ def label_structures(label_prior: nn.Module, mapping: Optional[Dict[int, int]]) 
     """``{structure name: its value in the moving label}`` by the prior's names (``meta["labels"]``, e.g. ``"lv"``): the
     prior's own values, or through ``mapping`` (:func:`value_map`: label value -> the prior's) those of a label of
     another convention, only the structures it names. Values the prior has no name for are left out."""
-    names = (getattr(label_prior, "meta", None) or {}).get("labels") or {}
+    names = _prior_names(label_prior)
     pairs = mapping.items() if mapping else ((k, k) for k in range(1, label_prior.num_classes))
     return {str(names[str(k)]): int(v) for v, k in pairs if str(k) in names}
 
@@ -178,7 +178,7 @@ def moving_prior(label_prior: nn.Module, moving: torch.Tensor, fixed: torch.Tens
         return None, None, None, None
     missing = [k for k in range(1, label_prior.num_classes) if int((label == k).sum()) < PRIOR_MIN_STRUCTURE_VOXELS] if whole else []
     if missing:
-        names = (getattr(label_prior, "meta", None) or {}).get("labels") or {}
+        names = _prior_names(label_prior)
         return None, None, None, (f"its segmentation of the moving image lacks {', '.join(names.get(str(k), str(k)) for k in missing)} "
                                   f"(fewer than {PRIOR_MIN_STRUCTURE_VOXELS} voxels): the moving image is unlike the images it was "
                                   "trained on (another modality, view or sequence)")
@@ -272,7 +272,12 @@ def carried_prior_check(prior: torch.Tensor, agreement: float, label: torch.Tens
                         "pull the label towards its own outlines")
 
 
+def _prior_names(label_prior: nn.Module) -> Dict[str, str]:
+    """``{"1": "rv", ...}``: the prior's names of its values (``meta["labels"]``; ``{}`` when it has none)."""
+    return (getattr(label_prior, "meta", None) or {}).get("labels") or {}
+
+
 def _named_values(label_prior: nn.Module) -> str:
     """``"1 rv, 2 myo, 3 lv"`` from the prior's ``meta["labels"]`` (its values without names when it has none)."""
-    names = (getattr(label_prior, "meta", None) or {}).get("labels") or {}
+    names = _prior_names(label_prior)
     return ", ".join(f"{v} {names.get(str(v), '?')}" for v in range(1, label_prior.num_classes))

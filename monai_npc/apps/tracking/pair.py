@@ -15,9 +15,9 @@ from monai_npc.cardiac.function import cardiac_function, volume_curves
 
 from .cine import Cine
 from .progress import progress_bar
+from .registrations import TrackSettings
 from .result import Tracking
 from .structures import found_structures, resolve_structures, without_absent
-from .registrations import TrackSettings
 
 __all__ = ["track_pair"]
 

@@ -209,7 +209,8 @@ def track(
             volumes, function, basal rules and strain (the carried labels keep the label's values; ``--structures``);
             ``None``: as the label prior finds it when the registrations carry the label (``register``'s
             ``summary["label_prior"]["structures"]``; a label of another convention is recognised, docs/interop.md),
-            else ACDC's (1 RV, 2 myocardium, 3 LV), with a warning for values it has not. ``Tracking.structures`` and
+            else the model's training labels (``acdc``: 1 RV, 2 myocardium, 3 LV; ``camus``: 1 LV, 2 myocardium), else
+            ACDC's, with a warning for values that numbering does not name. ``Tracking.structures`` and
             ``settings["structures"]`` say which was used and where it came from.
 
     Returns:
