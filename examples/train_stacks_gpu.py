@@ -74,8 +74,7 @@ def train_through_plane(args: argparse.Namespace) -> int:
         stacks_per_step=args.stacks_per_step, learning_rate=args.lr, label_weight=args.label_weight,
         volume_weight=args.volume_weight, val_every=args.val_every,
         seed=args.seed, head=json.loads(args.head), augment=json.loads(args.augment), num_steps=args.num_steps,
-        flip_ensemble=args.flip_ensemble, label_evidence=args.label_evidence,
-        prior_evidence=args.prior_evidence or None)
+        flip_ensemble=args.flip_ensemble, label_evidence=args.label_evidence)
     summary = run(config)
     print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in summary.items()}))
     return 0
@@ -156,8 +155,6 @@ def parser() -> argparse.ArgumentParser:
                    "validating (register's acdc setting: 2)")
     h.add_argument("--label-evidence", action="store_true", help="train a label head beside --init's trained head: "
                    "it reads the moving label too (register passes the user's); the images-only field stays --init's")
-    h.add_argument("--prior-evidence", default="", help="a label prior (acdc_heart): train a prior head beside --init's "
-                   "trained head, reading the prior's view of both frames (images only too)")
     e = sub.add_parser("export", help="a checkpoint.pt / best.pt -> shipped weights format")
     e.add_argument("checkpoint")
     e.add_argument("out")

@@ -67,9 +67,8 @@ def test_a_trained_network_given_the_parts_keeps_its_field_and_round_trips(tmp_p
     with torch.no_grad():
         torch.testing.assert_close(back(stack), moved)
     assert twin.with_head_options().config["stack_context"] is True  # options on stay on
-    labelled = twin.with_label_evidence().eval()  # a label head beside the parts: the same field until trained
-    with torch.no_grad():
-        torch.testing.assert_close(labelled(stack, moving_label=torch.randint(0, 4, (6, 1, 32, 32)).float()), moved)
+    with pytest.raises(ValueError, match="plain head"):
+        twin.with_label_evidence()
 
 
 def test_the_in_plane_residual_learns_an_in_plane_shift_the_2d_field_missed():

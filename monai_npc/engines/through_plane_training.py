@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from monai_npc.data.stack_pack import load_stack_pack
-from monai_npc.functional.through_plane_evidence import through_plane_evidence
+from monai_npc.functional.through_plane_evidence import label_evidence, through_plane_evidence
 from monai_npc.losses.stack import StackRegistrationLoss
 from monai_npc.networks.nets import ThroughPlaneNPC, load_pretrained, save_pretrained
 from monai_npc.networks.nets.npc import FLIP_ENSEMBLES
@@ -64,9 +64,7 @@ class ThroughPlaneTrainingConfig:
     (:class:`~monai_npc.losses.StackRegistrationLoss`). ``label_evidence``: train the label head of ``init``'s
     :meth:`~monai_npc.networks.nets.ThroughPlaneNPC.with_label_evidence` (``init`` a trained ``ThroughPlaneNPC``),
     every stack with its moving label; the images' head stays as it is, so the images-only field does too, and
-    validation scores the field with the label. ``prior_evidence``: a label prior's name (``"acdc_heart"``): train the
-    prior head of ``init``'s :meth:`~monai_npc.networks.nets.ThroughPlaneNPC.with_prior_evidence` (``init`` a trained
-    ``ThroughPlaneNPC``), the prior's view of both frames cached with the fields; the other heads stay as they are.
+    validation scores the field with the label.
     """
 
     pack: str
@@ -88,7 +86,6 @@ class ThroughPlaneTrainingConfig:
     flip_ensemble: int = 1
     augment: StackAugmentConfig = field(default_factory=StackAugmentConfig)
     label_evidence: bool = False
-    prior_evidence: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not 0 < self.minutes <= 600:
@@ -108,36 +105,31 @@ class ThroughPlaneTrainingConfig:
         unknown = set(self.head) - set(HEAD_SETTINGS) - set(HEAD_PARTS)
         if unknown:
             raise ValueError(f"head: unknown settings {sorted(unknown)}; known: {', '.join(HEAD_SETTINGS + HEAD_PARTS)}.")
-        if self.label_evidence and self.prior_evidence:
-            raise ValueError("train the label head (label_evidence) or the prior head (prior_evidence), one at a time.")
         if isinstance(self.augment, Mapping):
             self.augment = StackAugmentConfig.from_mapping(self.augment)
 
 
 @dataclass
 class CachedStacks:
-    """One batch of stacks (both directions) with the frozen 2-D network's in-plane field ``(N, 2, H, W)``, the
-    head's evidence ``(N, C, H, W)`` and, for a network with ``prior_evidence``, the prior's maps of both frames
-    ``(N, 2 K, H, W)`` (:meth:`~monai_npc.networks.nets.ThroughPlaneNPC.prior_maps`), stored in float16 (labels
-    ``uint8``)."""
+    """One batch of stacks (both directions) with the frozen 2-D network's in-plane field ``(N, 2, H, W)`` and the
+    head's evidence ``(N, C, H, W)``, stored in float16 (labels ``uint8``)."""
 
     batch: StackBatch
     in_plane: torch.Tensor
     evidence: torch.Tensor
-    prior: Optional[torch.Tensor] = None
 
     @staticmethod
-    def of(batch: StackBatch, in_plane: torch.Tensor, window: int, prior: Optional[torch.Tensor] = None) -> "CachedStacks":
+    def of(batch: StackBatch, in_plane: torch.Tensor, window: int) -> "CachedStacks":
         evidence = through_plane_evidence(batch.moving, batch.fixed, in_plane, batch.group, batch.n_groups, window)
         half = StackBatch(batch.moving.half(), batch.fixed.half(), batch.moving_label.to(torch.uint8),
                           batch.fixed_label.to(torch.uint8), batch.group, batch.n_groups, batch.stacks)
-        return CachedStacks(half, in_plane.half(), evidence.half(), None if prior is None else prior.half())
+        return CachedStacks(half, in_plane.half(), evidence.half())
 
 
 def cache_stacks(net: ThroughPlaneNPC, data: DeviceStacks, draws: int, augment: Optional[RandStackAugment],
                  progress: bool = True) -> List[CachedStacks]:
     """Every stack of ``data``, ``draws`` times (draw 0 unaugmented, the others through ``augment``), as
-    :class:`CachedStacks` of one stack each (``net.npc``'s in-plane field and ``net``'s prior maps, no gradient)."""
+    :class:`CachedStacks` of one stack each (``net.npc``'s in-plane field, no gradient)."""
     jobs = [(d, s) for d in range(draws) for s in range(len(data))]
     try:
         from tqdm.auto import tqdm
@@ -149,7 +141,7 @@ def cache_stacks(net: ThroughPlaneNPC, data: DeviceStacks, draws: int, augment: 
     with torch.no_grad():
         for d, s in jobs_iter:
             batch = data.batch([s], augment=augment if d > 0 else None)
-            out.append(CachedStacks.of(batch, net.npc(batch.pair), net.evidence_window, net.prior_maps(batch.moving, batch.fixed)))
+            out.append(CachedStacks.of(batch, net.npc(batch.pair), net.evidence_window))
     return out
 
 
@@ -165,9 +157,8 @@ def _joined(units: List[CachedStacks]) -> Dict[str, Any]:
 
     joined: Dict[str, Any] = {name: cat([getattr(u.batch, name) for u in units])
                               for name in ("moving", "fixed", "moving_label", "fixed_label")}
-    prior = cat([u.prior for u in units]) if units[0].prior is not None else None
     return {**joined, "group": torch.cat(group), "n_groups": n, "in_plane": cat([u.in_plane for u in units]),
-            "evidence": cat([u.evidence for u in units]), "prior": prior}
+            "evidence": cat([u.evidence for u in units])}
 
 
 def _progress(config: ThroughPlaneTrainingConfig, start: float, step: int) -> float:
@@ -195,13 +186,11 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             raise ValueError(f"init={config.init!r} is a ThroughPlaneNPC; its head's settings cannot change (head={fixed}); "
                              f"it can be given {', '.join(HEAD_PARTS)}.")
         net = npc.with_label_evidence() if config.label_evidence and not npc.uses_label else npc
-        if config.prior_evidence and net.prior_head is None:
-            net = net.with_prior_evidence(config.prior_evidence)
         if any(config.head.get(k) for k in HEAD_PARTS):
             net = net.with_head_options(**{k: bool(config.head.get(k)) for k in HEAD_PARTS})
-    elif config.label_evidence or config.prior_evidence:
-        raise ValueError(f"label_evidence and prior_evidence train a head beside a trained images' head: init must be a "
-                         f"ThroughPlaneNPC (e.g. acdc_through_plane), got {config.init!r}.")
+    elif config.label_evidence:
+        raise ValueError(f"label_evidence trains a label head beside a trained images' head: init must be a ThroughPlaneNPC "
+                         f"(e.g. acdc_through_plane), got {config.init!r}.")
     else:
         net = ThroughPlaneNPC.from_npc(npc, **config.head)
     net.npc.requires_grad_(False)
@@ -213,9 +202,8 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     units = cache_stacks(net, train_data, config.draws, augment, progress=echo)
     log.message(f"cached {len(units)} stacks ({config.draws} draws of {len(train_data)}) in {time.monotonic() - start:.0f} s")
     loss = StackRegistrationLoss(config.loss_preset, label_weight=config.label_weight, volume_weight=config.volume_weight)
-    trained = net.label_head if config.label_evidence else net.prior_head if config.prior_evidence else net.head
-    net.requires_grad_(False)
-    trained.requires_grad_(True)
+    trained = net.label_head if config.label_evidence else net.head
+    net.head.requires_grad_(not config.label_evidence)
     optimizer = torch.optim.Adam(trained.parameters(), lr=config.learning_rate)
 
     def validate() -> Dict[str, float]:
@@ -235,7 +223,6 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             "learning_rate": config.learning_rate, "draws": config.draws,
             "in_plane_settings": {"num_steps": config.num_steps, "flip_ensemble": config.flip_ensemble},
             "trained": "the label head only; the images' head and the 2-D network are init's" if config.label_evidence
-            else "the prior head only; the other heads and the 2-D network are init's" if config.prior_evidence
             else "the through-plane head only; the 2-D network is init's",
             "head_parts": [k for k in HEAD_PARTS if net.config.get(k)]}})
 
@@ -250,8 +237,11 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             rng.shuffle(order)
         b = _joined([units[order.pop()] for _ in range(min(config.stacks_per_step, len(order)))])
         trained.train()
-        head_out = net.heads(b["evidence"], b["in_plane"], b["group"], b["n_groups"],
-                             b["moving_label"] if config.label_evidence else None, b["prior"])
+        head_out = net.head(b["evidence"], b["group"], b["n_groups"])
+        if config.label_evidence:  # the images' head as it is, plus the label head on the through-plane channel
+            labels = label_evidence(b["moving_label"], b["in_plane"], b["group"], b["n_groups"])
+            extra = net.label_head(torch.cat([b["evidence"], labels], 1), b["group"], b["n_groups"])
+            head_out = torch.cat([head_out[:, :1] + extra, head_out[:, 1:]], 1)
         ddf = net.compose(head_out, b["in_plane"])
         terms = loss(b["moving"], b["fixed"], b["moving_label"], b["fixed_label"], ddf, b["group"], b["n_groups"])
         # the rate follows a cosine from learning_rate to 0 over the wall-time budget (or max_steps)

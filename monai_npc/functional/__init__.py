@@ -23,8 +23,7 @@ from .stack_field import (
 from .stack_penalty import stack_diffusion_per_slice, stack_fold_per_slice, stack_smoothness_fold
 from .stack_taps import stack_tap_slabs, through_plane_taps, warp_stack_taps
 from .through_plane_evidence import (EVIDENCE_CHANNELS, LABEL_EVIDENCE_CHANNELS, LABEL_REVERSED_CHANNELS, LABEL_VALUES,
-                                     REVERSED_CHANNELS, in_plane_divergence, label_evidence, prior_evidence, prior_reversed_channels,
-                                     reads_label, structure_evidence, through_plane_evidence)
+                                     REVERSED_CHANNELS, in_plane_divergence, label_evidence, reads_label, through_plane_evidence)
 from .warp import compose, determinant_from_gradients, identity_grid, jacobian_determinant, sample_at, warp_image
 
 __all__ = [
@@ -81,9 +80,6 @@ __all__ = [
     "in_plane_divergence",
     "through_plane_evidence",
     "label_evidence",
-    "structure_evidence",
-    "prior_evidence",
-    "prior_reversed_channels",
     "reads_label",
     "LABEL_EVIDENCE_CHANNELS",
     "LABEL_REVERSED_CHANNELS",

@@ -22,8 +22,7 @@ from .stack_field import stack_neighbours, stack_positions
 from .warp import warp_image
 
 __all__ = ["EVIDENCE_CHANNELS", "REVERSED_CHANNELS", "LABEL_EVIDENCE_CHANNELS", "LABEL_REVERSED_CHANNELS", "LABEL_VALUES",
-           "in_plane_divergence", "through_plane_evidence", "label_evidence", "structure_evidence", "prior_evidence",
-           "prior_reversed_channels", "reads_label"]
+           "in_plane_divergence", "through_plane_evidence", "label_evidence", "reads_label"]
 
 #: the channels of :func:`through_plane_evidence`, in order
 EVIDENCE_CHANNELS: Tuple[str, ...] = ("fixed", "warped", "warped_previous", "warped_next", "correlation",
@@ -39,12 +38,6 @@ LABEL_EVIDENCE_CHANNELS: Tuple[str, ...] = tuple(f"label{v}_{where}" for v in LA
                                                  for where in ("slice", "previous", "next")) + ("has_label",)
 #: :data:`REVERSED_CHANNELS` for :func:`label_evidence`: each structure's previous and next swap
 LABEL_REVERSED_CHANNELS: Tuple[int, ...] = tuple(3 * k + j for k in range(len(LABEL_VALUES)) for j in (0, 2, 1)) + (3 * len(LABEL_VALUES),)
-
-
-def prior_reversed_channels(structures: int) -> Tuple[int, ...]:
-    """:data:`REVERSED_CHANNELS` for :func:`prior_evidence` of ``structures`` structures: each structure's previous and
-    next moving maps swap, the fixed frame's maps stay."""
-    return tuple(3 * k + j for k in range(structures) for j in (0, 2, 1)) + tuple(range(3 * structures, 4 * structures))
 
 
 def in_plane_divergence(ddf: torch.Tensor) -> torch.Tensor:
@@ -120,31 +113,12 @@ def label_evidence(moving_label: Optional[torch.Tensor], ddf: torch.Tensor, grou
         return ddf.new_zeros((n, len(LABEL_EVIDENCE_CHANNELS)) + size)
     if tuple(moving_label.shape) != (n, 1) + size:
         raise ValueError(f"moving_label must be (N, 1, H, W) = {(n, 1, *size)} like ddf, got {tuple(moving_label.shape)}.")
-    one_hot = torch.cat([(moving_label == v).to(ddf.dtype) for v in LABEL_VALUES], 1)
-    return torch.cat([structure_evidence(one_hot, ddf, group, n_groups), ddf.new_ones((n, 1) + size)], 1)
-
-
-def structure_evidence(maps: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
-    """``(N, 3 K, H, W)``: per structure, its map ``maps`` ``(N, K, H, W)`` (a one-hot label, class probabilities) of
-    the moving slices warped in-plane by ``ddf`` ``(N, 2, H, W)`` (bilinear, 0 outside), on the slice and on its two
-    neighbours in the stack (0 beyond the stack's ends), in the order slice, previous, next. No gradient flows."""
-    if maps.dim() != 4 or maps.shape[0] != ddf.shape[0] or maps.shape[2:] != ddf.shape[2:]:
-        raise ValueError(f"maps must be (N, K, H, W) on ddf's slices {(ddf.shape[0], 'K', *ddf.shape[2:])}, got {tuple(maps.shape)}.")
     with torch.no_grad():
-        warped = warp_image(maps.to(ddf.dtype), ddf.detach(), "bilinear", "zeros")
+        one_hot = torch.cat([(moving_label == v).to(ddf.dtype) for v in LABEL_VALUES], 1)
+        warped = warp_image(one_hot, ddf.detach(), "bilinear", "zeros")
         previous, following, _, _ = _neighbours_in_stack(warped, group, n_groups)
-        return torch.stack([warped, previous, following], 2).flatten(1, 2)
-
-
-def prior_evidence(moving_maps: torch.Tensor, fixed_maps: torch.Tensor, ddf: torch.Tensor, group: torch.Tensor,
-                   n_groups: int) -> torch.Tensor:
-    """``(N, 4 K, H, W)`` evidence from a segmentation network's view of both frames: its maps ``(N, K, H, W)`` of the
-    moving slices as :func:`structure_evidence` (warped in-plane by ``ddf``, on the slice and its two neighbours), then
-    those of the fixed slices as they are (:func:`prior_reversed_channels` reverses it). Where the fixed slice shows a
-    structure that the warped moving slice lacks and a neighbour has, the structure has moved through the plane."""
-    if fixed_maps.shape != moving_maps.shape:
-        raise ValueError(f"moving_maps and fixed_maps must be of one shape, got {tuple(moving_maps.shape)} and {tuple(fixed_maps.shape)}.")
-    return torch.cat([structure_evidence(moving_maps, ddf, group, n_groups), fixed_maps.to(ddf.dtype)], 1)
+        per_structure = torch.stack([warped, previous, following], 2).flatten(1, 2)  # (N, 3 K): slice, previous, next
+        return torch.cat([per_structure, ddf.new_ones((n, 1) + size)], 1)
 
 
 def reads_label(label: torch.Tensor) -> bool:
