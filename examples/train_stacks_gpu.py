@@ -146,8 +146,7 @@ def parser() -> argparse.ArgumentParser:
                    "error in the loss (what an EF from the transform reads)")
     h.add_argument("--val-every", type=int, default=100, help="steps")
     h.add_argument("--seed", type=int, default=0)
-    h.add_argument("--head", default="{}", help="head_width, head_pool, evidence_window (a new head), in_plane_residual, "
-                   "stack_context (parts added at zero, also to a trained --init) as JSON")
+    h.add_argument("--head", default="{}", help="head_width, head_pool, evidence_window as JSON")
     h.add_argument("--augment", default="{}", help="StackAugmentConfig settings as JSON over the defaults")
     h.add_argument("--num-steps", type=int, default=None, help="the 2-D part's ODE steps while caching and validating "
                    "(register's acdc setting: 6; default: the weights' own)")

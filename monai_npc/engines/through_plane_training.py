@@ -40,11 +40,6 @@ from .stack_training import validate_stacks
 
 __all__ = ["ThroughPlaneTrainingConfig", "CachedStacks", "cache_stacks", "train_through_plane"]
 
-#: head settings a new head is built with (the shape of its layers)
-HEAD_SETTINGS = ("head_width", "head_pool", "evidence_window")
-#: head parts that a trained head can be given (they start at zero)
-HEAD_PARTS = ("in_plane_residual", "stack_context")
-
 
 @dataclass
 class ThroughPlaneTrainingConfig:
@@ -55,8 +50,7 @@ class ThroughPlaneTrainingConfig:
     ``best.pt``), whose head continues; ``draws``: cached augmentations per training stack
     (draw 0 unaugmented); ``stacks_per_step``: stacks per step (both directions of each); ``head``: the
     :class:`~monai_npc.networks.nets.ThroughPlaneNPC` head arguments (``head_width``, ``head_pool``,
-    ``evidence_window``, ``in_plane_residual``, ``stack_context``; from a trained ``init`` only the last two, which add
-    those parts to its head at zero: :meth:`~monai_npc.networks.nets.ThroughPlaneNPC.with_head_options`); ``max_steps``: an optional cap besides ``minutes``; ``num_steps`` / ``flip_ensemble``: the
+    ``evidence_window``); ``max_steps``: an optional cap besides ``minutes``; ``num_steps`` / ``flip_ensemble``: the
     2-D part's learned ODE steps and in-plane flip ensemble while its fields are cached and the network validated, so
     that the head learns from the fields ``register`` gives it (``acdc``'s register settings: 6 and 2; ``None`` / 1:
     the weights' own steps, no ensemble). The written weights keep their own settings; ``register`` sets its own.
@@ -102,9 +96,9 @@ class ThroughPlaneTrainingConfig:
             raise ValueError(f"flip_ensemble must be one of {sorted(FLIP_ENSEMBLES)} (1 = off), got {self.flip_ensemble!r}.")
         if self.num_steps is not None and (not isinstance(self.num_steps, int) or self.num_steps < 1):
             raise ValueError(f"num_steps must be an integer >= 1 or None (the weights' own), got {self.num_steps!r}.")
-        unknown = set(self.head) - set(HEAD_SETTINGS) - set(HEAD_PARTS)
+        unknown = set(self.head) - {"head_width", "head_pool", "evidence_window"}
         if unknown:
-            raise ValueError(f"head: unknown settings {sorted(unknown)}; known: {', '.join(HEAD_SETTINGS + HEAD_PARTS)}.")
+            raise ValueError(f"head: unknown settings {sorted(unknown)}; known: head_width, head_pool, evidence_window.")
         if isinstance(self.augment, Mapping):
             self.augment = StackAugmentConfig.from_mapping(self.augment)
 
@@ -181,13 +175,9 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
     train_data, val_data = (DeviceStacks(pack, pack.indices(s), cpu) for s in ("train", "val"))
     npc = load_pretrained(config.init)
     if isinstance(npc, ThroughPlaneNPC):  # a trained state: its head continues, its 2-D part stays
-        fixed = {k: v for k, v in config.head.items() if k in HEAD_SETTINGS}
-        if fixed:
-            raise ValueError(f"init={config.init!r} is a ThroughPlaneNPC; its head's settings cannot change (head={fixed}); "
-                             f"it can be given {', '.join(HEAD_PARTS)}.")
+        if config.head:
+            raise ValueError(f"init={config.init!r} is a ThroughPlaneNPC; its head's settings cannot change (head={config.head}).")
         net = npc.with_label_evidence() if config.label_evidence and not npc.uses_label else npc
-        if any(config.head.get(k) for k in HEAD_PARTS):
-            net = net.with_head_options(**{k: bool(config.head.get(k)) for k in HEAD_PARTS})
     elif config.label_evidence:
         raise ValueError(f"label_evidence trains a label head beside a trained images' head: init must be a ThroughPlaneNPC "
                          f"(e.g. acdc_through_plane), got {config.init!r}.")
@@ -223,8 +213,7 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             "learning_rate": config.learning_rate, "draws": config.draws,
             "in_plane_settings": {"num_steps": config.num_steps, "flip_ensemble": config.flip_ensemble},
             "trained": "the label head only; the images' head and the 2-D network are init's" if config.label_evidence
-            else "the through-plane head only; the 2-D network is init's",
-            "head_parts": [k for k in HEAD_PARTS if net.config.get(k)]}})
+            else "the through-plane head only; the 2-D network is init's"}})
 
     step, order, curve, sums = 0, [], [], {}
     save()
@@ -237,12 +226,11 @@ def train_through_plane(config: ThroughPlaneTrainingConfig, echo: bool = True) -
             rng.shuffle(order)
         b = _joined([units[order.pop()] for _ in range(min(config.stacks_per_step, len(order)))])
         trained.train()
-        head_out = net.head(b["evidence"], b["group"], b["n_groups"])
-        if config.label_evidence:  # the images' head as it is, plus the label head on the through-plane channel
+        through = net.head(b["evidence"], b["group"], b["n_groups"])
+        if config.label_evidence:  # the images' head as it is, plus the label head
             labels = label_evidence(b["moving_label"], b["in_plane"], b["group"], b["n_groups"])
-            extra = net.label_head(torch.cat([b["evidence"], labels], 1), b["group"], b["n_groups"])
-            head_out = torch.cat([head_out[:, :1] + extra, head_out[:, 1:]], 1)
-        ddf = net.compose(head_out, b["in_plane"])
+            through = through + net.label_head(torch.cat([b["evidence"], labels], 1), b["group"], b["n_groups"])
+        ddf = torch.cat([through, b["in_plane"]], 1)
         terms = loss(b["moving"], b["fixed"], b["moving_label"], b["fixed_label"], ddf, b["group"], b["n_groups"])
         # the rate follows a cosine from learning_rate to 0 over the wall-time budget (or max_steps)
         for g in optimizer.param_groups:

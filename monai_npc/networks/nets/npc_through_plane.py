@@ -4,7 +4,7 @@ each slice matches in its neighbours."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, List, Optional
 
 import torch
 
@@ -43,9 +43,6 @@ class ThroughPlaneNPC(StackNPC):
             neighbours), and its output is added to the first head's: with the user's label it can learn which basal
             slices the structures leave or re-enter; without one the field is the first head's alone. ``register``
             passes the moving label to such a network.
-        in_plane_residual: the head also gives an in-plane residual, added to the 2-D network's in-plane field (learned
-            from whole stacks: what the slice-by-slice field misses, e.g. how far the RV free wall contracts).
-        stack_context: the head also reads the stack's mean features (how much the whole heart contracts).
         architecture: must be ``"through_plane"``.
         npc_options: :class:`~monai_npc.networks.nets.NPCNet` arguments of the 2-D part (``spatial_dims`` 2, no
             ``phase_init``, ``flip_ensemble`` 1); ``refine_iterations`` / ``refine_options`` configure :attr:`refiner`.
@@ -58,39 +55,19 @@ class ThroughPlaneNPC(StackNPC):
     ARCHITECTURE = THROUGH_PLANE
 
     def __init__(self, head_width: int = 16, head_pool: int = 4, evidence_window: int = 9, label_evidence: bool = False,
-                 in_plane_residual: bool = False, stack_context: bool = False, architecture: str = THROUGH_PLANE,
-                 **npc_options: Any) -> None:
-        extra: Dict[str, Any] = {"head_width": int(head_width), "head_pool": int(head_pool), "evidence_window": int(evidence_window)}
-        # options off are left out of the configuration, so weights written before they existed read the same
-        for name, on in (("label_evidence", label_evidence), ("in_plane_residual", in_plane_residual),
-                         ("stack_context", stack_context)):
-            if on:
-                extra[name] = True
-        super().__init__(architecture, extra, npc_options)
+                 architecture: str = THROUGH_PLANE, **npc_options: Any) -> None:
+        extra = {"head_width": int(head_width), "head_pool": int(head_pool), "evidence_window": int(evidence_window)}
+        super().__init__(architecture, {**extra, "label_evidence": True} if label_evidence else extra, npc_options)
         self.evidence_window = int(evidence_window)
         #: whether the network reads the moving label (``register`` then passes it)
         self.uses_label = bool(label_evidence)
-        self.head = ThroughPlaneHead(len(EVIDENCE_CHANNELS), REVERSED_CHANNELS, int(head_width), int(head_pool),
-                                     in_plane=bool(in_plane_residual), stack_context=bool(stack_context))
+        self.head = ThroughPlaneHead(len(EVIDENCE_CHANNELS), REVERSED_CHANNELS, int(head_width), int(head_pool))
         #: with ``label_evidence``: a second head, reading the images' evidence and the label's, whose output is added to
-        #: :attr:`head`'s through-plane output when a label is given (so the images-only field is :attr:`head`'s alone)
+        #: :attr:`head`'s when a label is given (so the images-only field is :attr:`head`'s alone)
         self.label_head = ThroughPlaneHead(
             len(EVIDENCE_CHANNELS) + len(LABEL_EVIDENCE_CHANNELS),
             list(REVERSED_CHANNELS) + [len(EVIDENCE_CHANNELS) + c for c in LABEL_REVERSED_CHANNELS],
             int(head_width), int(head_pool)) if label_evidence else None
-
-    def _twin(self, options: Mapping[str, Any], state: Mapping[str, torch.Tensor]) -> "ThroughPlaneNPC":
-        """A network of this one's configuration with ``options`` changed, holding ``state``, with this network's ODE
-        steps, flip ensemble, refinement and meta."""
-        config = {k: v for k, v in self.config.items() if k != "architecture"}
-        twin = type(self)(**{**config, **options, "init": "random"})
-        twin.load_state_dict(state)
-        twin.config["init"] = self.config.get("init", "fourier")
-        twin.npc.ode.set_steps(list(self.npc.ode.steps_per_stage))
-        twin.npc.set_flip_ensemble(len(self.flip_codes))
-        twin.refiner = copy.deepcopy(self.refiner)
-        twin.meta = dict(getattr(self, "meta", {}) or {})
-        return twin.to(next(self.parameters()).device)
 
     def with_label_evidence(self) -> "ThroughPlaneNPC":
         """A copy that also reads the moving label (``label_evidence``): this network's weights, and a
@@ -98,8 +75,8 @@ class ThroughPlaneNPC(StackNPC):
         layer at zero), so the same field as this network, with or without a label, until the label head is trained."""
         if self.uses_label:
             raise ValueError("this ThroughPlaneNPC already reads the moving label (label_evidence).")
-        if self.head.out_channels != 1 or self.head.context is not None:
-            raise ValueError("with_label_evidence copies a plain head (no in_plane_residual, no stack_context) into the label head.")
+        config = {k: v for k, v in self.config.items() if k != "architecture"}
+        twin = type(self)(**{**config, "label_evidence": True, "init": "random"})
         state = dict(self.state_dict())
         for name, value in self.head.state_dict().items():
             state[f"label_head.{name}"] = value.clone()
@@ -108,23 +85,13 @@ class ThroughPlaneNPC(StackNPC):
             [first, first.new_zeros((first.shape[0], len(LABEL_EVIDENCE_CHANNELS)) + tuple(first.shape[2:]))], 1)
         for name in ("label_head.decoder.2.weight", "label_head.decoder.2.bias"):
             state[name] = torch.zeros_like(state[name])
-        return self._twin({"label_evidence": True}, state)
-
-    def with_head_options(self, in_plane_residual: bool = False, stack_context: bool = False) -> "ThroughPlaneNPC":
-        """A copy whose head also gives an in-plane residual (``in_plane_residual``) and / or reads the stack's mean
-        features (``stack_context``), from this network's weights, the new parts at zero: the same field as this
-        network until they are trained. Options this network has already stay on."""
-        in_plane = bool(in_plane_residual) or self.head.out_channels == 3
-        context = bool(stack_context) or self.head.context is not None
-        state = dict(self.state_dict())
-        fresh = ThroughPlaneHead(len(EVIDENCE_CHANNELS), REVERSED_CHANNELS, self.config["head_width"], self.config["head_pool"],
-                                 in_plane=in_plane, stack_context=context).state_dict()
-        for name, value in fresh.items():  # the new parts start at zero (the head's own initialisation)
-            old = state.get(f"head.{name}")
-            if old is not None:  # the output layer keeps its through-plane channel; the in-plane ones stay at zero
-                value[: old.shape[0]] = old
-            state[f"head.{name}"] = value
-        return self._twin({"in_plane_residual": in_plane, "stack_context": context}, state)
+        twin.load_state_dict(state)
+        twin.config["init"] = self.config.get("init", "fourier")
+        twin.npc.ode.set_steps(list(self.npc.ode.steps_per_stage))
+        twin.npc.set_flip_ensemble(len(self.flip_codes))
+        twin.refiner = copy.deepcopy(self.refiner)
+        twin.meta = dict(getattr(self, "meta", {}) or {})
+        return twin.to(next(self.parameters()).device)
 
     def set_flip_ensemble(self, flip_ensemble: int) -> None:
         """Average each slice's in-plane field over ``flip_ensemble`` (1, 2, 4 or 8) in-plane symmetries of the pair
@@ -138,29 +105,17 @@ class ThroughPlaneNPC(StackNPC):
         """The in-plane symmetries the in-plane field averages (:attr:`NPCNet.flip_codes` of the 2-D part)."""
         return self.npc.flip_codes
 
-    def head_output(self, moving: torch.Tensor, fixed: torch.Tensor, in_plane: torch.Tensor, group: torch.Tensor,
-                    n_groups: int, moving_label: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """:attr:`head`'s output ``(N, 1, H, W)`` (the through-plane component, slices), or ``(N, 3, H, W)`` with
-        ``in_plane_residual`` (then also an in-plane residual, voxels), for the in-plane field ``in_plane``
-        ``(N, 2, H, W)`` of the slices ``moving``, ``fixed`` ``(N, 1, H, W)``; with ``label_evidence`` and the moving
-        label ``(N, 1, H, W)``, :attr:`label_head`'s output on the images' and the label's evidence is added to the
-        through-plane component. :meth:`compose` makes the field of it."""
+    def through_plane(self, moving: torch.Tensor, fixed: torch.Tensor, in_plane: torch.Tensor, group: torch.Tensor,
+                      n_groups: int, moving_label: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``(N, 1, H, W)`` the through-plane component (slices) for the in-plane field ``in_plane`` ``(N, 2, H, W)``
+        of the slices ``moving``, ``fixed`` ``(N, 1, H, W)``; with ``label_evidence`` and the moving label
+        ``(N, 1, H, W)``, :attr:`label_head`'s output on the images' and the label's evidence is added."""
         evidence = through_plane_evidence(moving, fixed, in_plane, group, n_groups, self.evidence_window)
-        out = self.head(evidence, group, n_groups)
+        through = self.head(evidence, group, n_groups)
         if moving_label is None or self.label_head is None:
-            return out
+            return through
         labels = label_evidence(moving_label, in_plane, group, n_groups).to(evidence.dtype)
-        extra = self.label_head(torch.cat([evidence, labels], 1), group, n_groups)
-        return torch.cat([out[:, :1] + extra, out[:, 1:]], 1)
-
-    @staticmethod
-    def compose(head_output: torch.Tensor, in_plane: torch.Tensor) -> torch.Tensor:
-        """The stack field ``(N, 3, H, W)`` (through the plane in slices, then in-plane voxels) from
-        :meth:`head_output` and the 2-D network's in-plane field ``(N, 2, H, W)`` (plus the head's in-plane residual
-        where it gives one)."""
-        if head_output.shape[1] == 3:
-            in_plane = in_plane + head_output[:, 1:]
-        return torch.cat([head_output[:, :1], in_plane], 1)
+        return through + self.label_head(torch.cat([evidence, labels], 1), group, n_groups)
 
     def forward_stacks(self, pair: torch.Tensor, group: torch.Tensor, n_groups: int,
                        moving_label: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -168,4 +123,5 @@ class ThroughPlaneNPC(StackNPC):
         contiguous and in order) -> ``ddf`` ``(N, 3, H, W)``."""
         pair = self._checked(pair, group)
         in_plane = self.npc(pair)
-        return self.compose(self.head_output(pair[:, 0:1], pair[:, 1:2], in_plane, group, n_groups, moving_label), in_plane)
+        through = self.through_plane(pair[:, 0:1], pair[:, 1:2], in_plane, group, n_groups, moving_label)
+        return torch.cat([through, in_plane], 1)
