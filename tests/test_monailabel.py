@@ -206,7 +206,8 @@ def test_track_task(tmp_path):
 
     task = module.NPCTrack(model="acdc", datastore=_Datastore(tmp_path), output_root=str(results))
     assert task.is_valid() and task.info()["type"] == "segmentation" and task.info()["dimension"] == 3
-    assert task.config() == {"npc_model": "acdc", "label": "", "label_frame": "", "scheme": "direct", "npc_refine": "", "npc_device": ""}
+    assert task.config() == {"npc_model": "acdc", "label": "", "label_frame": "", "scheme": "direct", "structures": "",
+                             "npc_refine": "", "npc_device": ""}
     frame = smoke.CINE_LABEL_FRAME
     request = {"model": "npc_track", "device": "cuda", "image": str(cine["cine"]), "npc_image_id": "cine",
                "label": str(cine["label"]), "label_frame": str(frame), "npc_refine": 0}
@@ -273,6 +274,46 @@ def test_track_task_defaults_from_datastore_and_info_cfg(tmp_path):
     assert params["info_cfg"]["es_matches"] == (params["function"]["es_frame"] == 0)
     (tmp_path / "Info.cfg").write_text("ED: 9\nES: 1\n")
     _refused(task, {"image": str(cine["cine"]), "npc_image_id": "cine"}, 400, "label_frame 8 (from the ED of Info.cfg) is out of range")
+
+
+def test_track_task_reads_the_numbering_it_is_given(tmp_path):
+    """An M&Ms-numbered label (1 LV, 3 RV): with the request's structures (or the app's npc_structures) the volumes are
+    the ACDC-numbered label's, and the tracked label keeps the uploaded values; a bad numbering is refused."""
+    module = _load_task_module("npc_track")
+    smoke, cine = _cine_study(tmp_path)
+    given = sitk.ReadImage(str(cine["label"]))  # the smoke test's label of one frame, on the cine's frame grid
+    frame = smoke.CINE_LABEL_FRAME
+    mms = sitk.GetImageFromArray(np.choose(sitk.GetArrayFromImage(given), [0, 3, 2, 1]).astype(np.uint8))  # M&Ms: 1 LV, 3 RV
+    mms.CopyInformation(given)
+    acdc_file, mms_file = str(cine["label"]), str(tmp_path / "mms_label.nii.gz")
+    sitk.WriteImage(mms, mms_file)
+    task = module.NPCTrack(model="phase-correlation", output_root=str(tmp_path), scheme="direct")
+    base = {"image": str(cine["cine"]), "label_frame": frame, "strain": False}
+    runs = {}
+    for name, request in {"acdc": dict(base, label=acdc_file), "mms": dict(base, label=mms_file, structures="lv=1,myo=2,rv=3"),
+                          "unnamed": dict(base, label=mms_file),
+                          "json": dict(base, label=mms_file, structures='{"lv": 1, "myo": 2, "rv": 3}')}.items():
+        label_file, runs[name] = task(request)
+        runs[name]["labels"] = sitk.GetArrayFromImage(sitk.ReadImage(label_file))
+        os.remove(label_file)
+    assert runs["acdc"]["volumes_ml"]["lv"][0] > 0
+    # unnamed, the M&Ms label is read as the model's numbering (ACDC's): its RV counted as the LV
+    assert runs["unnamed"]["volumes_ml"]["lv"][0] < 0.8 * runs["acdc"]["volumes_ml"]["lv"][0]
+    assert runs["mms"]["structures"] == {"rv": 3, "myo": 2, "lv": 1}
+    assert runs["mms"]["registration_settings"]["structures"]["from"] == "the structures argument"
+    for name in ("mms", "json"):
+        for structure in ("lv", "rv", "myo"):
+            np.testing.assert_allclose(runs[name]["volumes_ml"][structure], runs["acdc"]["volumes_ml"][structure])
+        assert np.array_equal(runs[name]["labels"], np.choose(runs["acdc"]["labels"], [0, 3, 2, 1]))  # the user's values
+    configured = module.NPCTrack(model="phase-correlation", output_root=str(tmp_path), scheme="direct", structures="lv=1,myo=2,rv=3")
+    label_file, params = configured(dict(base, label=mms_file))
+    os.remove(label_file)
+    np.testing.assert_allclose(params["volumes_ml"]["lv"], runs["acdc"]["volumes_ml"]["lv"])
+    _refused(task, dict(base, label=mms_file, structures="lv=one"), 400, "structures: 'lv=one'")
+    _refused(task, dict(base, label=mms_file, structures="heart=1"), 400, "'heart'")
+    _refused(task, dict(base, label=mms_file, structures='{"lv": 1, "rv": 1}'), 400, "one value to two structures")
+    with pytest.raises(ValueError, match="--conf npc_structures"):
+        module.NPCTrack(model="phase-correlation", structures="lv=1,rv")
 
 
 def test_tasks_keep_few_networks_and_read_absolute_paths_only(tmp_path, monkeypatch):

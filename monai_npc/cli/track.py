@@ -132,16 +132,12 @@ def _numbering_line(numbering: Optional[Dict[str, Any]]) -> str:
 
 def _structures(text: str) -> Dict[str, int]:
     """``--structures lv=1,myo=2,rv=3`` -> ``{"lv": 1, "myo": 2, "rv": 3}`` (checked by ``track``)."""
-    out: Dict[str, int] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, value = part.partition("=")
-        if not sep or not value.strip().isdigit():
-            raise argparse.ArgumentTypeError(f"{part!r}: expected NAME=VALUE with NAME one of rv, myo, lv and VALUE an integer > 0 "
-                                             "(e.g. lv=1,myo=2,rv=3)")
-        out[name.strip().lower()] = int(value)
-    if not out:
-        raise argparse.ArgumentTypeError("expected NAME=VALUE[,NAME=VALUE], e.g. lv=1,myo=2,rv=3")
-    return out
+    from monai_npc.apps.tracking.structures import parse_structures
+
+    try:
+        return parse_structures(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def run_batch(args: argparse.Namespace) -> int:

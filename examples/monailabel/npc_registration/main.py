@@ -117,6 +117,7 @@ class MyApp(MONAILabelApp):
         self.npc_model = conf.get("npc_model", "acdc")
         self.npc_device = conf.get("npc_device", "cpu")
         self.npc_scheme = conf.get("npc_scheme") or None
+        self.npc_structures = conf.get("npc_structures") or None  # the tracking task's label numbering, "lv=1,myo=2,rv=3"
         super().__init__(
             app_dir=app_dir,
             studies=studies,
@@ -137,7 +138,8 @@ class MyApp(MONAILabelApp):
             )
         if self.npc_scheme is not None and self.npc_scheme not in SCHEMES:
             raise ValueError(f"--conf npc_scheme {self.npc_scheme!r}: no such tracking scheme; use one of {', '.join(SCHEMES)}.")
-        tracking = NPCTrack(model=self.npc_model, datastore=self.datastore(), device=self.npc_device, scheme=self.npc_scheme)
+        tracking = NPCTrack(model=self.npc_model, datastore=self.datastore(), device=self.npc_device, scheme=self.npc_scheme,
+                            structures=self.npc_structures)
         tasks = {TASK: task, TRACK_TASK: tracking}
         guard_task_routing(tasks)
         return tasks

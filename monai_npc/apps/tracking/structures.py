@@ -22,10 +22,29 @@ from monai_npc.cardiac.function import ACDC_STRUCTURES, structure_values
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STRUCTURE_NAMES", "check_structures", "found_structures", "resolve_structures", "without_absent"]
+__all__ = ["STRUCTURE_NAMES", "parse_structures", "check_structures", "found_structures", "resolve_structures", "without_absent"]
 
 #: the structures tracking reports (:data:`~monai_npc.cardiac.function.ACDC_STRUCTURES`' names)
 STRUCTURE_NAMES = tuple(ACDC_STRUCTURES)
+
+
+def parse_structures(text: str) -> Dict[str, int]:
+    """``"lv=1,myo=2,rv=3"`` (the CLI's ``--structures``, MONAI Label's ``structures``) -> ``{"lv": 1, "myo": 2, "rv": 3}``
+    (the names checked by :func:`check_structures`).
+
+    Raises:
+        ValueError: a part that is not ``NAME=VALUE`` with an integer ``VALUE``, or no part at all.
+    """
+    out: Dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in str(text).split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise ValueError(f"{part!r}: expected NAME=VALUE with NAME one of {', '.join(STRUCTURE_NAMES)} and VALUE an integer > 0 "
+                             "(e.g. lv=1,myo=2,rv=3)")
+        out[name.strip().lower()] = int(value)
+    if not out:
+        raise ValueError("expected NAME=VALUE[,NAME=VALUE], e.g. lv=1,myo=2,rv=3")
+    return out
 
 
 def check_structures(structures: Optional[Mapping[str, Any]]) -> Optional[Dict[str, int]]:

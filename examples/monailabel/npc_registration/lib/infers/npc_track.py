@@ -26,6 +26,10 @@ Request keys (MONAI Label merges the client's ``params`` into the request):
   ``n - 1``), else 0 (``label_frame_from`` in the answer says which);
 - ``scheme`` (optional): ``direct`` (default: the reference frame registered onto every frame with the weights'
   register settings, the label and their label prior), ``anchored``, ``sequential``, ``average`` or ``bidirectional``;
+- ``structures`` (optional): which label value is which structure, ``"lv=1,myo=2,rv=3"`` (M&Ms) or a JSON object
+  ``{"lv": 1, "myo": 2, "rv": 3}``: the volumes, EF, basal rules and strain read them (the tracked labels keep the
+  label's values); default: the app's ``--conf npc_structures`` (same form), else as ``monai-npc track``: the label
+  prior's naming of the labelled frame, else the model's training labels (``numbering`` in ``settings`` says which);
 - ``strain`` (optional, default true): return the myocardial strain in ``params``;
 - ``npc_model``, ``npc_device``, ``npc_refine`` (optional): as for the registration task; for the chained
   schemes shipped or saved NPC weights get ``monai_npc.track``'s settings for consecutive frames (4 ODE
@@ -41,6 +45,7 @@ file, a 3-D image instead of a 4-D cine, a label off the frame grid).
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Dict, Optional, Tuple
 
@@ -53,22 +58,37 @@ class NPCTrack(NPCInferTask):
     """Carry the label of one frame of the open 4-D cine to every frame with :func:`monai_npc.track`.
 
     Args: ``model`` and ``scheme`` (the default tracking scheme, :data:`monai_npc.apps.tracking.DEFAULT_SCHEME` when
-    ``None``); ``options``: the other arguments of :class:`~lib.common.NPCInferTask` (``labels``, ``datastore``,
-    ``output_root``, ``device``, ``description``).
+    ``None``); ``structures``: the default label numbering of requests (``"lv=1,myo=2,rv=3"`` or a mapping; ``None``:
+    as ``monai_npc.track`` finds it); ``options``: the other arguments of :class:`~lib.common.NPCInferTask` (``labels``,
+    ``datastore``, ``output_root``, ``device``, ``description``).
+
+    Raises:
+        ValueError: ``structures`` is not a numbering of the RV, myocardium and LV.
     """
 
     what = "NPC tracking"
     task_dimension = 3
     default_description = "Label propagation through a 4-D cine by NPC registration (one labelled frame -> every frame; volumes, EF)"
 
-    def __init__(self, model: str = "acdc", scheme: Optional[str] = None, **options: Any) -> None:
+    def __init__(self, model: str = "acdc", scheme: Optional[str] = None, structures: Any = None, **options: Any) -> None:
         from monai_npc.apps.tracking.schemes import DEFAULT_SCHEME
 
         self.scheme = scheme or DEFAULT_SCHEME
+        try:
+            self.structures = _numbering(structures)
+        except ValueError as err:
+            raise ValueError(f"--conf npc_structures: {err}") from None
         super().__init__(model, **options)
 
     def request_config(self) -> Dict[str, Any]:
-        return {"label": "", "label_frame": "", "scheme": self.scheme, "npc_refine": "", "npc_device": ""}
+        return {"label": "", "label_frame": "", "scheme": self.scheme, "structures": "", "npc_refine": "", "npc_device": ""}
+
+    def _structures(self, value: Any) -> Optional[Dict[str, int]]:
+        """The request's ``structures`` (else the task's default) as ``{name: value}``; 400 when it is not a numbering."""
+        try:
+            return _numbering(value) or self.structures
+        except ValueError as err:
+            raise RequestError(400, f"structures: {err}") from None
 
     def _scheme(self, value: Any) -> str:
         from monai_npc.apps.tracking.schemes import SCHEMES
@@ -105,6 +125,7 @@ class NPCTrack(NPCInferTask):
         image_id = request.get("npc_image_id")  # the datastore id of the cine (set by the app), for its final label
         cine_path = self._image(request.get("image"), "image")
         scheme = self._scheme(request.get("scheme"))
+        structures = self._structures(request.get("structures"))
         frame = whole_number(request.get("label_frame"), "label_frame", "the 0-based frame of the label")
         label = self._label(request.get("label"), "label", str(image_id) if image_id else None)
         if label is None:
@@ -121,7 +142,8 @@ class NPCTrack(NPCInferTask):
             raise RequestError(400, f"label_frame {frame} (from the {source}) is out of range: the cine {image_id or cine_path!r} "
                                     f"has {len(cine)} frames (label_frame 0..{len(cine) - 1}, 0-based).")
         try:
-            result = track(cine, label, frame, scheme, model=net, model_name=name, device=device, progress=False, refine_iterations=refine)
+            result = track(cine, label, frame, scheme, model=net, model_name=name, device=device, progress=False, refine_iterations=refine,
+                           structures=structures)
         except FileNotFoundError as err:
             raise RequestError(404, str(err)) from None
         except (ValueError, TypeError) as err:  # unreadable label, label off the frame grid, wrong shape...
@@ -143,3 +165,16 @@ class NPCTrack(NPCInferTask):
             label_names=self.labels, size=list(size), seconds_request=time.perf_counter() - t0,
         )
         return label_file, params
+
+
+def _numbering(value: Any) -> Optional[Dict[str, int]]:
+    """``"lv=1,myo=2,rv=3"``, its JSON object form or a mapping -> ``{name: value}`` checked as ``monai_npc.track`` checks
+    it; ``None`` or ``""`` -> ``None``. Raises ``ValueError`` otherwise."""
+    from monai_npc.apps.tracking.structures import check_structures, parse_structures
+
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        value = json.loads(text) if text.startswith("{") else parse_structures(text)
+    return check_structures(value)
