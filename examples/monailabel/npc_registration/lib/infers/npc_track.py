@@ -29,7 +29,8 @@ Request keys (MONAI Label merges the client's ``params`` into the request):
 - ``structures`` (optional): which label value is which structure, ``"lv=1,myo=2,rv=3"`` (M&Ms) or a JSON object
   ``{"lv": 1, "myo": 2, "rv": 3}``: the volumes, EF, basal rules and strain read them (the tracked labels keep the
   label's values); default: the app's ``--conf npc_structures`` (same form), else as ``monai-npc track``: the label
-  prior's naming of the labelled frame, else the model's training labels (``numbering`` in ``settings`` says which);
+  prior's naming of the labelled frame, else the model's training labels (``registration_settings.structures.from``
+  in the answer says which);
 - ``strain`` (optional, default true): return the myocardial strain in ``params``;
 - ``npc_model``, ``npc_device``, ``npc_refine`` (optional): as for the registration task; for the chained
   schemes shipped or saved NPC weights get ``monai_npc.track``'s settings for consecutive frames (4 ODE
